@@ -1,0 +1,16 @@
+"""The one exception type for user mistakes in a recipe."""
+
+from __future__ import annotations
+
+
+class RecipeError(Exception):
+    """A recipe has one or more problems; each names the field or file and the fix."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        n = len(self.problems)
+        head = f"recipe has {n} problem{'s' if n != 1 else ''}:"
+        return "\n".join([head, *(f"  - {p}" for p in self.problems)])

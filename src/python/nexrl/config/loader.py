@@ -1,0 +1,49 @@
+"""Load a recipe: a Hydra YAML file plus ``key=value`` overrides.
+
+A recipe is composed with Hydra's compose API from the recipe's own folder, so
+``defaults: [common, _self_]`` finds ``common.yaml`` next to it. The configs
+shipped with nexrl (``nexrl/configs``) are on the search path too, so a recipe
+can inherit ``nexrl_base`` without copying it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from nexrl.config.errors import RecipeError
+
+SHIPPED_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def load_recipe(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """Compose ``recipe`` (a ``.yaml`` path) with Hydra ``overrides``.
+
+    Raises ``RecipeError`` (never a Hydra traceback) when the file is missing,
+    the YAML does not parse, a ``defaults`` entry is not found or an override
+    is malformed.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    path = Path(recipe).expanduser()
+    if path.suffix not in (".yaml", ".yml"):
+        raise RecipeError([f"{recipe}: a recipe is a .yaml file; got '{path.name}'"])
+    if not path.is_file():
+        raise RecipeError([f"{recipe}: recipe file not found (working directory: {Path.cwd()})"])
+    path = path.resolve()
+    search = f"hydra.searchpath=[file://{SHIPPED_CONFIGS}]"
+    try:
+        with initialize_config_dir(config_dir=str(path.parent), version_base="1.3"):
+            cfg = compose(config_name=path.stem, overrides=[*overrides, search])
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise RecipeError([f"{recipe}: {_first_line(exc)}"]) from None
+    return cfg
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    # Hydra appends a long "full stack trace" hint; keep the useful part.
+    return text.split("\n\nSet the environment variable HYDRA_FULL_ERROR")[0]

@@ -1,0 +1,63 @@
+"""The ./pants bootstrap script: its failure mode and its agreement with pants.toml."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+ROOT = Path.cwd()
+
+
+def test_without_python39_prints_one_line_saying_what_to_install(tmp_path: Path) -> None:
+    # A machine with no CPython 3.9 anywhere: empty HOME (no cached venv),
+    # empty pyenv root, and a PATH with only a shell and coreutils.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("bash", "dirname", "mkdir", "sha256sum", "cut", "rm", "mv"):
+        src = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True)
+        (bindir / tool).symlink_to(src.stdout.strip())
+    env = {
+        "HOME": str(tmp_path / "home"),
+        "PYENV_ROOT": str(tmp_path / "pyenv"),
+        "PATH": str(bindir),
+    }
+    proc = subprocess.run(
+        [str(bindir / "bash"), str(ROOT / "pants"), "--version"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "CPython 3.9" in lines[0]
+    assert "install" in lines[0] and "NEXRL_PANTS_PYTHON" in lines[0]
+    assert proc.stdout == ""
+
+
+def test_pex_cli_pin_agrees_with_pants_toml() -> None:
+    script = (ROOT / "pants").read_text()
+    pex_version = re.search(r'^PEX_VERSION="([^"]+)"', script, re.M)
+    pex_sha = re.search(r'^PEX_SHA256="([0-9a-f]{64})"', script, re.M)
+    pants_version = re.search(r'^PANTS_VERSION="([^"]+)"', script, re.M)
+    assert pex_version and pex_sha and pants_version
+
+    toml = tomllib.loads((ROOT / "pants.toml").read_text())
+    assert toml["GLOBAL"]["pants_version"] == pants_version.group(1)
+    assert toml["pex-cli"]["version"] == f"v{pex_version.group(1)}"
+    known = toml["pex-cli"]["known_versions"]
+    assert any(
+        k.startswith(f"v{pex_version.group(1)}|linux_x86_64|{pex_sha.group(1)}|") for k in known
+    ), known
+    # The file Pants fetches is the one ./pants builds.
+    assert toml["pex-cli"]["url_template"].endswith("/.cache/nexrl-pants/pex-{version}")
+    assert 'PEX_FILE="${CACHE_DIR}/pex-v${PEX_VERSION}"' in script
+    assert 'CACHE_DIR="${HOME}/.cache/nexrl-pants"' in script
+
+
+def test_script_is_executable() -> None:
+    assert os.access(ROOT / "pants", os.X_OK)
