@@ -66,7 +66,13 @@ async def _ruff_process(request: _RuffProcess, ruff: Ruff) -> VenvPexProcess:
     conf_args = [f"--config={ruff.config}"] if ruff.config else []
     return VenvPexProcess(
         ruff_pex,
-        argv=(request.subcommand, "--force-exclude", *conf_args, *ruff.args, *request.snapshot.files),
+        argv=(
+            request.subcommand,
+            "--force-exclude",
+            *conf_args,
+            *ruff.args,
+            *request.snapshot.files,
+        ),
         input_digest=digest,
         output_files=request.snapshot.files,
         description=f"Run ruff {request.subcommand} on {pluralize(len(request.snapshot.files), 'file')}.",
@@ -76,9 +82,7 @@ async def _ruff_process(request: _RuffProcess, ruff: Ruff) -> VenvPexProcess:
 
 @rule(desc="Lint with ruff check", level=LogLevel.DEBUG)
 async def ruff_check(request: RuffCheckRequest.Batch[RuffFieldSet, Any], ruff: Ruff) -> LintResult:
-    sources = await Get(
-        SourceFiles, SourceFilesRequest(fs.source for fs in request.elements)
-    )
+    sources = await Get(SourceFiles, SourceFilesRequest(fs.source for fs in request.elements))
     process = await _ruff_process(_RuffProcess("check", sources.snapshot), ruff)
     result = await Get(FallibleProcessResult, VenvPexProcess, process)
     return LintResult.create(request, result, strip_chroot_path=True)

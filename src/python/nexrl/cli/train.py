@@ -2,9 +2,9 @@
 
     train RECIPE.yaml [key=value ...] [--print-config] [--check]
 
-The recipe is loaded, composed with the overrides and validated before any
-cluster starts; user mistakes are reported as a list of problems (exit 2),
-never as a traceback.
+The recipe is composed with the overrides and validated against the typed
+schema before any cluster starts; user mistakes are reported as a list of
+problems (exit 2), never as a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from omegaconf import OmegaConf
 
 from nexrl.config.errors import RecipeError
-from nexrl.config.loader import load_recipe
+from nexrl.config.recipe import load_recipe_checked
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,19 +33,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        cfg = load_recipe(args.recipe, args.overrides)
+        recipe = load_recipe_checked(args.recipe, args.overrides)
     except RecipeError as exc:
         print(f"error: {args.recipe}: {exc.render()}", file=sys.stderr)
         return 2
+    if args.print_config:
+        print(OmegaConf.to_yaml(recipe.cfg, resolve=True), end="")
+    if args.check:
+        print(f"{args.recipe}: recipe is valid")
     if args.print_config or args.check:
-        if args.print_config:
-            print(OmegaConf.to_yaml(cfg, resolve=True), end="")
-        if args.check:
-            print(f"{args.recipe}: recipe is valid")
         return 0
-    print(OmegaConf.to_yaml(cfg, resolve=True), end="")
+    print(OmegaConf.to_yaml(recipe.cfg, resolve=True), end="")
     print(
-        "nexrl: recipe loaded; the training loop is not part of this build yet "
+        "nexrl: recipe loaded and valid; the training loop is not part of this build yet "
         "(see docs/index.md, 'Status')."
     )
     return 0

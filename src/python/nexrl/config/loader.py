@@ -24,6 +24,7 @@ def load_recipe(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ())
     the YAML does not parse, a ``defaults`` entry is not found or an override
     is malformed.
     """
+    import yaml
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -38,7 +39,7 @@ def load_recipe(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ())
     try:
         with initialize_config_dir(config_dir=str(path.parent), version_base="1.3"):
             cfg = compose(config_name=path.stem, overrides=[*overrides, search])
-    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as exc:
         raise RecipeError([f"{recipe}: {_first_line(exc)}"]) from None
     return cfg
 

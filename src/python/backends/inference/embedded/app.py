@@ -1,0 +1,132 @@
+"""FastAPI application: OpenAI routes, health, models and weight reload.
+
+Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
+``GET /v1/models``, ``GET /health``, ``POST /update_weights_from_disk``.
+Generation and reload responses carry the policy version in the body
+(``policy_version``) and in the ``X-Policy-Version`` header. Every error is
+``{"error": {"message", "type", "param", "code"}}`` with a 4xx/5xx status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from backends.inference.embedded.openai_api import chat_completion, completion
+from backends.inference.embedded.protocol import (
+    POLICY_VERSION_HEADER,
+    ChatCompletionRequest,
+    CompletionRequest,
+    OpenAIError,
+    UpdateWeightsRequest,
+)
+from backends.inference.embedded.service import InferenceService
+
+
+def _versioned(body: dict[str, Any], version: int, status: int = 200) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers={POLICY_VERSION_HEADER: str(version)})
+
+
+def _validation_error(exc: RequestValidationError) -> OpenAIError:
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    if first.get("type") == "json_invalid":
+        return OpenAIError(400, f"request body is not valid JSON: {msg}", code="invalid_json")
+    param = ".".join(loc) or None
+    where = f"{param}: " if param else ""
+    return OpenAIError(400, f"{where}{msg}", param=param, code="invalid_value")
+
+
+def create_app(service: InferenceService, served_model_name: str) -> FastAPI:
+    """The HTTP app around ``service``; its lifespan starts and stops the batcher."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    app = FastAPI(title="nexrl embedded inference", lifespan=lifespan)
+    created = int(time.time())
+
+    @app.exception_handler(OpenAIError)
+    async def _openai_error(_: Request, exc: OpenAIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        err = _validation_error(exc)
+        return JSONResponse(err.body(), status_code=err.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        err = OpenAIError(exc.status_code, str(exc.detail), type=kind)
+        return JSONResponse(err.body(), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _crash(_: Request, exc: Exception) -> JSONResponse:
+        err = OpenAIError(500, f"internal error: {exc!r}", type="server_error")
+        return JSONResponse(err.body(), status_code=500)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        body = {
+            "status": "ok",
+            "model": served_model_name,
+            "policy_version": service.version,
+            "batches_run": service.batches_run,
+            "requests_served": service.requests_served,
+        }
+        return _versioned(body, service.version)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {
+            "id": served_model_name,
+            "object": "model",
+            "created": created,
+            "owned_by": "nexrl",
+            "root": service.model_path,
+            "max_model_len": service.max_model_len,
+            "policy_version": service.version,
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: ChatCompletionRequest) -> JSONResponse:
+        body, version = await chat_completion(service, served_model_name, req)
+        return _versioned(body, version)
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest) -> JSONResponse:
+        body, version = await completion(service, served_model_name, req)
+        return _versioned(body, version)
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights(req: UpdateWeightsRequest) -> JSONResponse:
+        try:
+            version = await service.reload(req.model_path, req.target_version(service.version))
+        except OpenAIError as exc:
+            body = {**exc.body(), "success": False, "message": exc.message}
+            return _versioned(body, service.version, exc.status)
+        body = {
+            "success": True,
+            "message": f"serving {req.model_path} as policy version {version}",
+            "policy_version": version,
+            "num_paused_requests": 0,
+        }
+        return _versioned(body, version)
+
+    return app

@@ -1,0 +1,83 @@
+"""``python -m backends.inference.embedded --model DIR --host 127.0.0.1 --port N``.
+
+``--fd`` serves on an already-bound listening socket (how ``EmbeddedServer``
+starts it without a port race); otherwise ``--host``/``--port`` are bound.
+SIGTERM/SIGINT shut down cleanly (uvicorn finishes open requests briefly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach the network for a local snapshot
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m backends.inference.embedded", description=__doc__)
+    p.add_argument("--model", required=True, help="HF-format model directory")
+    p.add_argument("--served-model-name", default=None, help="name clients pass as `model`")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    p.add_argument("--policy-version", type=int, default=0, help="version of the initial weights")
+    p.add_argument("--max-batch-size", type=int, default=16, help="rows per batch")
+    p.add_argument("--batch-window-ms", type=float, default=5.0, help="wait to gather a batch")
+    p.add_argument("--logprobs-mode", choices=("raw", "processed"), default="raw")
+    p.add_argument("--seed", type=int, default=0, help="RNG seed for requests without a seed")
+    p.add_argument("--torch-threads", type=int, default=None)
+    p.add_argument("--log-level", default="info")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    if not (Path(args.model) / "config.json").is_file():  # fail fast, before importing torch
+        sys.exit(f"error: --model {args.model!r} is not a model directory (no config.json)")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    import torch
+    import uvicorn
+    from transformers import AutoTokenizer
+
+    from backends.inference.embedded.app import create_app
+    from backends.inference.embedded.service import BatchingConfig, InferenceService
+    from backends.inference.embedded.weights import LoadedModel, load_snapshot, resolve_dtype
+
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    random.seed(args.seed)
+    if args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    model = load_snapshot(args.model, device=device, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+    service = InferenceService(
+        LoadedModel(model=model, version=args.policy_version, path=args.model),
+        tokenizer,
+        device=device,
+        dtype=dtype,
+        batching=BatchingConfig(args.max_batch_size, args.batch_window_ms / 1000.0),
+        logprobs_mode=args.logprobs_mode,
+    )
+    name = args.served_model_name or args.model
+    app = create_app(service, name)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    sockets = [socket.socket(fileno=args.fd)] if args.fd is not None else None
+    server.run(sockets=sockets)

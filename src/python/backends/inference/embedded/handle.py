@@ -1,0 +1,203 @@
+"""``EmbeddedServer``: run the embedded server as a subprocess, health-checked.
+
+The parent binds the listening socket (port 0 = a free port, no race) and
+hands it to the child (``--fd``), then closes its own copy so a dead child
+means refused connections, not a hang. The child runs in its own session
+(process group); ``stop()`` sends SIGTERM, then SIGKILL after a grace period,
+and a finalizer does the same if the handle is dropped or the interpreter
+exits, so no orphan is left behind.
+
+The child gets ``PYTHONPATH`` = this interpreter's ``sys.path``, so it
+imports the same sources even where the interpreter's own environment does
+not carry them (a Pants sandbox).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import httpx
+
+if TYPE_CHECKING:
+    # Never imported at run time (the child process runs them); listed so that
+    # dependency inference (Pants) ships the server modules with this handle.
+    import backends.inference.embedded.__main__
+    import backends.inference.embedded.cli  # noqa: F401
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or did not become healthy in time; the message has its log tail."""
+
+
+def _terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)  # the child's own group (start_new_session)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        proc.wait(timeout=10)
+
+
+class EmbeddedServer:
+    """Start/stop ``python -m backends.inference.embedded`` and know its URLs.
+
+    Example::
+
+        with EmbeddedServer("/path/to/model") as server:
+            client = openai.OpenAI(base_url=server.openai_base_url, api_key="x")
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        served_model_name: str | None = None,
+        extra_args: Sequence[str] = (),
+        startup_timeout_s: float = 120.0,
+        log_path: str | Path | None = None,
+    ) -> None:
+        """``log_path``: server stdout/stderr (default: a temp file removed by ``stop()``)."""
+        self.model = str(model)
+        self.host, self.port = host, port
+        self.served_model_name = served_model_name or self.model
+        self.extra_args = list(extra_args)
+        self.startup_timeout_s = startup_timeout_s
+        self.log_path = Path(log_path) if log_path else None
+        self._own_log = log_path is None  # a temp log, removed by stop()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    # -- urls -------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.base_url}/v1"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        return self._proc
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self) -> EmbeddedServer:
+        if self._proc is not None:
+            raise RuntimeError("server already started")
+        sock = socket.create_server((self.host, self.port), backlog=128)
+        self.port = sock.getsockname()[1]
+        if self.log_path is None:
+            fd, name = tempfile.mkstemp(prefix="nexrl-embedded-", suffix=".log")
+            os.close(fd)
+            self.log_path = Path(name)
+        cmd = [
+            sys.executable,
+            "-m",
+            "backends.inference.embedded",
+            "--model",
+            self.model,
+            "--served-model-name",
+            self.served_model_name,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--fd",
+            str(sock.fileno()),
+            *self.extra_args,
+        ]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        with open(self.log_path, "ab") as log:
+            try:
+                self._proc = subprocess.Popen(
+                    cmd,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    pass_fds=(sock.fileno(),),
+                    start_new_session=True,
+                )
+            finally:
+                sock.close()  # the child owns the listening socket now
+        self._finalizer = weakref.finalize(self, _terminate, self._proc, 5.0)
+        try:
+            self.wait_healthy(self.startup_timeout_s)
+        except BaseException:
+            self.stop()  # the error message already carries the log tail
+            raise
+        return self
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        """Poll ``/health`` until 200; raise ``ServerStartError`` on exit or timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._proc is None or self._proc.poll() is not None:
+                code = None if self._proc is None else self._proc.returncode
+                raise ServerStartError(f"server exited with {code}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"server not healthy after {timeout_s:.0f}s:\n{self.log_tail()}"
+                )
+            time.sleep(0.1)
+
+    def log_tail(self, chars: int = 4000) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM, wait up to ``grace_s``, then SIGKILL. Idempotent."""
+        if self._proc is not None:
+            _terminate(self._proc, grace_s)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        if self._own_log and self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL now (simulates a crash)."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait(timeout=10)
+
+    def __enter__(self) -> EmbeddedServer:
+        return self.start() if self._proc is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

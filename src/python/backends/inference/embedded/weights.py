@@ -1,0 +1,140 @@
+"""Load and validate an HF-format weight snapshot, off to the side of the served model.
+
+A snapshot is accepted only if it is complete and matches the served model:
+``config.json`` and safetensors weights present (all shards of an index), same
+``model_type`` and vocabulary size, every parameter present with the same
+shape, nothing unexpected, and one forward pass gives finite logits. Anything
+else raises ``SnapshotError`` (the server answers 400) and the served model is
+untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class SnapshotError(ValueError):
+    """The snapshot directory is missing, incomplete or does not fit the served model."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to serve and the policy version its weights are."""
+
+    model: Any
+    version: int
+    path: str
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    try:
+        dtype = getattr(torch, name)
+    except AttributeError:
+        dtype = None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dtype
+
+
+def check_snapshot_files(path: Path) -> None:
+    """Raise ``SnapshotError`` unless ``path`` holds a config and complete safetensors."""
+    if not path.is_dir():
+        raise SnapshotError(f"model_path {str(path)!r} is not a directory")
+    config = path / "config.json"
+    if not config.is_file():
+        raise SnapshotError(f"snapshot {str(path)!r} has no config.json")
+    try:
+        json.loads(config.read_text())
+    except (OSError, ValueError) as exc:
+        raise SnapshotError(f"snapshot {str(path)!r}: config.json is unreadable: {exc}") from None
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            raise SnapshotError(f"snapshot {str(path)!r}: bad safetensors index: {exc}") from None
+        missing = sorted(s for s in shards if not (path / s).is_file())
+        if missing:
+            raise SnapshotError(f"snapshot {str(path)!r}: missing weight shards {missing}")
+    elif not (path / "model.safetensors").is_file():
+        raise SnapshotError(
+            f"snapshot {str(path)!r} has no model.safetensors (or model.safetensors.index.json)"
+        )
+
+
+def _loading_problems(info: dict[str, Any]) -> list[str]:
+    problems = []
+    for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        values = info.get(key) or []
+        if values:
+            problems.append(f"{key}: {sorted(map(str, values))[:5]}")
+    if info.get("conversion_errors"):
+        problems.append(f"conversion_errors: {info['conversion_errors']}")
+    return problems
+
+
+def load_snapshot(
+    path: str | Path,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    reference: Any | None = None,
+) -> Any:
+    """Load ``path`` as a causal LM on ``device``; validate against ``reference``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    snap = Path(path)
+    check_snapshot_files(snap)
+    try:
+        config = AutoConfig.from_pretrained(snap, local_files_only=True)
+    except Exception as exc:
+        raise SnapshotError(f"snapshot {str(snap)!r}: bad config.json: {exc}") from None
+    if reference is not None:
+        ref = reference.config
+        for attr in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers"):
+            if getattr(config, attr, None) != getattr(ref, attr, None):
+                raise SnapshotError(
+                    f"snapshot {str(snap)!r}: {attr}={getattr(config, attr, None)!r} but the "
+                    f"served model has {getattr(ref, attr, None)!r}"
+                )
+    try:
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
+            snap, dtype=dtype, local_files_only=True, output_loading_info=True
+        )
+        model, info = loaded
+    except Exception as exc:  # truncated safetensors, shape errors, ...
+        raise SnapshotError(f"snapshot {str(snap)!r} failed to load: {exc}") from None
+    problems = _loading_problems(info)
+    if problems:
+        raise SnapshotError(f"snapshot {str(snap)!r} is incomplete: {'; '.join(problems)}")
+    if reference is not None:
+        _check_shapes(model, reference, snap)
+    model.to(device).eval()
+    _check_finite(model, snap)
+    return model
+
+
+def _check_shapes(model: Any, reference: Any, snap: Path) -> None:
+    new = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    old = {k: tuple(v.shape) for k, v in reference.state_dict().items()}
+    if new.keys() != old.keys():
+        diff = sorted(set(new) ^ set(old))[:5]
+        raise SnapshotError(f"snapshot {str(snap)!r}: parameter names differ: {diff}")
+    bad = [f"{k}: {new[k]} != {old[k]}" for k in new if new[k] != old[k]]
+    if bad:
+        raise SnapshotError(f"snapshot {str(snap)!r}: shape mismatch: {bad[:5]}")
+
+
+@torch.inference_mode()
+def _check_finite(model: Any, snap: Path) -> None:
+    device = next(model.parameters()).device
+    logits = model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device)).logits
+    if not bool(torch.isfinite(logits).all()):
+        raise SnapshotError(f"snapshot {str(snap)!r}: weights give non-finite logits")

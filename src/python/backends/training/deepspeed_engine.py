@@ -1,0 +1,291 @@
+"""DeepSpeed training engine (``trainer.backend: deepspeed``).
+
+Built from ``TrainerConfig``: ZeRO stage 0-3 (``zero_stage``), optional CPU
+offload of optimizer state (stage >= 1) and parameters (stage 3), bf16 mixed
+precision on GPU (``bf16``; ignored on CPU, where training runs in fp32),
+``micro_batch_size``, AdamW (``lr``, ``weight_decay``, betas 0.9/0.999, eps
+1e-8), the LR schedule of :mod:`nexrl.trainer.schedule` (as a ``LambdaLR``) and
+gradient clipping (``grad_clip``; 0 = off).
+
+Distributed set-up: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``
+and ``MASTER_PORT`` come from the environment (the trainer actor sets them);
+a process without them is rank 0 of a world of 1 on a free local port. The
+process group is NCCL on GPU and gloo on CPU. Without CUDA, ``DS_ACCELERATOR``
+defaults to ``cpu`` before DeepSpeed is imported.
+
+Gradient accumulation is owned by the trainer: DeepSpeed runs with
+``gradient_accumulation_steps: 1`` and the trainer marks the last micro-batch
+with ``set_gradient_accumulation_boundary``; losses are never rescaled here
+(``scale_wrt_gas=False``). DeepSpeed averages gradients over ranks.
+
+Verified on CPU (gloo): ZeRO 0-3 at world size 1, ZeRO 1/2 at world size 2.
+Not run here: NCCL, bf16, offload, ZeRO-3 on several GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from nexrl.trainer.schedule import lr_lambda
+
+if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+    os.environ["DS_ACCELERATOR"] = "cpu"
+
+__all__ = ["DeepSpeedEngine", "build_engine", "ds_config", "init_distributed", "uses_gpu"]
+
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+def uses_gpu() -> bool:
+    """True when CUDA is present and DeepSpeed is not forced onto the CPU accelerator."""
+    return torch.cuda.is_available() and os.environ.get("DS_ACCELERATOR", "cuda") != "cpu"
+
+
+def ds_config(cfg: Any, *, world_size: int, on_gpu: bool) -> dict[str, Any]:
+    """The DeepSpeed config dict for a ``TrainerConfig`` (pure: no DeepSpeed import)."""
+    stage = int(cfg.zero_stage)
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"trainer.zero_stage must be 0-3, got {stage}")
+    zero: dict[str, Any] = {"stage": stage}
+    if stage >= 1:
+        zero.update(contiguous_gradients=True, overlap_comm=on_gpu, reduce_scatter=True)
+    if cfg.offload_optimizer:
+        if stage < 1:
+            raise ValueError("trainer.offload_optimizer needs trainer.zero_stage >= 1")
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": on_gpu}
+    if cfg.offload_param:
+        if stage != 3:
+            raise ValueError("trainer.offload_param needs trainer.zero_stage: 3")
+        zero["offload_param"] = {"device": "cpu", "pin_memory": on_gpu}
+    if stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    micro = int(cfg.micro_batch_size)
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": micro * world_size,
+        "gradient_clipping": float(cfg.grad_clip),
+        "zero_optimization": zero,
+        "bf16": {"enabled": bool(cfg.bf16) and on_gpu},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    if cfg.offload_optimizer:  # DeepSpeed's CPU Adam runs the offloaded update
+        config["optimizer"] = {
+            "type": "AdamW",
+            "params": {
+                "lr": float(cfg.lr),
+                "weight_decay": float(cfg.weight_decay),
+                "betas": list(ADAM_BETAS),
+                "eps": ADAM_EPS,
+            },
+        }
+    return config
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, int]:
+    """Join (or create) the process group; returns ``(rank, world_size, local_rank)``."""
+    import deepspeed
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        os.environ.setdefault("RANK", "0")
+        os.environ.setdefault("LOCAL_RANK", "0")
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.setdefault("WORLD_SIZE", str(world))
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise RuntimeError(
+            f"WORLD_SIZE={world} but {', '.join(missing)} not set; start trainers through "
+            "nexrl.trainer.actor.TrainerGroup (it sets the rendezvous environment)"
+        )
+    on_gpu = uses_gpu()
+    if not dist.is_initialized():
+        deepspeed.init_distributed(
+            dist_backend="nccl" if on_gpu else "gloo",
+            auto_mpi_discovery=False,
+            timeout=timedelta(seconds=timeout_s),
+            verbose=False,
+        )
+    if dist.get_world_size() != world:
+        raise RuntimeError(
+            f"this process already joined a process group of {dist.get_world_size()} ranks, "
+            f"not WORLD_SIZE={world}"
+        )
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if on_gpu:
+        torch.cuda.set_device(local_rank)
+    return dist.get_rank(), world, local_rank
+
+
+class DeepSpeedEngine:
+    """:class:`nexrl.trainer.engine.TrainingEngine` on a ``deepspeed.DeepSpeedEngine``."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        cfg: Any,
+        *,
+        total_optimizer_steps: int,
+        dist_timeout_s: float = 600.0,
+    ) -> None:
+        import deepspeed
+        from deepspeed.utils import logger as ds_logger
+
+        ds_logger.setLevel(logging.WARNING)
+        self.rank, self.world_size, self.local_rank = init_distributed(dist_timeout_s)
+        self.on_gpu = uses_gpu()
+        self.device = torch.device("cuda", self.local_rank) if self.on_gpu else torch.device("cpu")
+        self.zero_stage = int(cfg.zero_stage)
+        self.bf16 = bool(cfg.bf16) and self.on_gpu
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "config"):
+            model.config.use_cache = False
+        config = ds_config(cfg, world_size=self.world_size, on_gpu=self.on_gpu)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = None
+        if "optimizer" not in config:
+            extra = {"fused": True} if self.on_gpu else {}
+            optimizer = torch.optim.AdamW(
+                params,
+                lr=float(cfg.lr),
+                weight_decay=float(cfg.weight_decay),
+                betas=ADAM_BETAS,
+                eps=ADAM_EPS,
+                **extra,
+            )
+        factor = lr_lambda(cfg.lr_scheduler, int(cfg.warmup_steps), int(total_optimizer_steps))
+
+        def make_scheduler(opt: torch.optim.Optimizer) -> Any:
+            return torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+        engine, _, _, _ = deepspeed.initialize(
+            model=model,
+            model_parameters=params if optimizer is None else None,
+            optimizer=optimizer,
+            lr_scheduler=make_scheduler,
+            config=config,
+            dist_init_required=False,
+        )
+        self.engine = engine
+        self.config = config
+
+    # -- compute ----------------------------------------------------------------
+    @property
+    def module(self) -> torch.nn.Module:
+        module: torch.nn.Module = self.engine.module
+        return module
+
+    def forward(self, **inputs: Any) -> Any:
+        return self.engine(**inputs)
+
+    def train(self, mode: bool = True) -> None:
+        self.engine.train(mode)
+
+    def set_boundary(self, is_boundary: bool) -> None:
+        self.engine.set_gradient_accumulation_boundary(is_boundary)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.engine.backward(loss, scale_wrt_gas=False)
+
+    def step(self) -> float:
+        pre = self._param_grad_norm() if self.zero_stage == 0 else None
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        if norm is None:
+            norm = pre
+        return float(norm) if norm is not None else math.nan
+
+    def _param_grad_norm(self) -> float | None:
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        if not grads:
+            return None
+        return float(torch.linalg.vector_norm(torch.stack([g.float().norm() for g in grads])))
+
+    def lr(self) -> float:
+        return float(self.engine.get_lr()[0])
+
+    # -- communication ------------------------------------------------------------
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        out = tensor.detach().to(self.device).clone()
+        if self.world_size > 1:
+            dist.all_reduce(out)
+        return out
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        local = tensor.detach().to(self.device).contiguous()
+        if self.world_size == 1:
+            return local
+        parts = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(parts, local)
+        return torch.cat(parts, dim=0)
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        if self.world_size > 1:
+            if self.on_gpu:
+                dist.barrier(device_ids=[self.local_rank])
+            else:
+                dist.barrier()
+
+    # -- state ------------------------------------------------------------------
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        if self.zero_stage == 3:
+            state: dict[str, torch.Tensor] | None = (
+                self.engine._zero3_consolidated_16bit_state_dict()
+            )
+            return state
+        if self.rank != 0:
+            return None
+        return {k: v.detach() for k, v in self.module.state_dict().items()}
+
+    def save_checkpoint(self, save_dir: str, tag: str) -> None:
+        self.engine.save_checkpoint(save_dir, tag=tag, client_state={}, save_latest=False)
+
+    def load_checkpoint(self, load_dir: str, tag: str) -> None:
+        path, _ = self.engine.load_checkpoint(
+            load_dir, tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True
+        )
+        if path is None:
+            raise RuntimeError(f"DeepSpeed could not load checkpoint {load_dir}/{tag}")
+
+    def close(self) -> None:
+        destroy = getattr(self.engine, "destroy", None)
+        if callable(destroy):
+            destroy()
+
+
+def build_engine(
+    model: torch.nn.Module,
+    cfg: Any,
+    *,
+    total_optimizer_steps: int,
+    dist_timeout_s: float = 600.0,
+) -> DeepSpeedEngine:
+    """The backend entry point ``nexrl.trainer.engine.load_backend`` looks up."""
+    return DeepSpeedEngine(
+        model, cfg, total_optimizer_steps=total_optimizer_steps, dist_timeout_s=dist_timeout_s
+    )

@@ -1,0 +1,123 @@
+"""Name -> implementation registries for the RL algorithms.
+
+A recipe names its algorithm pieces by string (``advantage_estimator: grpo``);
+the trainer resolves them here. Four module-level registries exist, filled by
+the submodules when :mod:`nexrl.algorithms` is imported:
+
+``ADVANTAGE_ESTIMATORS`` (:mod:`.advantages`)
+    ``fn(token_level_rewards [B, T], response_mask [B, T], group_ids [B],
+    run_ids [B] | None = None, **options) -> (advantages [B, T], returns [B, T])``
+
+``POLICY_LOSSES`` (:mod:`.policy_loss`)
+    ``fn(log_prob [B, T], old_log_prob [B, T], advantages [B, T],
+    response_mask [B, T], loss_agg_mode: str = "token-mean", **options)
+    -> (loss [], metrics: dict[str, Tensor])``
+
+``KL_PENALTIES`` (:mod:`.kl`)
+    ``fn(log_prob [B, T], ref_log_prob [B, T], response_mask [B, T] | None = None)
+    -> per-token penalty [B, T]``
+
+``KL_CONTROLLERS`` (:mod:`.kl`)
+    classes with ``value``, ``update(current_kl, n_steps)``, ``state_dict()``,
+    ``load_state_dict(state)``.
+
+Looking up an unknown name raises :class:`UnknownNameError`, which says which
+registry was asked, suggests the closest valid name and lists all of them.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar, cast
+
+T = TypeVar("T")
+_Obj = TypeVar("_Obj")
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "KL_CONTROLLERS",
+    "KL_PENALTIES",
+    "POLICY_LOSSES",
+    "Registry",
+    "UnknownNameError",
+]
+
+
+class UnknownNameError(KeyError, ValueError):
+    """A name that is not registered; both a ``KeyError`` and a ``ValueError``."""
+
+    def __init__(self, kind: str, name: str, valid: list[str]) -> None:
+        self.kind = kind
+        self.name = name
+        self.valid = valid
+        close = difflib.get_close_matches(name, valid, n=1)
+        hint = f" did you mean {close[0]!r}?" if close else ""
+        choices = ", ".join(repr(v) for v in valid) or "(none registered)"
+        self.message = f"unknown {kind} {name!r};{hint} valid names: {choices}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:  # KeyError.__str__ would repr() the message
+        return self.message
+
+
+class Registry(Generic[T]):
+    """A named mapping ``name -> T`` filled with the :meth:`register` decorator.
+
+    >>> colours: Registry[int] = Registry("colour")
+    >>> _ = colours.register("red")(1)
+    >>> colours.get("red")
+    1
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[_Obj], _Obj]:
+        """Decorator registering its target under ``name`` (returned unchanged).
+
+        The target keeps its own static type (so a decorated function keeps its
+        signature for type checkers). Registering a name twice raises ``ValueError``.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
+
+        def decorator(obj: _Obj) -> _Obj:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self._entries[name] = cast(T, obj)
+            return obj
+
+        return decorator
+
+    def get(self, name: str) -> T:
+        """The entry registered as ``name``; :class:`UnknownNameError` if none."""
+        try:
+            return self._entries[name]
+        except (KeyError, TypeError):
+            raise UnknownNameError(self.kind, str(name), self.names()) from None
+
+    def names(self) -> list[str]:
+        """All registered names, sorted."""
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, names={self.names()})"
+
+
+# The value types are kept loose (``Callable[..., Any]`` / ``type``): each
+# implementation has its own keyword options (see the signatures above).
+ADVANTAGE_ESTIMATORS: Registry[Callable[..., Any]] = Registry("advantage estimator")
+POLICY_LOSSES: Registry[Callable[..., Any]] = Registry("policy loss")
+KL_PENALTIES: Registry[Callable[..., Any]] = Registry("KL penalty")
+KL_CONTROLLERS: Registry[type[Any]] = Registry("KL controller")

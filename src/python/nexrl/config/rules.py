@@ -1,0 +1,151 @@
+"""Cross-field rules: problems no single field shows.
+
+Each rule takes the typed config (a structured ``DictConfig``) and the recipe
+roots and returns a list of problems; ``RULES`` runs them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from nexrl.config.errors import RecipeError
+from nexrl.config.modules import load_object, split_spec
+from nexrl.config.sections.trainer import TRAINER_BACKENDS
+
+Rule = Callable[[DictConfig, list[Path]], list[str]]
+
+
+def pool_grouping(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    from nexrl.config.sections.pool import validate_pool_config
+
+    pool = cfg.trajectory_pool
+    out = validate_pool_config(pool)  # a typed DictConfig has the same fields
+    if pool.key_list == ["group_id"] and cfg.data.rollout_repeat_n != pool.group_size:
+        out.append(
+            f"data.rollout_repeat_n ({cfg.data.rollout_repeat_n}) must equal "
+            f"trajectory_pool.group_size ({pool.group_size}) when grouping by group_id, "
+            "or groups never fill"
+        )
+    return out
+
+
+def sync_mode_settings(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    w = cfg.weight
+    if w.sync_mode == "batch-async" and w.staleness_threshold is None:
+        return [
+            "weight.staleness_threshold: required when weight.sync_mode is 'batch-async' "
+            "(how many policy versions rollouts may lag, e.g. 1)"
+        ]
+    return []
+
+
+def trainer_fits_backend(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    t = cfg.trainer
+    out = []
+    allowed = TRAINER_BACKENDS.get(t.type, ())
+    if t.backend not in allowed:
+        out.append(
+            f"trainer.type '{t.type}' runs on backend(s) {', '.join(allowed)}, "
+            f"not trainer.backend '{t.backend}'"
+        )
+    if t.zero_stage > 3:
+        out.append(f"trainer.zero_stage: DeepSpeed ZeRO stages are 0-3, got {t.zero_stage}")
+    if t.offload_param and t.zero_stage != 3:
+        out.append("trainer.offload_param needs trainer.zero_stage: 3")
+    if t.offload_optimizer and t.zero_stage == 0:
+        out.append("trainer.offload_optimizer needs trainer.zero_stage >= 1")
+    return out
+
+
+def paired_fields(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    out = []
+    for section, a, b in (
+        ("rollout_worker", "custom_rollout_worker_module_path", "custom_rollout_worker_class_name"),
+        ("trainer", "custom_trainer_module_path", "custom_trainer_class_name"),
+    ):
+        if (cfg[section][a] is None) != (cfg[section][b] is None):
+            out.append(f"{section}.{a} and {section}.{b} go together: set both or neither")
+    if cfg.rollout_worker.type == "agent" and not cfg.rollout_worker.agent_config_path:
+        out.append("rollout_worker.agent_config_path: required for rollout_worker.type 'agent'")
+    if cfg.resume.mode == "from_path" and not cfg.resume.path:
+        out.append("resume.path: required when resume.mode is 'from_path'")
+    if cfg.cluster.type == "address" and not cfg.cluster.address:
+        out.append("cluster.address: required when cluster.type is 'address' (tcp://host:8786)")
+    v = cfg.validate
+    if (v.freq or v.validate_before_train) and not v.data_files:
+        out.append(
+            "validate.data_files: required when validate.freq > 0 or validate.validate_before_train"
+        )
+    if cfg.model.path is None and not cfg.model.tiny.vocab:
+        out.append("model.path: set a model directory, or model.tiny.vocab to build a tiny model")
+    if not 0 < cfg.rollout_worker.top_p <= 1:
+        out.append(f"rollout_worker.top_p must be in (0, 1], got {cfg.rollout_worker.top_p}")
+    return out
+
+
+def registered_algorithms(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    from nexrl import algorithms
+
+    a = cfg.algorithm
+    out = []
+    for field, registry in (
+        ("advantage_estimator", algorithms.ADVANTAGE_ESTIMATORS),
+        ("policy_loss", algorithms.POLICY_LOSSES),
+        ("kl_penalty", algorithms.KL_PENALTIES),
+        ("kl_controller", algorithms.KL_CONTROLLERS),
+    ):
+        try:
+            registry.get(a[field])
+        except KeyError as exc:
+            out.append(f"algorithm.{field}: {exc.args[0] if exc.args else exc}")
+    return out
+
+
+def loadable_classes(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    out: list[str] = []
+
+    def check(field: str, file: str, name: str, method: str) -> None:
+        try:
+            obj: Any = load_object(file, name, roots, field)
+        except RecipeError as exc:
+            out.extend(exc.problems)
+            return
+        if not callable(getattr(obj, method, None)):
+            out.append(f"{field}: {name} has no '{method}' method")
+
+    rw = cfg.rollout_worker
+    try:
+        file, name = split_spec(rw.evaluator_module_path, "rollout_worker.evaluator_module_path")
+        check("rollout_worker.evaluator_module_path", file, name, "evaluate")
+    except RecipeError as exc:
+        out.extend(exc.problems)
+    if rw.custom_rollout_worker_module_path and rw.custom_rollout_worker_class_name:
+        check(
+            "rollout_worker.custom_rollout_worker_class_name",
+            rw.custom_rollout_worker_module_path,
+            rw.custom_rollout_worker_class_name,
+            "rollout",
+        )
+    t = cfg.trainer
+    if t.custom_trainer_module_path and t.custom_trainer_class_name:
+        check(
+            "trainer.custom_trainer_class_name",
+            t.custom_trainer_module_path,
+            t.custom_trainer_class_name,
+            "_prepare_batch",
+        )
+    return out
+
+
+RULES: tuple[Rule, ...] = (
+    pool_grouping,
+    sync_mode_settings,
+    trainer_fits_backend,
+    paired_fields,
+    registered_algorithms,
+    loadable_classes,
+)

@@ -1,0 +1,69 @@
+"""``data``: where the prompts come from and how they are fed to the rollout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nexrl.config.fields import MISSING, cfg_field
+
+BAD_ROWS_CHOICES = ("error", "skip")
+
+
+@dataclass
+class DataConfig:
+    """The prompt data set and the order it is read in."""
+
+    # cfg_field returns a dataclasses.field (RUF009 cannot know).
+    data_files: list[str] = cfg_field(
+        MISSING,
+        help="Prompt files, read and concatenated in the order given: parquet (.parquet, .pq) "
+        "or JSON lines (.jsonl), one row per prompt.",
+        path=True,
+    )
+    prompt_key: str = cfg_field(
+        "prompt",
+        help="Column holding the prompt: a string, or a list of chat messages "
+        "{role, content} with string content.",
+    )
+    shuffle: bool = cfg_field(
+        True,
+        help="Shuffle the prompts every epoch (a fresh order per epoch, reproducible "
+        "from seed and the epoch number).",
+    )
+    seed: int = cfg_field(42, help="Seed of the per-epoch shuffle.")
+    max_prompt_length: int = cfg_field(
+        1024,
+        help="Prompts longer than this many tokens are dropped when the data is loaded; "
+        "how many is logged and reported in the loader's stats.",
+        minimum=1,
+    )
+    rollout_repeat_n: int = cfg_field(
+        8,
+        help="Samples drawn per prompt (the GRPO group size); each prompt is handed out "
+        "this many times with the same group_id and run_id 0..n-1.",
+        minimum=1,
+    )
+    bad_rows: str = cfg_field(
+        "error",
+        help="What to do with a malformed row (invalid JSON line, missing or ill-typed "
+        "prompt): 'error' stops with the file and row number, 'skip' drops it and "
+        "reports how many were dropped.",
+        choices=BAD_ROWS_CHOICES,
+    )
+    drop_last: bool = cfg_field(
+        False,
+        help="When a batch of prompts is requested and fewer remain in the epoch, skip "
+        "them and start the next epoch instead of returning a short batch.",
+    )
+    total_epochs: int | None = cfg_field(
+        None,
+        help="Passes over the data before the loader is exhausted; null = no limit "
+        "(training length is then set by the trainer's step count).",
+        minimum=1,
+    )
+    max_samples: int | None = cfg_field(
+        None,
+        help="Use only the first N prompts (after filtering, before shuffling), e.g. for a "
+        "quick smoke run; null = all.",
+        minimum=1,
+    )

@@ -1,0 +1,50 @@
+"""``rollout_worker``: how prompts become scored trajectories."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nexrl.config.fields import MISSING, cfg_field
+
+
+@dataclass
+class RolloutWorkerConfig:
+    type: str = cfg_field(
+        "simple",
+        help="Built-in worker: 'simple' (one chat completion per sample) or 'agent' "
+        "(multi-turn tool-calling agent from agent_config_path).",
+        choices=("simple", "agent"),
+    )
+    evaluator_module_path: str = cfg_field(
+        MISSING,
+        help="Evaluator class as 'path/to/file.py:ClassName' (relative to the workspace root "
+        "or the recipe folder); scores each rollout.",
+    )
+    custom_rollout_worker_module_path: str | None = cfg_field(
+        None,
+        help="Optional file with a custom rollout worker class (overrides 'type').",
+        path=True,
+    )
+    custom_rollout_worker_class_name: str | None = cfg_field(
+        None, help="Class name in custom_rollout_worker_module_path."
+    )
+    agent_config_path: str | None = cfg_field(
+        None, help="agent_config.yaml for type 'agent'.", path=True
+    )
+    num_workers: int = cfg_field(
+        4, help="Rollout futures kept in flight at once on the Dask cluster.", minimum=1
+    )
+    temperature: float = cfg_field(1.0, help="Sampling temperature.", minimum=0.0)
+    top_p: float = cfg_field(1.0, help="Nucleus sampling probability mass (0, 1].", minimum=0.0)
+    max_response_length: int = cfg_field(
+        64, help="max_tokens per model call (response tokens).", minimum=1
+    )
+    request_timeout_s: float = cfg_field(
+        60.0, help="Timeout of one inference request, seconds.", minimum=0.001
+    )
+    max_retries: int = cfg_field(
+        2, help="Retries of a failed inference request (openai client).", minimum=0
+    )
+    task_retries: int = cfg_field(
+        2, help="Dask retries of a rollout future lost with its worker.", minimum=0
+    )

@@ -1,0 +1,120 @@
+"""Run-level sections: ``validate``, ``service``, ``logger``, ``runtime_monitor``,
+``resource``, ``resume`` and ``model``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nexrl.config.fields import cfg_field
+
+
+@dataclass
+class ValidateConfig:
+    validate_before_train: bool = cfg_field(False, help="Run validation before step 1.")
+    freq: int = cfg_field(0, help="Validate every N steps (0 = never).", minimum=0)
+    data_files: list[str] = cfg_field(
+        default_factory=list, help="Validation data (parquet/jsonl); empty = none.", path=True
+    )
+    temperature: float = cfg_field(0.0, help="Sampling temperature for validation.", minimum=0.0)
+
+
+@dataclass
+class InferenceServiceConfig:
+    backend: str = cfg_field(
+        "embedded",
+        help="'embedded' (started by nexrl), 'vllm' or 'sglang' (already running at base_urls).",
+        choices=("embedded", "vllm", "sglang"),
+    )
+    base_urls: list[str] = cfg_field(
+        default_factory=list,
+        help="OpenAI base URLs of running replicas; empty with 'embedded' = start one.",
+    )
+    served_model_name: str = cfg_field("policy", help="Model name sent in requests.")
+    api_key: str = cfg_field("EMPTY", help="API key sent to the service.")
+    startup_timeout_s: float = cfg_field(
+        300.0, help="How long to wait for /health at start.", minimum=1.0
+    )
+    max_batch_size: int = cfg_field(
+        32, help="Embedded server: requests generated together.", minimum=1
+    )
+
+
+@dataclass
+class ServiceConfig:
+    inference_service: InferenceServiceConfig = cfg_field(
+        default_factory=InferenceServiceConfig, help="The OpenAI-compatible inference service."
+    )
+
+
+@dataclass
+class LoggerConfig:
+    backends: list[str] = cfg_field(
+        default_factory=lambda: ["console", "jsonl"],
+        help="Metric sinks: console, jsonl (output_dir/metrics.jsonl).",
+    )
+    level: str = cfg_field("INFO", help="Log level.", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    plot_every: int = cfg_field(
+        10, help="Redraw output_dir/plots/*.png every N steps (0 = never).", minimum=0
+    )
+
+
+@dataclass
+class RuntimeMonitorConfig:
+    health_check_interval_s: float = cfg_field(
+        10.0, help="Interval of service and actor health checks.", minimum=0.1
+    )
+    task_timeout_s: float = cfg_field(
+        600.0, help="A rollout/evaluator future running longer is cancelled.", minimum=1.0
+    )
+    max_task_failures: int = cfg_field(
+        20, help="Failed rollouts tolerated before the run stops with an error.", minimum=0
+    )
+
+
+@dataclass
+class ResourceConfig:
+    trainer_gpus: int = cfg_field(
+        1,
+        help="'GPU' resource units per trainer actor (CPU runs offer the same name).",
+        minimum=0,
+    )
+    inference_gpus: int = cfg_field(0, help="'GPU' units for the embedded server.", minimum=0)
+    rollout_cpus: int = cfg_field(1, help="'CPU' resource units per rollout future.", minimum=0)
+
+
+@dataclass
+class ResumeConfig:
+    mode: str = cfg_field(
+        "auto",
+        help="'disable' (fresh run), 'auto' (continue from the latest checkpoint if any), "
+        "'from_path' (continue from path).",
+        choices=("disable", "auto", "from_path"),
+    )
+    path: str | None = cfg_field(None, help="Checkpoint directory for from_path.", path=True)
+
+
+@dataclass
+class TinyModelConfig:
+    vocab: list[str] = cfg_field(
+        default_factory=list, help="Symbols of the tiny word-level tokenizer."
+    )
+    hidden_size: int = cfg_field(64, help="Hidden size.", minimum=8)
+    num_layers: int = cfg_field(2, help="Decoder layers.", minimum=1)
+    num_heads: int = cfg_field(4, help="Attention heads.", minimum=1)
+    seed: int = cfg_field(0, help="Initialisation seed.")
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = cfg_field(
+        None,
+        help="Hugging Face model directory (e.g. a local Qwen2.5 copy); null = build the tiny "
+        "model described by 'tiny'.",
+        path=True,
+    )
+    tokenizer_path: str | None = cfg_field(
+        None, help="Tokenizer directory (default: path).", path=True
+    )
+    tiny: TinyModelConfig = cfg_field(
+        default_factory=TinyModelConfig, help="Tiny model built from config (tests, CPU demo)."
+    )

@@ -1,0 +1,52 @@
+"""``trainer``: the DeepSpeed trainer actor(s)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nexrl.config.fields import cfg_field
+
+# Which training backends each built-in trainer type runs on.
+TRAINER_BACKENDS: dict[str, tuple[str, ...]] = {
+    "self_hosted_grpo": ("deepspeed",),
+    "self_hosted_sft": ("deepspeed",),
+}
+
+
+@dataclass
+class TrainerConfig:
+    type: str = cfg_field(
+        "self_hosted_grpo",
+        help="Built-in trainer: self_hosted_grpo (RL) or self_hosted_sft (cross-entropy).",
+        choices=tuple(TRAINER_BACKENDS),
+    )
+    backend: str = cfg_field("deepspeed", help="Training backend.", choices=("deepspeed",))
+    custom_trainer_module_path: str | None = cfg_field(
+        None, help="Optional file with a custom trainer class.", path=True
+    )
+    custom_trainer_class_name: str | None = cfg_field(
+        None, help="Class name in custom_trainer_module_path."
+    )
+    total_train_steps: int = cfg_field(100, help="Optimizer steps to run.", minimum=1)
+    save_freq: int = cfg_field(
+        50, help="Checkpoint every N steps (0 = only at the end).", minimum=0
+    )
+    world_size: int = cfg_field(1, help="Data-parallel trainer actors (one per GPU).", minimum=1)
+    lr: float = cfg_field(1e-6, help="Learning rate.", minimum=0.0)
+    weight_decay: float = cfg_field(0.0, help="AdamW weight decay.", minimum=0.0)
+    lr_scheduler: str = cfg_field(
+        "constant", help="LR schedule.", choices=("constant", "linear", "cosine")
+    )
+    warmup_steps: int = cfg_field(0, help="Linear warm-up steps.", minimum=0)
+    micro_batch_size: int = cfg_field(
+        8, help="Sequences per forward/backward on one rank.", minimum=1
+    )
+    ppo_epochs: int = cfg_field(1, help="Passes over each batch.", minimum=1)
+    grad_clip: float = cfg_field(1.0, help="Gradient norm clip (0 = off).", minimum=0.0)
+    zero_stage: int = cfg_field(1, help="DeepSpeed ZeRO stage 0-3.", minimum=0)
+    offload_optimizer: bool = cfg_field(
+        False, help="ZeRO optimizer state offload to CPU (stage >= 1)."
+    )
+    offload_param: bool = cfg_field(False, help="ZeRO parameter offload to CPU (stage 3).")
+    bf16: bool = cfg_field(False, help="bf16 mixed precision (GPU).")
+    gradient_checkpointing: bool = cfg_field(False, help="Recompute activations in backward.")

@@ -1,0 +1,158 @@
+"""Read prompt rows from parquet and JSON-lines files.
+
+Files are read whole and concatenated in the order given. A file that is
+missing, a folder, of an unknown type or unreadable is always a ``DataError``.
+A bad row (invalid JSON line, not an object, missing or ill-typed prompt) is a
+``DataError`` naming the file and its 1-based position (``row N`` in a parquet
+file, ``line N`` in a JSON-lines file, blank lines included in the count), or,
+with ``bad_rows="skip"``, dropped and listed in ``ReadResult.skipped``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nexrl.data.errors import DataError
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+JSONL_SUFFIXES = (".jsonl",)
+_SKIP_HINT = "fix the row, or set data.bad_rows=skip to drop bad rows"
+
+
+@dataclass
+class SourceRow:
+    """One usable row and where it came from."""
+
+    file: str
+    position: str  # "row 3" (parquet) or "line 3" (jsonl), 1-based
+    data: dict[str, Any]
+
+
+@dataclass
+class ReadResult:
+    rows: list[SourceRow] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "file, line N: problem" per dropped row
+
+
+def read_rows(
+    files: Sequence[str], prompt_key: str = "prompt", bad_rows: str = "error"
+) -> ReadResult:
+    """Read every row of ``files`` in order; see the module doc for error handling."""
+    if bad_rows not in ("error", "skip"):
+        raise DataError(f"data.bad_rows: must be 'error' or 'skip', got {bad_rows!r}")
+    if not files:
+        raise DataError(
+            "data.data_files: no data files given; list at least one .parquet or .jsonl file"
+        )
+    result = ReadResult()
+    for file in files:
+        path = _check_file(file)
+        rows = (
+            _parquet_rows(file, path, prompt_key)
+            if path.suffix in PARQUET_SUFFIXES
+            else _jsonl_rows(file, path)
+        )
+        for position, data in rows:
+            problem = data if isinstance(data, str) else prompt_problem(data, prompt_key)
+            if problem is None:
+                assert isinstance(data, dict)
+                result.rows.append(SourceRow(file, position, data))
+            elif bad_rows == "skip":
+                result.skipped.append(f"{file}, {position}: {problem}")
+            else:
+                raise DataError(f"{file}, {position}: {problem}; {_SKIP_HINT}")
+    return result
+
+
+def _check_file(file: str) -> Path:
+    path = Path(file).expanduser()
+    if not path.exists():
+        raise DataError(
+            f"{file}: data file not found (looked for {path.resolve()}); "
+            "fix the path in data.data_files"
+        )
+    if path.is_dir():
+        raise DataError(f"{file}: is a folder; list the data files inside it in data.data_files")
+    if path.suffix not in PARQUET_SUFFIXES + JSONL_SUFFIXES:
+        raise DataError(
+            f"{file}: unsupported file type '{path.suffix}'; data files must be parquet "
+            f"({', '.join(PARQUET_SUFFIXES)}) or JSON lines ({', '.join(JSONL_SUFFIXES)})"
+        )
+    return path
+
+
+def _parquet_rows(file: str, path: Path, prompt_key: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(
+            f"{file}: cannot read as parquet ({exc}); check it is a valid parquet file, "
+            "e.g. re-write it with pandas.DataFrame.to_parquet"
+        ) from None
+    if prompt_key not in table.column_names:
+        raise DataError(
+            f"{file}: no column '{prompt_key}' (columns: {table.column_names}); "
+            "set data.prompt_key to the column holding the prompt"
+        )
+    for i, data in enumerate(table.to_pylist(), start=1):
+        yield f"row {i}", data
+
+
+def _jsonl_rows(file: str, path: Path) -> Iterator[tuple[str, dict[str, Any] | str]]:
+    """Yield ``(position, row)``; ``row`` is a problem string when the line is not a JSON object."""
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise DataError(f"{file}: cannot read ({exc}); check the file's permissions") from None
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            yield f"line {i}", "not valid UTF-8 text"
+            continue
+        except json.JSONDecodeError as exc:
+            yield f"line {i}", f"invalid JSON ({exc.msg} at column {exc.colno})"
+            continue
+        if not isinstance(data, dict):
+            yield f"line {i}", f"a row must be a JSON object, got {type(data).__name__}"
+            continue
+        yield f"line {i}", data
+
+
+def prompt_problem(row: dict[str, Any], prompt_key: str) -> str | None:
+    """What is wrong with ``row[prompt_key]`` as a prompt, or ``None`` when it is usable.
+
+    A prompt is a non-empty string or a non-empty list of ``{role, content}``
+    messages whose role and content are strings.
+    """
+    if prompt_key not in row:
+        return (
+            f"no '{prompt_key}' field (fields: {sorted(row)}); "
+            "set data.prompt_key to the field holding the prompt"
+        )
+    value = row[prompt_key]
+    if isinstance(value, str):
+        return None if value.strip() else f"'{prompt_key}' is an empty string"
+    if isinstance(value, list):
+        if not value:
+            return f"'{prompt_key}' is an empty message list"
+        for j, msg in enumerate(value, start=1):
+            if not isinstance(msg, dict):
+                return f"'{prompt_key}' message {j} is a {type(msg).__name__}, not a {{role, content}} object"
+            for key in ("role", "content"):
+                if not isinstance(msg.get(key), str):
+                    return f"'{prompt_key}' message {j}: '{key}' must be a string, got {msg.get(key)!r}"
+        return None
+    return (
+        f"'{prompt_key}' must be a string or a list of {{role, content}} messages, "
+        f"got {type(value).__name__}"
+    )

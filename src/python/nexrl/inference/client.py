@@ -1,0 +1,313 @@
+"""Client side of inference, used by rollouts: OpenAI clients and token-level replies.
+
+Rollouts talk to inference only through the OpenAI API (the embedded server,
+vLLM or SGLang). ``InferenceClient`` asks for token ids and log-probs
+(``return_token_ids``, ``logprobs``), spreads requests over replicas
+round-robin, and turns every failure into ``InferenceError``:
+
+* a dead server (connection refused/reset) fails after ``max_retries`` quick
+  retries; a hung one fails when the call's ``timeout_s`` deadline passes,
+  which covers all retries: a call never takes longer than ``timeout_s``;
+* a 4xx/5xx reply carries the server's message and status;
+* a malformed reply (not JSON, no choices, missing or inconsistent token
+  ids/log-probs) is an ``InferenceError`` naming what is wrong.
+
+Parsing works on plain JSON dicts, so it serves any of the three engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from nexrl.inference.balance import RoundRobin, normalize_base_urls
+
+POLICY_VERSION_HEADER = "x-policy-version"
+MAX_RETRIES_LIMIT = 10
+# Sampling fields of vLLM/SGLang (and the embedded server) that the OpenAI SDK
+# does not know: sent in the request body via ``extra_body``.
+ENGINE_EXTRA_PARAMS = frozenset(
+    {
+        "ignore_eos",
+        "top_k",
+        "min_p",
+        "min_tokens",
+        "repetition_penalty",
+        "skip_special_tokens",
+        "include_stop_str_in_output",
+        "chat_template_kwargs",
+    }
+)
+
+
+class InferenceError(RuntimeError):
+    """Inference failed: unreachable, timed out, refused the request, or replied badly."""
+
+    def __init__(
+        self, message: str, *, base_url: str | None = None, status_code: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.base_url = base_url
+        self.status_code = status_code
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One choice of a reply, token in / token out.
+
+    ``logprobs`` has one entry per ``token_ids`` entry, or is ``None`` when
+    log-probs were not requested; ``policy_version`` is ``None`` when the
+    server does not report one (vLLM, SGLang: the caller knows it).
+    """
+
+    index: int
+    text: str | None
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: str
+    policy_version: int | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _check_limits(timeout_s: float, max_retries: int) -> None:
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    if not 0 <= max_retries <= MAX_RETRIES_LIMIT:
+        raise ValueError(f"max_retries must be in [0, {MAX_RETRIES_LIMIT}], got {max_retries}")
+
+
+def make_async_client(
+    base_url: str, *, api_key: str = "EMPTY", timeout_s: float = 60.0, max_retries: int = 2
+) -> openai.AsyncOpenAI:
+    """``AsyncOpenAI`` for ``base_url`` (with or without ``/v1``), bounded timeout/retries."""
+    _check_limits(timeout_s, max_retries)
+    root = normalize_base_urls(base_url)[0]
+    return openai.AsyncOpenAI(
+        base_url=f"{root}/v1", api_key=api_key, timeout=timeout_s, max_retries=max_retries
+    )
+
+
+def make_client(
+    base_url: str, *, api_key: str = "EMPTY", timeout_s: float = 60.0, max_retries: int = 2
+) -> openai.OpenAI:
+    """Sync ``OpenAI`` client; worst case per call is ``(max_retries + 1) * timeout_s``."""
+    _check_limits(timeout_s, max_retries)
+    root = normalize_base_urls(base_url)[0]
+    return openai.OpenAI(
+        base_url=f"{root}/v1", api_key=api_key, timeout=timeout_s, max_retries=max_retries
+    )
+
+
+# -- parsing -----------------------------------------------------------------
+def _malformed(what: str) -> InferenceError:
+    return InferenceError(f"malformed inference reply: {what}")
+
+
+def _int_list(value: Any, what: str) -> list[int]:
+    if not isinstance(value, list) or any(
+        isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in value
+    ):
+        raise _malformed(f"{what} must be a list of non-negative ints")
+    return list(value)
+
+
+def _version(body: Mapping[str, Any], header: str | None) -> int | None:
+    raw = body.get("policy_version", header)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise _malformed(f"policy_version {raw!r} is not an int") from None
+
+
+def _float_list(values: Any, what: str, n: int) -> list[float]:
+    try:
+        out = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise _malformed(f"{what} must be numbers") from None
+    if len(out) != n:
+        raise _malformed(f"{what} has {len(out)} entries for {n} tokens")
+    return out
+
+
+def _parse(
+    body: Any, header_version: str | None, require_token_ids: bool, chat: bool
+) -> list[Generation]:
+    if not isinstance(body, dict):
+        raise _malformed(f"expected a JSON object, got {type(body).__name__}")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise _malformed("no choices")
+    version = _version(body, header_version)
+    out = []
+    for i, ch in enumerate(choices):
+        if not isinstance(ch, dict):
+            raise _malformed(f"choices[{i}] is not an object")
+        where = f"choices[{i}]"
+        prompt_ids = ch.get("prompt_token_ids", body.get("prompt_token_ids"))
+        token_ids = ch.get("token_ids")
+        if require_token_ids and (prompt_ids is None or token_ids is None):
+            raise _malformed(
+                f"{where} has no prompt_token_ids/token_ids (the server must support "
+                "return_token_ids: the embedded server, vLLM >= 0.10.2, recent SGLang)"
+            )
+        prompt_ids = _int_list(prompt_ids or [], f"{where}.prompt_token_ids")
+        token_ids = _int_list(token_ids or [], f"{where}.token_ids")
+        lp = ch.get("logprobs")
+        logprobs = None
+        if isinstance(lp, dict):
+            if chat:
+                entries = lp.get("content") or []
+                values = [e.get("logprob") if isinstance(e, dict) else None for e in entries]
+            else:
+                values = lp.get("token_logprobs") or []
+            logprobs = _float_list(values, f"{where}.logprobs", len(token_ids))
+        if chat:
+            msg = ch.get("message")
+            if not isinstance(msg, dict):
+                raise _malformed(f"{where}.message is missing")
+            text, calls = msg.get("content"), msg.get("tool_calls") or []
+        else:
+            text, calls = ch.get("text"), []
+        if text is not None and not isinstance(text, str):
+            raise _malformed(f"{where} text is not a string")
+        out.append(
+            Generation(
+                index=int(ch.get("index", i)),
+                text=text,
+                prompt_token_ids=prompt_ids,
+                token_ids=token_ids,
+                logprobs=logprobs,
+                finish_reason=str(ch.get("finish_reason") or ""),
+                policy_version=version,
+                tool_calls=list(calls),
+            )
+        )
+    return out
+
+
+def parse_chat_completion(
+    body: Any, *, header_version: str | None = None, require_token_ids: bool = True
+) -> list[Generation]:
+    """Parse a ``/v1/chat/completions`` JSON body; raise ``InferenceError`` if malformed."""
+    return _parse(body, header_version, require_token_ids, chat=True)
+
+
+def parse_completion(
+    body: Any, *, header_version: str | None = None, require_token_ids: bool = True
+) -> list[Generation]:
+    """Parse a ``/v1/completions`` JSON body; raise ``InferenceError`` if malformed."""
+    return _parse(body, header_version, require_token_ids, chat=False)
+
+
+# -- client ------------------------------------------------------------------
+class InferenceClient:
+    """Async OpenAI client over one or more replicas (round-robin per call)."""
+
+    def __init__(
+        self,
+        base_urls: str | Sequence[str],
+        model: str,
+        *,
+        api_key: str = "EMPTY",
+        timeout_s: float = 60.0,
+        max_retries: int = 2,
+        require_token_ids: bool = True,
+    ) -> None:
+        _check_limits(timeout_s, max_retries)
+        self.model, self.timeout_s = model, timeout_s
+        self.require_token_ids = require_token_ids
+        self._clients = RoundRobin(
+            [
+                make_async_client(u, api_key=api_key, timeout_s=timeout_s, max_retries=max_retries)
+                for u in normalize_base_urls(base_urls)
+            ]
+        )
+
+    @property
+    def base_urls(self) -> list[str]:
+        return [str(c.base_url).rstrip("/").removesuffix("/v1") for c in self._clients.items]
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        logprobs: bool = True,
+        **params: Any,
+    ) -> list[Generation]:
+        """``/v1/chat/completions`` -> one ``Generation`` per choice.
+
+        ``params`` are OpenAI sampling parameters (temperature, top_p,
+        max_tokens, n, stop, seed, top_logprobs, ...); engine extensions such
+        as ``ignore_eos`` or ``top_k`` go in the body too (``ENGINE_EXTRA_PARAMS``).
+        """
+        kwargs: dict[str, Any] = {"messages": messages, "logprobs": logprobs, **params}
+        if tools:
+            kwargs["tools"] = tools
+        return await self._call(True, kwargs)
+
+    async def complete(
+        self, prompt: str | list[int], *, logprobs: int | None = 0, **params: Any
+    ) -> list[Generation]:
+        """``/v1/completions`` (text or token-id prompt) -> one ``Generation`` per choice."""
+        return await self._call(False, {"prompt": prompt, "logprobs": logprobs, **params})
+
+    async def _call(self, chat: bool, kwargs: dict[str, Any]) -> list[Generation]:
+        client = self._clients.next()
+        url = str(client.base_url).rstrip("/").removesuffix("/v1")
+        extra = {"return_token_ids": True, **kwargs.pop("extra_body", {})}
+        extra.update({k: kwargs.pop(k) for k in list(kwargs) if k in ENGINE_EXTRA_PARAMS})
+        api = client.chat.completions if chat else client.completions
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                raw = await api.with_raw_response.create(
+                    model=self.model, extra_body=extra, **kwargs
+                )
+                body = raw.http_response.json()
+        except TimeoutError:
+            raise InferenceError(
+                f"inference server {url} did not answer within {self.timeout_s:g}s", base_url=url
+            ) from None
+        except openai.APITimeoutError:
+            raise InferenceError(
+                f"inference server {url} timed out after {self.timeout_s:g}s", base_url=url
+            ) from None
+        except openai.APIConnectionError as exc:
+            raise InferenceError(
+                f"cannot reach inference server {url}: {exc}", base_url=url
+            ) from None
+        except openai.APIStatusError as exc:
+            detail = exc.body.get("message") if isinstance(exc.body, dict) else None
+            raise InferenceError(
+                f"inference server {url} answered {exc.status_code}: {detail or exc.message}",
+                base_url=url,
+                status_code=exc.status_code,
+            ) from None
+        except ValueError as exc:  # body is not JSON
+            raise InferenceError(
+                f"malformed inference reply from {url}: {exc}", base_url=url
+            ) from None
+        header = raw.headers.get(POLICY_VERSION_HEADER)
+        parse = parse_chat_completion if chat else parse_completion
+        try:
+            return parse(body, header_version=header, require_token_ids=self.require_token_ids)
+        except InferenceError as exc:
+            exc.base_url = url
+            raise
+
+    async def aclose(self) -> None:
+        for c in self._clients.items:
+            await c.close()
+
+    async def __aenter__(self) -> InferenceClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

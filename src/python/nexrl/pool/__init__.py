@@ -1,0 +1,33 @@
+"""The trajectory pool: a zarr v3 store where rollouts and the trainer meet.
+
+* ``PoolWriter`` / ``get_writer``: append trajectories from any process (rollout
+  tasks on Dask workers); each append becomes visible atomically.
+* ``TrajectoryPool``: the consumer side: grouped, exactly-once batches with a
+  durable cursor, group timeouts, staleness filter/metrics, weight-sync tags,
+  ``stats()`` and a lazy ``to_xarray()`` view.
+
+Layout and guarantees: docs/pool.md.
+"""
+
+from nexrl.pool.batch import PoolBatch, PoolStats
+from nexrl.pool.columns import PoolDataError, TrajectoryColumns
+from nexrl.pool.commits import CommitMarker
+from nexrl.pool.cursor import ConsumerConflictError
+from nexrl.pool.layout import Chunking, PoolStoreError
+from nexrl.pool.pool import PoolConfigError, TrajectoryPool
+from nexrl.pool.writer import PoolWriter, get_writer
+
+__all__ = [
+    "Chunking",
+    "CommitMarker",
+    "ConsumerConflictError",
+    "PoolBatch",
+    "PoolConfigError",
+    "PoolDataError",
+    "PoolStats",
+    "PoolStoreError",
+    "PoolWriter",
+    "TrajectoryColumns",
+    "TrajectoryPool",
+    "get_writer",
+]

@@ -1,0 +1,154 @@
+"""``to_xarray``: the whole pool as a lazy ``xarray.Dataset`` for analysis and plots.
+
+One ``trajectory`` dimension over every committed trajectory (writer by
+writer, commits in order). Per-trajectory variables come lazily (dask) from
+the segments' ``rows``/``values`` arrays: only what a computation touches is
+read. Commit bookkeeping (``writer``, ``commit``, ``index``) and the delivery
+record of the consumer (``step``, ``status``, from its cursor generations)
+are small in-memory arrays.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from nexrl.pool.commits import CommitLog, CommitMarker
+from nexrl.pool.cursor import CursorStore, indices_of
+from nexrl.pool.kv import KVStore
+from nexrl.pool.layout import COL, ROW_COLUMNS
+from nexrl.pool.segment import Segment
+
+__all__ = ["STATUS", "pool_to_xarray"]
+
+STATUS = {"pending": 0, "delivered": 1, "dropped": 2}
+ROW_VARS = ("group_id", "run_id", "policy_version", "prompt_len", "response_len")
+
+
+class _Window:
+    """The first ``n`` rows of a (huge, fixed-shape) zarr array, for ``dask.array.from_array``."""
+
+    def __init__(self, arr: Any, n: int) -> None:
+        self.arr, self.shape = arr, (n, *arr.shape[1:])
+        self.dtype, self.ndim = arr.dtype, arr.ndim
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return np.asarray(self.arr[key])
+
+
+def _delivery(
+    cursors: CursorStore, pos: dict[tuple[str, int], int], n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(step, status) per trajectory, replaying the consumer's cursor generations."""
+    events: list[tuple[int, dict[str, Any]]] = []
+    for gen in cursors.generations():
+        raw = cursors.kv.get(cursors._key(gen))
+        last = json.loads(raw)["last"] if raw else {}
+        if last.get("event") == "rewind":
+            events = [(g, e) for g, e in events if g <= int(last["to"])]
+        elif last.get("event") in ("batch", "drop"):
+            events.append((gen, last))
+    step = np.full(n, -1, np.int64)
+    status = np.zeros(n, np.int8)
+    for _, e in events:
+        for writer, commits in e["members"].items():
+            for seq, ranges in commits.items():
+                start = pos.get((writer, int(seq)))
+                if start is None:
+                    continue
+                at = start + indices_of(ranges)
+                if e["event"] == "batch":
+                    step[at], status[at] = int(e["step"]), STATUS["delivered"]
+                else:
+                    status[at] = STATUS["dropped"]
+    return step, status
+
+
+def pool_to_xarray(
+    url: str, storage_options: dict[str, Any] | None, kv: KVStore, cursors: CursorStore
+) -> Any:
+    import dask.array as da
+    import xarray as xr
+
+    markers = CommitLog(kv).scan({})
+    by_writer: dict[str, list[CommitMarker]] = {}
+    for m in sorted(markers, key=lambda m: (m.time, m.writer, m.seq)):
+        by_writer.setdefault(m.writer, []).append(m)
+    for ms in by_writer.values():
+        ms.sort(key=lambda m: m.seq)
+    writers = list(by_writer)
+    metric_names = sorted({name for m in markers for name in m.metrics})
+
+    pos: dict[tuple[str, int], int] = {}
+    seg_idx, commit, index = [], [], []
+    rows_parts, values_parts = [], []
+    metric_parts: dict[str, list[Any]] = {k: [] for k in metric_names}
+    total = 0
+    for w, writer in enumerate(writers):
+        seg = Segment.open(url, writer, storage_options)
+        mlist = by_writer[writer]
+        end = max(m.row + m.n for m in mlist)
+        sel = np.concatenate([np.arange(m.row, m.row + m.n) for m in mlist])
+        for m in mlist:
+            pos[(m.writer, m.seq)] = total
+            seg_idx.append(np.full(m.n, w, np.int32))
+            commit.append(np.full(m.n, m.seq, np.int64))
+            index.append(np.arange(m.n, dtype=np.int64))
+            total += m.n
+        rows = seg.array("rows")
+        rows_parts.append(
+            da.from_array(
+                _Window(rows, end),
+                chunks=(seg.chunking.row_chunk, len(ROW_COLUMNS)),
+                asarray=True,
+                lock=False,
+            )[sel]
+        )
+        seg_metrics = mlist[-1].metrics
+        width = 1 + len(seg_metrics)
+        vals = da.from_array(
+            _Window(seg.array("values"), end),
+            chunks=(seg.chunking.row_chunk, width),
+            asarray=True,
+            lock=False,
+        )[:, :width][sel]
+        values_parts.append(vals)
+        for k in metric_names:
+            if k in seg_metrics:
+                metric_parts[k].append(vals[:, 1 + seg_metrics.index(k)])
+            else:
+                metric_parts[k].append(da.full(len(sel), np.nan, dtype=np.float32))
+
+    dim = "trajectory"
+    data: dict[str, Any] = {}
+    if total:
+        rows_all = da.concatenate(rows_parts)
+        for name in ROW_VARS:
+            data[name] = (dim, rows_all[:, COL[name]])
+        data["weight_sync"] = (dim, rows_all[:, COL["weight_sync"]].astype(bool))
+        data["committed_at"] = (dim, rows_all[:, COL["created_ns"]].astype("datetime64[ns]"))
+        data["reward"] = (dim, da.concatenate([v[:, 0] for v in values_parts]))
+        for k in metric_names:
+            data[f"metric_{k}"] = (dim, da.concatenate(metric_parts[k]))
+    step, status = _delivery(cursors, pos, total)
+
+    def cat(parts: list[np.ndarray], dt: type) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dt)
+
+    coords = {
+        "writer": (dim, cat(seg_idx, np.int32)),
+        "commit": (dim, cat(commit, np.int64)),
+        "index": (dim, cat(index, np.int64)),
+    }
+    data["step"] = (dim, step)
+    data["status"] = (dim, status)
+    attrs = {
+        "store": url,
+        "writers": writers,
+        "consumer": cursors.prefix.rsplit("/", 1)[-1],
+        "status_codes": json.dumps(STATUS),
+        "metrics": metric_names,
+    }
+    return xr.Dataset(data, coords=coords, attrs=attrs)

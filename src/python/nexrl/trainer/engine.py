@@ -1,0 +1,107 @@
+"""The training-engine interface trainers program against, and the backend loader.
+
+A backend module ``backends.training.<name>_engine`` (``trainer.backend``) exposes
+``build_engine(model, config, *, total_optimizer_steps, dist_timeout_s) ->
+TrainingEngine``. It is imported by name only when a recipe selects it, so
+``nexrl`` never imports DeepSpeed at module import time.
+
+Gradient accumulation is driven by the trainer, not by the engine's counter:
+before each micro-batch's forward the trainer calls
+``set_boundary(is_last_micro_batch)``; ``backward(loss)`` never rescales the
+loss (the trainer already scaled it, see ``nexrl.trainer.base``); ``step()``
+applies the update once per accumulated batch and returns the gradient norm.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Protocol, cast, runtime_checkable
+
+import torch
+
+from nexrl.config.errors import RecipeError
+
+__all__ = ["TrainingEngine", "load_backend"]
+
+
+@runtime_checkable
+class TrainingEngine(Protocol):
+    """A data-parallel training engine around one model (one instance per rank)."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+    zero_stage: int
+
+    @property
+    def module(self) -> torch.nn.Module:
+        """The wrapped model (parameters may be partitioned under ZeRO-3)."""
+        ...
+
+    def forward(self, **inputs: Any) -> Any:
+        """Run the model (through the engine, so ZeRO-3 gathers parameters)."""
+        ...
+
+    def train(self, mode: bool = True) -> None: ...
+
+    def set_boundary(self, is_boundary: bool) -> None:
+        """Whether the next forward/backward is the last micro-batch before ``step``."""
+        ...
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate gradients of ``loss`` (already scaled by the trainer)."""
+        ...
+
+    def step(self) -> float:
+        """Apply the optimizer and LR-schedule step; the global gradient norm (pre-clip)."""
+        ...
+
+    def lr(self) -> float:
+        """The learning rate the next ``step`` uses."""
+        ...
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum over ranks (returns a new tensor on the tensor's device)."""
+        ...
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Concatenate equal-shaped tensors of every rank along dim 0, in rank order."""
+        ...
+
+    def barrier(self) -> None: ...
+
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """Consolidated weights on rank 0 (collective under ZeRO-3); None on other ranks."""
+        ...
+
+    def save_checkpoint(self, save_dir: str, tag: str) -> None:
+        """Collective: model, optimizer and scheduler state under ``save_dir/tag``."""
+        ...
+
+    def load_checkpoint(self, load_dir: str, tag: str) -> None:
+        """Collective: restore what ``save_checkpoint`` wrote."""
+        ...
+
+    def close(self) -> None: ...
+
+
+BuildEngine = Callable[..., TrainingEngine]
+
+
+def load_backend(name: str) -> BuildEngine:
+    """``build_engine`` of ``backends.training.<name>_engine`` (imported now, by name)."""
+    module_name = f"backends.training.{name}_engine"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RecipeError(
+            [
+                f"trainer.backend '{name}': cannot import {module_name} ({exc}); install the "
+                f"backend's packages (deepspeed for 'deepspeed') or pick another backend"
+            ]
+        ) from None
+    build = getattr(module, "build_engine", None)
+    if not callable(build):
+        raise RecipeError([f"trainer.backend '{name}': {module_name} defines no build_engine()"])
+    return cast(BuildEngine, build)

@@ -1,0 +1,79 @@
+"""A server that hangs, dies mid-request or cannot start: clear errors, never a hang,
+no process left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.inference.embedded import EmbeddedServer, ServerStartError
+from nexrl.inference import InferenceClient, InferenceError
+from tests.integration.inference._helpers import SERVED_NAME, start_server
+
+LONG: dict[str, Any] = {"max_tokens": 480, "n": 8, "temperature": 1.0, "ignore_eos": True}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_hung_then_killed_server(snapshots: dict[str, Path]) -> None:
+    server = start_server(snapshots["a"])
+    pid = server.pid
+    assert pid is not None
+    try:
+        # Hung: the process is stopped; the kernel still accepts connections.
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            client = InferenceClient(server.base_url, SERVED_NAME, timeout_s=2.0, max_retries=2)
+            start = time.monotonic()
+            with pytest.raises(InferenceError, match="did not answer within 2s"):
+                asyncio.run(client.complete([5, 6, 7], max_tokens=2))
+            assert time.monotonic() - start < 4.0
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+        # Killed while a long request runs.
+        async def killed_mid_request() -> float:
+            async with InferenceClient(server.base_url, SERVED_NAME, timeout_s=60) as c:
+                task = asyncio.create_task(c.complete([5, 6, 7], **LONG))
+                await asyncio.sleep(0.5)
+                assert not task.done(), "request finished before the kill"
+                server.kill()
+                killed_at = time.monotonic()
+                with pytest.raises(InferenceError) as info:
+                    await task
+                assert info.value.base_url == server.base_url
+                return time.monotonic() - killed_at
+
+        assert asyncio.run(killed_mid_request()) < 10.0
+        assert not _alive(pid)
+
+        async def after_death() -> None:
+            async with InferenceClient(server.base_url, SERVED_NAME, timeout_s=30) as c:
+                await c.complete([5], max_tokens=1)
+
+        start = time.monotonic()
+        with pytest.raises(InferenceError, match="cannot reach"):
+            asyncio.run(after_death())
+        assert time.monotonic() - start < 10.0
+    finally:
+        server.stop()
+
+
+def test_server_that_cannot_start_is_reported(tmp_path: Path) -> None:
+    server = EmbeddedServer(tmp_path / "no_model", startup_timeout_s=120)
+    with pytest.raises(ServerStartError, match="exited with") as info:
+        server.start()
+    assert "no_model" in str(info.value)  # the log tail says why
+    assert server.process is not None and server.process.poll() is not None

@@ -1,0 +1,242 @@
+"""A new user's mistakes in a recipe: each gets a clear message and exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nexrl.cli.train import main
+from nexrl.config.errors import RecipeError
+from nexrl.config.recipe import load_recipe_checked
+
+DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
+
+
+def write_recipe(tmp_path: Path, body: str, name: str = "r.yaml") -> str:
+    (tmp_path / "evaluator.py").write_text(
+        textwrap.dedent(
+            """
+            from nexrl.rollout_worker import Evaluator, EvaluationRunResult
+
+            class Good(Evaluator):
+                def evaluate(self, data, evaluation_target):
+                    return EvaluationRunResult(reward=1.0)
+
+            class NoEvaluate:
+                pass
+            """
+        )
+    )
+    (tmp_path / "train.jsonl").write_text('{"prompt": "max 1 2 3", "answer": "3"}\n')
+    base = textwrap.dedent(
+        """
+        defaults: [nexrl_base, _self_]
+        experiment_name: t
+        model: {tiny: {vocab: [a, b]}}
+        data: {data_files: [train.jsonl], rollout_repeat_n: 4}
+        rollout_worker: {evaluator_module_path: "evaluator.py:Good"}
+        trajectory_pool: {key_list: [group_id], group_size: 4, batch_size: 8}
+        """
+    )
+    path = tmp_path / name
+    path.write_text(base + textwrap.dedent(body))
+    return str(path)
+
+
+def problems_of(recipe: str, *overrides: str) -> list[str]:
+    with pytest.raises(RecipeError) as info:
+        load_recipe_checked(recipe, list(overrides))
+    return info.value.problems
+
+
+def test_default_recipe_is_valid_and_typed() -> None:
+    recipe = load_recipe_checked(DEFAULT)
+    assert recipe.cfg.trainer.lr == pytest.approx(3e-3)  # "3e-3" in YAML is a string: converted
+    assert recipe.cfg.data.rollout_repeat_n == 8  # interpolated from trajectory_pool.group_size
+    assert recipe.cfg.output_dir == "runs/max_digit_tiny"
+
+
+def test_minimal_recipe_in_a_temp_folder_is_valid(tmp_path: Path) -> None:
+    recipe = load_recipe_checked(write_recipe(tmp_path, ""), workspace=tmp_path)
+    assert recipe.cfg.trajectory_pool.batch_size == 8
+
+
+def test_misspelt_key_gets_did_you_mean(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, "trainer: {totl_train_steps: 5}"))
+    assert "trainer.totl_train_steps" in p and "did you mean 'trainer.total_train_steps'" in p
+
+
+def test_key_in_the_wrong_section_points_to_the_right_one(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, "algorithm: {lr: 0.1}"))
+    assert "algorithm.lr" in p and "trainer.lr" in p
+
+
+def test_wrong_type_names_field_and_value(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, "trainer: {total_train_steps: many}"))
+    assert p.startswith("trainer.total_train_steps") and "expected int" in p and "'many'" in p
+
+
+def test_bool_is_not_an_int(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, "trainer: {micro_batch_size: true}"))
+    assert "trainer.micro_batch_size" in p and "expected int" in p
+
+
+def test_missing_required_field(tmp_path: Path) -> None:
+    path = write_recipe(tmp_path, "")
+    text = Path(path).read_text().replace("experiment_name: t\n", "")
+    Path(path).write_text(text)
+    problems = problems_of(path)
+    assert any(p.startswith("experiment_name: required field is missing") for p in problems)
+
+
+def test_all_problems_are_reported_at_once(tmp_path: Path) -> None:
+    body = """
+    trainer: {lr: fast, zero_stag: 2}
+    weight: {sync_mode: asynchronous}
+    """
+    problems = problems_of(write_recipe(tmp_path, body))
+    assert len(problems) == 3, problems
+    joined = "\n".join(problems)
+    assert "trainer.lr" in joined and "trainer.zero_stag" in joined
+    assert "weight.sync_mode: 'asynchronous' is not one of sync, batch-async, fully-async" in joined
+
+
+def test_missing_data_file_names_the_file(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, ""), "data.data_files=[nope.jsonl]")
+    assert p.startswith("data.data_files") and "'nope.jsonl' does not exist" in p
+
+
+def test_batch_size_not_a_multiple_of_group_size(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, ""), "trajectory_pool.batch_size=10")
+    assert "batch_size (10) must be a multiple of group_size (4)" in p
+
+
+def test_repeat_n_must_match_group_size(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, ""), "data.rollout_repeat_n=3")
+    assert "data.rollout_repeat_n (3) must equal trajectory_pool.group_size (4)" in p
+
+
+def test_batch_async_needs_a_staleness_threshold(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, "weight: {sync_mode: batch-async}"))
+    assert p.startswith("weight.staleness_threshold: required")
+    recipe = load_recipe_checked(
+        write_recipe(tmp_path, "weight: {sync_mode: batch-async, staleness_threshold: 1}"),
+        workspace=tmp_path,
+    )
+    assert recipe.cfg.weight.staleness_threshold == 1
+
+
+def test_zero_settings_must_fit_together(tmp_path: Path) -> None:
+    problems = problems_of(write_recipe(tmp_path, "trainer: {zero_stage: 1, offload_param: true}"))
+    assert problems == ["trainer.offload_param needs trainer.zero_stage: 3"]
+
+
+def test_unknown_algorithm_name(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, "algorithm: {advantage_estimator: gpro}"))
+    assert p.startswith("algorithm.advantage_estimator") and "grpo" in p
+
+
+def test_evaluator_file_missing(tmp_path: Path) -> None:
+    (p,) = problems_of(
+        write_recipe(tmp_path, ""), "rollout_worker.evaluator_module_path=nope.py:Good"
+    )
+    assert "rollout_worker.evaluator_module_path" in p and "'nope.py' not found" in p
+
+
+def test_evaluator_class_missing_lists_the_classes_there(tmp_path: Path) -> None:
+    (p,) = problems_of(
+        write_recipe(tmp_path, ""), "rollout_worker.evaluator_module_path=evaluator.py:Bad"
+    )
+    assert "defines no 'Bad'" in p and "Good" in p
+
+
+def test_evaluator_without_evaluate_method(tmp_path: Path) -> None:
+    (p,) = problems_of(
+        write_recipe(tmp_path, ""),
+        "rollout_worker.evaluator_module_path=evaluator.py:NoEvaluate",
+    )
+    assert "NoEvaluate has no 'evaluate' method" in p
+
+
+def test_evaluator_spec_without_class(tmp_path: Path) -> None:
+    (p,) = problems_of(
+        write_recipe(tmp_path, ""), "rollout_worker.evaluator_module_path=evaluator.py"
+    )
+    assert "is not 'path/to/file.py:ClassName'" in p
+
+
+def test_evaluator_with_syntax_error(tmp_path: Path) -> None:
+    path = write_recipe(tmp_path, "")
+    (tmp_path / "broken.py").write_text("class X(:\n    pass\n")
+    (p,) = problems_of(path, "rollout_worker.evaluator_module_path=broken.py:X")
+    assert "syntax error in" in p and "broken.py:1" in p
+
+
+def test_custom_worker_class_without_path(tmp_path: Path) -> None:
+    (p,) = problems_of(
+        write_recipe(tmp_path, ""), "+rollout_worker.custom_rollout_worker_class_name=W"
+    )
+    assert "set both or neither" in p
+
+
+def test_duplicate_key_names_the_file_and_line(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, "seed: 1\nseed: 2\n"))
+    assert "r.yaml" in p and "duplicate key seed" in p
+
+
+def test_env_interpolation_with_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_recipe(tmp_path, "project_name: ${oc.env:NEXRL_TEST_PROJECT,fallback}")
+    assert load_recipe_checked(path, workspace=tmp_path).cfg.project_name == "fallback"
+    monkeypatch.setenv("NEXRL_TEST_PROJECT", "from-env")
+    assert load_recipe_checked(path, workspace=tmp_path).cfg.project_name == "from-env"
+
+
+def test_broken_interpolation_names_the_field(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, "project_name: ${nowhere.key}"))
+    assert p.startswith("project_name: cannot resolve")
+
+
+def test_recipe_inherits_a_file_from_its_own_folder(tmp_path: Path) -> None:
+    (tmp_path / "common.yaml").write_text("seed: 7\ntrainer: {lr: 0.5}\n")
+    path = write_recipe(tmp_path, "")
+    Path(path).write_text(
+        Path(path)
+        .read_text()
+        .replace("defaults: [nexrl_base, _self_]", "defaults: [nexrl_base, common, _self_]")
+    )
+    cfg = load_recipe_checked(path, workspace=tmp_path).cfg
+    assert cfg.seed == 7 and cfg.trainer.lr == 0.5
+
+
+def test_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer: {lr: [\n")
+    (p,) = problems_of(str(bad))
+    assert "bad.yaml" in p
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [DEFAULT, "trainer.lr=fast"],
+        [DEFAULT, "trainer.nope=1"],
+        [DEFAULT, "+trainer.nope=1"],
+        [DEFAULT, "weight.sync_mode=batch-async"],
+        [DEFAULT, "trajectory_pool.batch_size=100"],
+        [DEFAULT, "rollout_worker.evaluator_module_path=missing.py:X"],
+        [DEFAULT, "data.data_files=[missing.parquet]"],
+        [DEFAULT, "cluster.type=slurmm"],
+        [DEFAULT, "seed="],
+        ["recipes/max_digit/missing.yaml"],
+        ["recipes/max_digit/evaluator.py"],
+    ],
+)
+def test_cli_reports_mistakes_with_exit_2_and_no_traceback(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*args, "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "problem" in err
+    assert "Traceback" not in err

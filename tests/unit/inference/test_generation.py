@@ -1,0 +1,107 @@
+"""Batched generation of the embedded server on a tiny model with known (seeded) weights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from backends.inference.embedded.generation import LogprobsMode, SamplingParams, generate
+from nexrl.modeling import build_tiny_model, build_tokenizer
+
+PROMPTS = [
+    "What is the largest of 3 7 5?",
+    "Answer",
+    "Which digit is the smallest of 9 1 2? Think step by step",
+]
+
+
+@pytest.fixture(scope="module")
+def lm() -> tuple[Any, Any, frozenset[int]]:
+    tok = build_tokenizer()
+    stop = frozenset({tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")})
+    return build_tiny_model(len(tok), seed=11), tok, stop
+
+
+def _gen(
+    lm: Any, rows: list[tuple[list[int], SamplingParams]], mode: LogprobsMode = "raw"
+) -> list[Any]:
+    model, tok, stop = lm
+    return generate(
+        model, tok, rows, stop_token_ids=stop, pad_token_id=tok.pad_token_id, logprobs_mode=mode
+    )
+
+
+def _ids(lm: Any, text: str) -> list[int]:
+    return list(lm[1](text)["input_ids"])
+
+
+def test_batched_greedy_equals_transformers_generate(lm: Any) -> None:
+    model, tok, stop = lm
+    greedy = SamplingParams(max_tokens=12, temperature=0.0)
+    outs = _gen(lm, [(_ids(lm, p), greedy) for p in PROMPTS])  # left-padded batch
+    for prompt, out in zip(PROMPTS, outs, strict=True):
+        ids = _ids(lm, prompt)
+        ref = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=12,
+            do_sample=False,
+            eos_token_id=sorted(stop),
+            pad_token_id=tok.pad_token_id,
+        )[0, len(ids) :].tolist()
+        assert out.token_ids == ref
+        assert out.finish_reason == ("stop" if ref[-1] in stop else "length")
+
+
+def test_logprobs_match_a_full_forward_pass(lm: Any) -> None:
+    model = lm[0]
+    ids = _ids(lm, PROMPTS[0])
+    (out,) = _gen(lm, [(ids, SamplingParams(max_tokens=8, temperature=0.0, top_logprobs=3))])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids + out.token_ids])).logits[0], -1)
+    expected = [float(logp[len(ids) - 1 + i, t]) for i, t in enumerate(out.token_ids)]
+    assert out.logprobs == pytest.approx(expected, abs=1e-4)
+    for top, tid, lp in zip(out.top_logprobs, out.token_ids, out.logprobs, strict=True):
+        assert len(top) == 3 and top[0] == (tid, pytest.approx(lp))  # greedy = best token
+
+
+def test_seeded_sampling_is_independent_of_the_batch(lm: Any) -> None:
+    p = SamplingParams(max_tokens=10, temperature=1.0, top_p=0.9, seed=1234)
+    other = SamplingParams(max_tokens=4, temperature=0.7, seed=5)
+    alone = _gen(lm, [(_ids(lm, PROMPTS[1]), p)])[0]
+    batched = _gen(lm, [(_ids(lm, PROMPTS[2]), other), (_ids(lm, PROMPTS[1]), p)])[1]
+    assert alone.token_ids == batched.token_ids
+    reseeded = _gen(lm, [(_ids(lm, PROMPTS[1]), SamplingParams(max_tokens=10, seed=99))])[0]
+    assert reseeded.token_ids != alone.token_ids
+
+
+def test_tiny_top_p_is_greedy_and_processed_logprobs_are_zero(lm: Any) -> None:
+    ids = _ids(lm, PROMPTS[0])
+    greedy = _gen(lm, [(ids, SamplingParams(max_tokens=6, temperature=0.0))])[0]
+    nucleus = SamplingParams(max_tokens=6, temperature=1.0, top_p=1e-6, seed=3)
+    (out,) = _gen(lm, [(ids, nucleus)], mode="processed")
+    assert out.token_ids == greedy.token_ids
+    assert out.logprobs == pytest.approx([0.0] * 6, abs=1e-6)
+    (raw,) = _gen(lm, [(ids, nucleus)], mode="raw")
+    assert raw.logprobs == pytest.approx(greedy.logprobs, abs=1e-5)
+
+
+def test_stop_string_cuts_text_but_keeps_token_ids(lm: Any) -> None:
+    ids = _ids(lm, PROMPTS[2])
+    (free,) = _gen(lm, [(ids, SamplingParams(max_tokens=12, temperature=0.0))])
+    assert len(free.text) > 3
+    stop_at = free.text[2:4]
+    (out,) = _gen(lm, [(ids, SamplingParams(max_tokens=12, temperature=0.0, stop=(stop_at,)))])
+    assert out.finish_reason == "stop"
+    assert out.text == free.text[: free.text.find(stop_at)]
+    assert out.token_ids == free.token_ids[: len(out.token_ids)]
+
+
+def test_rows_finish_independently(lm: Any) -> None:
+    ids = _ids(lm, PROMPTS[0])
+    short, long_ = (SamplingParams(max_tokens=n, temperature=0.0) for n in (2, 9))
+    a, b = _gen(lm, [(ids, short), (ids, long_)])
+    assert len(a.token_ids) == 2 and a.finish_reason == "length"
+    assert b.token_ids[:2] == a.token_ids and len(b.token_ids) <= 9
+    assert _gen(lm, []) == []

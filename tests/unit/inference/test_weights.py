@@ -1,0 +1,106 @@
+"""Snapshot validation: only a complete snapshot that fits the served model loads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from backends.inference.embedded.weights import SnapshotError, load_snapshot, resolve_dtype
+from nexrl.modeling import save_tiny_model
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("snaps")
+    return {
+        "a": save_tiny_model(root / "a", seed=1),
+        "b": save_tiny_model(root / "b", seed=2),
+        "narrow": save_tiny_model(root / "narrow", seed=3, hidden_size=32),
+    }
+
+
+@pytest.fixture(scope="module")
+def served(snapshots: dict[str, Path]) -> Any:
+    return load_snapshot(snapshots["a"], device=CPU, dtype=torch.float32)
+
+
+def _edit_weights(fn: Callable[[dict[str, torch.Tensor]], object]) -> Callable[[Path], None]:
+    def edit(d: Path) -> None:
+        tensors = load_file(d / "model.safetensors")
+        fn(tensors)
+        save_file(tensors, d / "model.safetensors", metadata={"format": "pt"})
+
+    return edit
+
+
+def _truncate(d: Path) -> None:
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
+
+
+def _sharded_missing_shard(d: Path) -> None:
+    (d / "model.safetensors").unlink()
+    index = {"metadata": {}, "weight_map": {"lm_head.weight": "model-00002-of-00002.safetensors"}}
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+UP = "model.layers.1.mlp.up_proj.weight"
+BROKEN: dict[str, tuple[Callable[[Path], object], str]] = {
+    "no config": (lambda d: (d / "config.json").unlink(), "no config.json"),
+    "bad config": (lambda d: (d / "config.json").write_text("{"), "config.json is unreadable"),
+    "no weights": (lambda d: (d / "model.safetensors").unlink(), "no model.safetensors"),
+    "truncated": (_truncate, "failed to load"),
+    "missing shard": (_sharded_missing_shard, "missing weight shards"),
+    "missing tensor": (_edit_weights(lambda t: t.pop(UP)), "missing_keys"),
+    "wrong shape": (_edit_weights(lambda t: t.update({UP: torch.zeros(3, 3)})), "failed to load"),
+    "extra tensor": (_edit_weights(lambda t: t.update(junk=torch.zeros(2))), "unexpected_keys"),
+    "nan": (
+        _edit_weights(lambda t: t["model.norm.weight"].fill_(float("nan"))),
+        "non-finite logits",
+    ),
+}
+
+
+def test_good_snapshot_loads_against_the_served_model(
+    snapshots: dict[str, Path], served: Any
+) -> None:
+    model = load_snapshot(snapshots["b"], device=CPU, dtype=torch.float32, reference=served)
+    a, b = served.state_dict()["lm_head.weight"], model.state_dict()["lm_head.weight"]
+    assert a.shape == b.shape and not torch.equal(a, b)
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_snapshot_is_rejected(
+    case: str, snapshots: dict[str, Path], served: Any, tmp_path: Path
+) -> None:
+    breaker, message = BROKEN[case]
+    snap = tmp_path / "snap"
+    shutil.copytree(snapshots["b"], snap)
+    breaker(snap)
+    before = served.state_dict()["lm_head.weight"].clone()
+    with pytest.raises(SnapshotError, match=message):
+        load_snapshot(snap, device=CPU, dtype=torch.float32, reference=served)
+    assert torch.equal(served.state_dict()["lm_head.weight"], before)
+
+
+def test_other_architecture_is_rejected(snapshots: dict[str, Path], served: Any) -> None:
+    with pytest.raises(SnapshotError, match="hidden_size=32"):
+        load_snapshot(snapshots["narrow"], device=CPU, dtype=torch.float32, reference=served)
+    with pytest.raises(SnapshotError, match="not a directory"):
+        load_snapshot("/nonexistent/snap", device=CPU, dtype=torch.float32, reference=served)
+
+
+def test_dtype_names() -> None:
+    assert resolve_dtype("auto", CPU) is torch.float32
+    assert resolve_dtype("bfloat16", CPU) is torch.bfloat16
+    with pytest.raises(ValueError):
+        resolve_dtype("float7", CPU)

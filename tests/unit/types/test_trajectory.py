@@ -1,0 +1,101 @@
+"""Trajectory: validation names the bad field; the pool record round-trips."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from nexrl.types import Trajectory, TrajectoryError
+
+
+def _kwargs(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "prompt_ids": [5, 6, 7],
+        "response_ids": [8, 9],
+        "loss_mask": [1, 0],
+        "logprobs": [-0.5, -1.25],
+        "reward": 1.0,
+        "group_id": 12,
+    }
+    base.update(over)
+    return base
+
+
+def test_record_round_trip_keeps_every_field() -> None:
+    traj = Trajectory(
+        **_kwargs(
+            run_id=3,
+            policy_version=7,
+            metrics={"acc": 1.0, "len": 2},
+            extra_info={"turns": [1, 2], "tool": "calc"},
+            data_item={"prompt": [{"role": "user", "content": "hi"}], "answer": "9"},
+        )
+    )
+    record = traj.to_record()
+    assert set(record) == {"ragged", "scalars", "meta"}
+    assert record["ragged"]["prompt_ids"].dtype == np.int32
+    assert record["ragged"]["loss_mask"].dtype == np.int8
+    assert record["ragged"]["logprobs"].dtype == np.float32
+    assert record["scalars"]["group_id"].dtype == np.int64
+    assert isinstance(record["meta"], str)
+    # The meta string survives a JSON round trip on its own (it is stored as text).
+    record["meta"] = json.loads(json.dumps(record["meta"]))
+
+    back = Trajectory.from_record(record)
+    assert back == traj
+    assert back.metrics == {"acc": 1.0, "len": 2.0}
+
+
+def test_record_round_trip_of_fractional_logprobs_is_float32_exact() -> None:
+    traj = Trajectory(**_kwargs(logprobs=[-0.1, -2.0 / 3.0]))
+    back = Trajectory.from_record(traj.to_record())
+    assert back.logprobs == [float(np.float32(-0.1)), float(np.float32(-2.0 / 3.0))]
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"response_ids": [], "loss_mask": [], "logprobs": []}, "response_ids"),
+        ({"prompt_ids": []}, "prompt_ids"),
+        ({"loss_mask": [1]}, "loss_mask"),
+        ({"logprobs": [-0.1, -0.2, -0.3]}, "logprobs"),
+        ({"loss_mask": [1, 2]}, "loss_mask"),
+        ({"reward": float("nan")}, "reward"),
+        ({"logprobs": [-0.1, 0.5]}, "logprobs"),
+        ({"logprobs": [-0.1, float("-inf")]}, "logprobs"),
+        ({"prompt_ids": [1, -2]}, "prompt_ids"),
+        ({"response_ids": [1, 2.5]}, "response_ids"),
+        ({"metrics": {"acc": "high"}}, "metrics['acc']"),
+        ({"metrics": {"ok": True}}, "metrics['ok']"),
+    ],
+)
+def test_validation_error_names_the_field(over: dict[str, Any], field: str) -> None:
+    with pytest.raises(TrajectoryError) as info:
+        Trajectory(**_kwargs(**over))
+    assert str(info.value).startswith(field)
+
+
+def test_numpy_token_ids_are_accepted() -> None:
+    traj = Trajectory(**_kwargs(prompt_ids=list(np.array([1, 2], dtype=np.int32))))
+    assert traj.num_tokens == 4
+
+
+def test_malformed_record_is_a_trajectory_error() -> None:
+    record = Trajectory(**_kwargs()).to_record()
+    del record["ragged"]["logprobs"]
+    with pytest.raises(TrajectoryError, match="malformed trajectory record"):
+        Trajectory.from_record(record)
+    bad_meta = Trajectory(**_kwargs()).to_record()
+    bad_meta["meta"] = "{not json"
+    with pytest.raises(TrajectoryError, match="malformed"):
+        Trajectory.from_record(bad_meta)
+
+
+def test_record_with_invalid_values_fails_validation_on_load() -> None:
+    record = Trajectory(**_kwargs()).to_record()
+    record["ragged"]["loss_mask"] = np.array([1, 3], dtype=np.int8)
+    with pytest.raises(TrajectoryError, match=r"^loss_mask"):
+        Trajectory.from_record(record)
