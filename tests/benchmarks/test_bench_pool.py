@@ -4,7 +4,9 @@
   processes, the zarr pool next to the same arrays written as plain ``.npy`` files,
   in the same run. Only the writing is timed (processes are started and their data
   generated in the untimed setup). extra_info: traj/s, MB/s (raw payload), and for
-  the pool the ratio to the npy baseline measured just before.
+  the pool ``vs_npy`` (its traj/s over the npy test's) and ``vs_npy_paired`` (median
+  of per-round ratios, each pool round right after an npy round on the same data:
+  robust to load changes on a shared machine).
 * ``pool-fetch``: time of one ``get_batch`` (256 trajectories in groups of 8) when
   the pool holds 1k, 100k and (with NEXRL_BENCH_LARGE=1) 1M trajectories, plus the
   first batch of a fresh consumer and the resident memory (extra_info).
@@ -18,6 +20,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import shutil
+import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,6 +107,35 @@ class Appenders:
         return sum(r[1] for r in self.results)
 
 
+class Paired:
+    """Pool rounds, each preceded (untimed by pytest-benchmark) by an npy round on the
+    same data: the ratio of paired times survives load changes on a shared machine."""
+
+    def __init__(self, root: Path, procs: int, n_blocks: int, block: int) -> None:
+        self.pool = Appenders("pool", root / "pool", procs, n_blocks, block)
+        self.npy = Appenders("npy", root / "npy", procs, n_blocks, block)
+        self.npy_s: list[float] = []
+        self.pool_s: list[float] = []
+
+    def setup(self) -> None:
+        self.npy.setup()
+        t0 = time.perf_counter()
+        self.npy.run()
+        self.npy_s.append(time.perf_counter() - t0)
+        self.npy.close()
+        self.pool.setup()
+
+    def run(self) -> None:
+        t0 = time.perf_counter()
+        self.pool.run()
+        self.pool_s.append(time.perf_counter() - t0)
+
+    @property
+    def ratio(self) -> float:
+        """Median over rounds of npy time / pool time (> 1: the pool is faster)."""
+        return float(statistics.median(n / p for n, p in zip(self.npy_s, self.pool_s, strict=True)))
+
+
 @pytest.mark.parametrize("block", [8, 256], ids=lambda b: f"block{b}")
 @pytest.mark.parametrize("procs", [1, 4], ids=lambda p: f"{p}proc")
 @pytest.mark.parametrize("kind", ["npy", "pool"])
@@ -111,10 +143,17 @@ def test_append_throughput(
     benchmark: Any, tmp_path: Path, kind: str, procs: int, block: int
 ) -> None:
     n_blocks = 120 if block == 8 else 8  # ~1k / 2k trajectories per process
-    app = Appenders(kind, tmp_path / "data", procs, n_blocks, block)
     benchmark.group = f"pool-append-{procs}x{block}"
-    benchmark.pedantic(app.run, setup=app.setup, rounds=5, iterations=1)
-    app.close()
+    if kind == "npy":
+        app = Appenders(kind, tmp_path / "data", procs, n_blocks, block)
+        benchmark.pedantic(app.run, setup=app.setup, rounds=5, iterations=1)
+        app.close()
+    else:
+        paired = Paired(tmp_path / "data", procs, n_blocks, block)
+        benchmark.pedantic(paired.run, setup=paired.setup, rounds=5, iterations=1)
+        paired.pool.close()
+        app = paired.pool
+        benchmark.extra_info["vs_npy_paired"] = round(paired.ratio, 3)
     seconds = benchmark.stats.stats.mean
     tps, mbs = app.traj / seconds, app.nbytes / seconds / 1e6
     benchmark.extra_info.update(

@@ -265,6 +265,23 @@ def test_state_dict_rewinds_to_checkpoint(tmp_path):
         restarted.load_state_dict({"generation": 10**6})
 
 
+def test_rewinds_to_any_generation_replay_correctly(tmp_path):
+    c = cfg(tmp_path, batch_size=1)
+    pool = TrajectoryPool(c)
+    pool.writer().append(make_columns(range(6)))
+    states = [pool.state_dict()]
+    for _ in range(3):
+        uids_of(pool.get_batch())
+        states.append(pool.state_dict())  # after 0, 1, 2 batches
+    pool.load_state_dict(states[1])  # back to "uid 0 trained"
+    assert uids_of(pool.get_batch()) == [1]
+    pool.load_state_dict(states[2])  # forward again to a generation of the first branch
+    assert uids_of(pool.get_batch()) == [2]
+    ds = pool.to_xarray()
+    assert ds.step.values.tolist() == [0, 1, 2, -1, -1, -1]
+    assert pool.stats().delivered == 3
+
+
 def test_two_processes_on_one_consumer_name_conflict(tmp_path):
     c = cfg(tmp_path, batch_size=1)
     a, b = TrajectoryPool(c), TrajectoryPool(c)

@@ -155,10 +155,13 @@ class DeepSpeedEngine:
         self.device = torch.device("cuda", self.local_rank) if self.on_gpu else torch.device("cpu")
         self.zero_stage = int(cfg.zero_stage)
         self.bf16 = bool(cfg.bf16) and self.on_gpu
+        hf_model: Any = model
         if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if hasattr(model, "config"):
-            model.config.use_cache = False
+            hf_model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        if hasattr(hf_model, "config"):
+            hf_model.config.use_cache = False
         config = ds_config(cfg, world_size=self.world_size, on_gpu=self.on_gpu)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = None

@@ -166,6 +166,15 @@ class CursorStore:
     def generations(self) -> list[int]:
         return sorted(int(n[:-5]) for n in self.kv.listdir(self.prefix) if n.endswith(".json"))
 
+    def events(self) -> list[tuple[int, dict[str, Any]]]:
+        """``(generation, last)`` of every saved generation, oldest first (the delivery log)."""
+        out = []
+        for gen in self.generations():
+            raw = self.kv.get(self._key(gen))
+            if raw is not None:
+                out.append((gen, dict(json.loads(raw)).get("last", {})))
+        return out
+
     def save(self, cursor: Cursor) -> None:
         """Write ``cursor`` as generation ``cursor.generation`` (must not exist yet)."""
         if not self.kv.put(self._key(cursor.generation), cursor.to_json(), exclusive=True):

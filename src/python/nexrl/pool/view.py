@@ -42,14 +42,20 @@ def _delivery(
     cursors: CursorStore, pos: dict[tuple[str, int], int], n: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(step, status) per trajectory, replaying the consumer's cursor generations."""
+    # The state of generation g derives from g - 1, or from t for "rewind to t": walk
+    # that chain back from the newest generation to find the events still in effect.
+    log = dict(cursors.events())
     events: list[tuple[int, dict[str, Any]]] = []
-    for gen in cursors.generations():
-        raw = cursors.kv.get(cursors._key(gen))
-        last = json.loads(raw)["last"] if raw else {}
+    gen = max(log, default=0)
+    while gen > 0:
+        last = log.get(gen, {})
         if last.get("event") == "rewind":
-            events = [(g, e) for g, e in events if g <= int(last["to"])]
-        elif last.get("event") in ("batch", "drop"):
+            gen = int(last["to"])
+            continue
+        if last.get("event") in ("batch", "drop"):
             events.append((gen, last))
+        gen -= 1
+    events.reverse()
     step = np.full(n, -1, np.int64)
     status = np.zeros(n, np.int8)
     for _, e in events:

@@ -121,7 +121,7 @@ class CheckpointManager:
         self.keep = keep
 
     # -- finding --------------------------------------------------------------
-    def list(self) -> list[tuple[int, Path]]:
+    def complete(self) -> list[tuple[int, Path]]:
         """Complete checkpoints ``(step, path)``, oldest first."""
         if not self.root.is_dir():
             return []
@@ -140,7 +140,7 @@ class CheckpointManager:
             name = ""
         if name and _STEP_RE.match(name) and is_complete(self.root / name):
             return self.root / name
-        found = self.list()
+        found = self.complete()
         return found[-1][1] if found else None
 
     def resolve(self, mode: str, path: str | Path | None = None) -> Path | None:
@@ -224,7 +224,7 @@ class CheckpointManager:
         if self.keep is None:
             return []
         current = self.latest()
-        found = self.list()
+        found = self.complete()
         removed = []
         for step, path in found[: max(0, len(found) - self.keep)]:
             if current is not None and path == current:

@@ -105,9 +105,13 @@ def list_snapshots(root: str | Path) -> list[tuple[int, Path]]:
     found = []
     for entry in root.iterdir():
         m = _SNAPSHOT_RE.match(entry.name)
-        if m and entry.is_dir() and not entry.is_symlink():
-            if read_version(entry) == int(m.group(1)):
-                found.append((int(m.group(1)), entry))
+        if (
+            m
+            and entry.is_dir()
+            and not entry.is_symlink()
+            and read_version(entry) == int(m.group(1))
+        ):
+            found.append((int(m.group(1)), entry))
     return sorted(found)
 
 

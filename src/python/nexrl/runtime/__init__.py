@@ -1,0 +1,1 @@
+"""Where the run executes: Dask clusters (local, existing scheduler, Slurm, Kubernetes)."""

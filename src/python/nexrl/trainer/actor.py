@@ -1,0 +1,287 @@
+"""Trainer ranks as Dask actors, and ``TrainerGroup``, which drives them together.
+
+One ``TrainerActor`` per GPU (on CPU machines a LocalCluster offers the same
+``GPU`` resource name)::
+
+    client.submit(TrainerActor, spec, rank_info, actor=True,
+                  resources={"GPU": 1}, workers=[addr])
+
+``TrainerGroup.create(client, spec)`` picks ``trainer.world_size`` distinct
+workers offering the resource (sorted by host, so ranks on one host get
+consecutive local ranks), pins one actor to each, and rendezvous them through
+torch.distributed: ``MASTER_ADDR`` is rank 0's host, ``MASTER_PORT`` a free
+port found on that host, plus ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
+``LOCAL_WORLD_SIZE``. Dask holds the resource only while an actor is created,
+hence the pinning.
+
+Every trainer method is a collective: the group calls it on all ranks at once
+(submit all, then gather) or the ranks deadlock. ``train_step(batch)`` sends
+the same global batch (a ``Batch`` or a path written by ``save_batch``) to
+every rank; each trains on its shard and rank 0 publishes snapshots. When one
+rank fails, the others are given a short grace period, then the group raises
+``TrainerGroupError`` naming the rank (a rank stuck in a collective gives up
+after ``spec.dist_timeout_s``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from nexrl.trainer.spec import TrainerSpec
+
+__all__ = ["RankInfo", "TrainerActor", "TrainerGroup", "TrainerGroupError", "pick_workers"]
+
+_GRACE_S = 10.0
+
+
+class TrainerGroupError(RuntimeError):
+    """Trainer actors could not be placed, or a collective call failed on some rank."""
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where one rank sits in the data-parallel group."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+    def env(self) -> dict[str, str]:
+        return {
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+        }
+
+
+class TrainerActor:
+    """One trainer rank living on a Dask worker (see the module doc)."""
+
+    def __init__(self, spec: TrainerSpec, info: RankInfo | None = None) -> None:
+        self.spec = spec
+        self.info = info
+        self.trainer: Any = None
+
+    def setup(self) -> dict[str, Any]:
+        """Join the process group and build the trainer (collective)."""
+        import torch
+
+        if self.info is not None:
+            os.environ.update(self.info.env())
+        if not torch.cuda.is_available():
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+            local = self.info.local_world_size if self.info else 1
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+        from nexrl.trainer.registry import create_trainer
+
+        self.trainer = create_trainer(self.spec)
+        return self.describe()
+
+    def _require(self) -> Any:
+        if self.trainer is None:
+            raise TrainerGroupError("trainer actor used before setup()")
+        return self.trainer
+
+    def describe(self) -> dict[str, Any]:
+        t = self.trainer
+        return {
+            "rank": self.info.rank if self.info else 0,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "global_step": t.global_step if t else None,
+            "policy_version": t.policy_version if t else None,
+            "resumed_from": str(t.resumed_from) if t and t.resumed_from else None,
+        }
+
+    def train_step(self, batch: Any) -> dict[str, float]:
+        metrics: dict[str, float] = self._require().train_step(batch)
+        return metrics
+
+    def publish_snapshot(self) -> str | None:
+        snap = self._require().publish_snapshot()
+        return str(snap.path) if snap is not None else None
+
+    def save_checkpoint(self, extra_state: dict[str, Any] | None = None) -> str | None:
+        path = self._require().save_checkpoint(extra_state)
+        return str(path) if path is not None else None
+
+    def full_state_dict(self) -> dict[str, Any] | None:
+        state = self._require().full_state_dict()
+        return None if state is None else {k: v.detach().cpu() for k, v in state.items()}
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if self.trainer is not None:
+            self.trainer.close()
+            self.trainer = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def _host(addr: str) -> str:
+    return urlparse(addr).hostname or addr
+
+
+def pick_workers(client: Any, world_size: int, gpus_per_rank: float = 1) -> list[str]:
+    """``world_size`` distinct worker addresses offering ``GPU >= gpus_per_rank``."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    offer = {
+        addr: w
+        for addr, w in workers.items()
+        if w.get("resources", {}).get("GPU", 0) >= gpus_per_rank
+    }
+    if len(offer) < world_size:
+        raise TrainerGroupError(
+            f"trainer.world_size={world_size} needs {world_size} Dask workers offering "
+            f"resources GPU>={gpus_per_rank}; the cluster has {len(offer)} of {len(workers)} "
+            "workers that do (start workers with --resources GPU=1, or lower trainer.world_size)"
+        )
+    return sorted(offer, key=lambda a: (_host(a), a))[:world_size]
+
+
+class TrainerGroup:
+    """``world_size`` trainer actors driven together (see the module doc)."""
+
+    def __init__(
+        self,
+        client: Any,
+        futures: list[Any],
+        actors: list[Any],
+        infos: list[RankInfo],
+        timeout_s: float,
+    ) -> None:
+        self.client = client
+        self._futures = futures  # holding them keeps the actors alive
+        self.actors = actors
+        self.infos = infos
+        self.timeout_s = timeout_s
+
+    @classmethod
+    def create(
+        cls,
+        client: Any,
+        spec: TrainerSpec,
+        *,
+        world_size: int | None = None,
+        gpus_per_rank: float = 1,
+        workers: list[str] | None = None,
+        timeout_s: float = 900.0,
+    ) -> TrainerGroup:
+        """Place, rendezvous and build the trainers; returns when every rank is ready."""
+        world = int(world_size or spec.trainer.world_size)
+        addrs = list(workers) if workers else pick_workers(client, world, gpus_per_rank)
+        if len(set(addrs)) != world:
+            raise TrainerGroupError(f"need {world} distinct workers, got {addrs}")
+        port = client.run(_free_port, workers=[addrs[0]])[addrs[0]]
+        hosts = [_host(a) for a in addrs]
+        infos = [
+            RankInfo(
+                rank=r,
+                world_size=world,
+                local_rank=hosts[:r].count(hosts[r]),
+                local_world_size=hosts.count(hosts[r]),
+                master_addr=hosts[0],
+                master_port=int(port),
+            )
+            for r in range(world)
+        ]
+        tag = uuid.uuid4().hex[:8]
+        resources = {"GPU": gpus_per_rank} if gpus_per_rank else None
+        futures = [
+            client.submit(
+                TrainerActor,
+                spec,
+                info,
+                actor=True,
+                workers=[addr],
+                allow_other_workers=False,
+                resources=resources,
+                key=f"nexrl-trainer-{tag}-rank{info.rank}",
+            )
+            for addr, info in zip(addrs, infos, strict=True)
+        ]
+        actors = [f.result(timeout=timeout_s) for f in futures]
+        group = cls(client, futures, actors, infos, timeout_s)
+        group.call("setup")
+        return group
+
+    @property
+    def world_size(self) -> int:
+        return len(self.actors)
+
+    def call(
+        self, method: str, *args: Any, timeout_s: float | None = None, **kwargs: Any
+    ) -> list[Any]:
+        """Call ``method`` on every rank concurrently; the per-rank results in rank order."""
+        pending = [getattr(actor, method)(*args, **kwargs) for actor in self.actors]
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        results: list[Any] = []
+        errors: list[tuple[int, BaseException]] = []
+        for rank, fut in enumerate(pending):
+            wait = max(1.0, deadline - time.monotonic())
+            if errors:
+                wait = min(wait, _GRACE_S)
+            try:
+                results.append(fut.result(timeout=wait))
+            except Exception as exc:
+                errors.append((rank, exc))
+                results.append(None)
+        if errors:
+            rank, first = errors[0]
+            ranks = ", ".join(str(r) for r, _ in errors)
+            raise TrainerGroupError(
+                f"{method} failed on rank(s) {ranks}; rank {rank}: {type(first).__name__}: {first}"
+            ) from first
+        return results
+
+    # -- convenience wrappers (rank 0's answer) -----------------------------------------
+    def setup_info(self) -> list[dict[str, Any]]:
+        return self.call("describe")
+
+    def train_step(self, batch: Any) -> dict[str, float]:
+        """One step on the global batch (a ``Batch`` or a ``save_batch`` path)."""
+        if isinstance(batch, Path):
+            batch = str(batch)
+        metrics: dict[str, float] = self.call("train_step", batch)[0]
+        return metrics
+
+    def publish_snapshot(self) -> str | None:
+        path: str | None = self.call("publish_snapshot")[0]
+        return path
+
+    def save_checkpoint(self, extra_state: dict[str, Any] | None = None) -> str | None:
+        path: str | None = self.call("save_checkpoint", extra_state)[0]
+        return path
+
+    def full_state_dict(self) -> dict[str, Any] | None:
+        state: dict[str, Any] | None = self.call("full_state_dict")[0]
+        return state
+
+    def close(self) -> None:
+        """Tear down the trainers and process groups, then release the actors."""
+        try:
+            self.call("close", timeout_s=60.0)
+        finally:
+            self.client.cancel(self._futures)
+            self._futures = []
+            self.actors = []

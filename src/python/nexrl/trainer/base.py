@@ -1,0 +1,456 @@
+"""``SelfHostedTrainer``: one data-parallel rank of a trainer on a training engine.
+
+One ``train_step(batch)`` (every rank gets the same global batch)::
+
+    metrics  = stats of the batch as received (rewards, lengths, version lag)
+    batch, m = self._prepare_batch(batch)         # hook; on the global batch
+    N        = loss units of the prepared batch    # tokens or sequences (agg mode)
+    shard    = rows [r*n, (r+1)*n) of the batch padded to a multiple of W ranks
+    for epoch in range(ppo_epochs):               # one optimizer step per pass
+        for each micro-batch b of the shard:      # the last one sets the boundary
+            L_b = self._compute_loss(b, log_probs, entropy)   # mean over b's n_b units
+            backward(L_b * n_b / N * W)
+        step()                                    # DeepSpeed averages over W ranks
+
+so the gradient is that of the loss averaged over the *global* batch, whatever
+the micro-batch size and world size: ``(1/W) sum_ranks sum_b L_b n_b W / N =
+sum_b L_b n_b / N``. Every rank runs the same number of forwards (the shard
+padding guarantees it), which ZeRO-3 collectives need.
+
+The default loss is the policy gradient through the registries::
+
+    L = policy_loss(log_pi, old_log_pi, A, mask, loss_agg_mode)       (POLICY_LOSSES)
+      + beta * agg(kl_penalty(log_pi, ref_log_pi))   if kl_loss_coef > 0 (KL_PENALTIES)
+      - entropy_coeff * agg(H(pi))                   if entropy_coeff > 0
+
+``beta`` is the KL controller's value (``KL_CONTROLLERS``, initialised with
+``kl_loss_coef``); with ``use_kl_in_reward`` the KL goes into the rewards
+instead (see ``SelfHostedGrpoTrainer``). A reference model (a frozen copy of
+the initial model) is loaded when either needs it.
+
+Subclasses override ``_prepare_batch`` (must leave ``advantages`` and
+``old_log_probs`` for the default loss) and/or ``_compute_loss``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from nexrl.algorithms import KL_CONTROLLERS, KL_PENALTIES, POLICY_LOSSES, agg_loss
+from nexrl.trainer.batch_io import load_batch
+from nexrl.trainer.engine import TrainingEngine, load_backend
+from nexrl.trainer.ops import (
+    loss_units,
+    micro_batches,
+    model_inputs,
+    response_log_probs,
+    response_valid,
+    shard_rows,
+)
+from nexrl.trainer.spec import TrainerSpec
+from nexrl.types.batch import Batch
+from nexrl.weights.checkpoint import CheckpointManager
+from nexrl.weights.snapshot import PublishedSnapshot, SnapshotPublisher, list_snapshots
+
+__all__ = ["SelfHostedTrainer", "TrainerError", "call_with_options"]
+
+
+class TrainerError(RuntimeError):
+    """A trainer was misused or got a batch it cannot train on; the message says why."""
+
+
+def call_with_options(fn: Callable[..., Any], *args: Any, **options: Any) -> Any:
+    """Call ``fn(*args, **options)`` passing only the options ``fn`` accepts."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return fn(*args, **options)
+    return fn(*args, **{k: v for k, v in options.items() if k in params})
+
+
+class _WeightedSums:
+    """Metric sums weighted by each micro-batch's share of the loss units."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float | Tensor] = {}
+
+    def add(self, metrics: dict[str, Tensor | float], weight: float) -> None:
+        for k, v in metrics.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v * weight
+
+    def reduce(self, engine: TrainingEngine, divide: float) -> dict[str, float]:
+        keys = sorted(self.sums)
+        if not keys:
+            return {}
+        local = torch.tensor([float(self.sums[k]) for k in keys], dtype=torch.float64)
+        total = engine.all_reduce_sum(local).cpu()
+        return {k: float(v) / divide for k, v in zip(keys, total.tolist(), strict=True)}
+
+
+class SelfHostedTrainer:
+    """A trainer rank (see the module doc); build it with ``nexrl.trainer.create_trainer``."""
+
+    #: Whether this trainer's loss uses a reference model (when the KL settings ask).
+    uses_reference_model = True
+
+    def __init__(
+        self,
+        spec: TrainerSpec,
+        *,
+        engine: TrainingEngine | None = None,
+        model: torch.nn.Module | None = None,
+    ) -> None:
+        self.spec, self.cfg, self.algo = spec, spec.trainer, spec.algorithm
+        _seed_everything(spec.seed)
+        if model is None:
+            model = self._load_model(spec.model_path, torch.float32)
+        self.model_config = model.config
+        if engine is None:
+            build = load_backend(self.cfg.backend)
+            engine = build(
+                model,
+                self.cfg,
+                total_optimizer_steps=self.cfg.total_train_steps * self.cfg.ppo_epochs,
+                dist_timeout_s=spec.dist_timeout_s,
+            )
+        self.engine = engine
+        self.rank, self.world_size, self.device = engine.rank, engine.world_size, engine.device
+        self.global_step = 0  # train_step calls
+        self.policy_version = 0  # updates applied (0 = the initial weights)
+        self.optimizer_steps = 0
+        self.extra_state: dict[str, Any] = {}
+        self.kl_ctrl = call_with_options(
+            KL_CONTROLLERS.get(self.algo.kl_controller),
+            self.algo.kl_loss_coef,
+            target_kl=self.algo.kl_target,
+            horizon=self.algo.kl_horizon,
+        )
+        self.ref_model = self._load_reference() if self.needs_reference else None
+        self.last_snapshot: PublishedSnapshot | None = None
+        self.publisher: SnapshotPublisher | None = None
+        if spec.snapshot_dir is not None and self.rank == 0:
+            self.publisher = SnapshotPublisher(
+                spec.snapshot_dir,
+                keep=spec.keep_snapshots,
+                tokenizer_dir=spec.tokenizer_path or spec.model_path,
+            )
+        self.checkpoints = (
+            CheckpointManager(spec.checkpoint_dir, keep=spec.keep_checkpoints)
+            if spec.checkpoint_dir
+            else None
+        )
+        self.resumed_from: Path | None = None
+        self._resume()
+
+    # -- construction -----------------------------------------------------------
+    @staticmethod
+    def _load_model(path: str, dtype: torch.dtype) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM
+
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, local_files_only=True
+        )
+        return model
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.uses_reference_model and (
+            self.algo.kl_loss_coef > 0 or self.algo.use_kl_in_reward
+        )
+
+    @property
+    def use_kl_loss(self) -> bool:
+        return self.needs_reference and not self.algo.use_kl_in_reward
+
+    def _load_reference(self) -> torch.nn.Module:
+        dtype = next(self.engine.module.parameters()).dtype
+        ref = self._load_model(self.spec.model_path, dtype)
+        ref.to(self.device).eval().requires_grad_(False)
+        return ref
+
+    def _resume(self) -> None:
+        spec = self.spec
+        manager = self.checkpoints
+        if manager is None and spec.resume_mode == "from_path" and spec.resume_path:
+            manager = CheckpointManager(spec.resume_path)
+        path = manager.resolve(spec.resume_mode, spec.resume_path) if manager else None
+        if manager is not None and path is not None:
+            self.load_state_dict(manager.load(self.engine, path))
+            self.resumed_from = path
+        if self.publisher is not None:  # snapshots a lost run published past this point
+            self.publisher.discard_newer_than(self.policy_version)
+        if path is not None and spec.snapshot_dir is not None and self.policy_version > 0:
+            have = [v for v, _ in list_snapshots(spec.snapshot_dir)] if self.rank == 0 else []
+            missing = torch.tensor([1.0 if self.policy_version not in have else 0.0])
+            if float(self.engine.all_reduce_sum(missing).sum()) > 0:
+                self.publish_snapshot()
+
+    # -- state ------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Trainer state saved in checkpoints (the engine saves model/optimizer/scheduler)."""
+        return {
+            "global_step": self.global_step,
+            "policy_version": self.policy_version,
+            "optimizer_steps": self.optimizer_steps,
+            "kl_controller": self.kl_ctrl.state_dict(),
+            "trainer_class": f"{type(self).__module__}.{type(self).__qualname__}",
+            "extra": self.extra_state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.global_step = int(state["global_step"])
+        self.policy_version = int(state["policy_version"])
+        self.optimizer_steps = int(state["optimizer_steps"])
+        self.kl_ctrl.load_state_dict(state["kl_controller"])
+        self.extra_state = dict(state.get("extra") or {})
+
+    # -- the step ---------------------------------------------------------------
+    def train_step(self, batch: Batch | str | Path) -> dict[str, float]:
+        """One update on the global ``batch`` (a ``Batch`` or a file from ``save_batch``).
+
+        Collective: every rank calls it with the same batch. Publishes a snapshot
+        every ``sync_every`` updates and checkpoints every ``save_freq`` steps
+        when configured. Returns the step's metrics (the same on every rank).
+        """
+        start = time.perf_counter()
+        if not isinstance(batch, Batch):
+            batch = load_batch(batch)
+        timings: dict[str, float] = {}
+        metrics = self._input_metrics(batch)
+        with _timed(timings, "prepare"):
+            batch, prepared = self._prepare_batch(batch)
+        metrics.update(prepared)
+        units = loss_units(batch, self.algo.loss_agg_mode) if len(batch) else 0
+        updated = units > 0
+        if updated:
+            with _timed(timings, "update"):
+                metrics.update(self._update(batch, units))
+            self.policy_version += 1
+            kl = metrics.get("actor/reward_kl", metrics.get("actor/kl_loss"))
+            if kl is not None and math.isfinite(kl):
+                self.kl_ctrl.update(kl, n_steps=len(batch))
+        self.global_step += 1
+        metrics["actor/update_skipped"] = 0.0 if updated else 1.0
+        metrics["actor/kl_coef"] = float(self.kl_ctrl.value)
+        if "advantages" in batch and len(batch):
+            metrics.update(_stats("critic/advantages", batch["advantages"], batch["response_mask"]))
+        tokens = float(batch["attention_mask"].sum()) if len(batch) else 0.0
+        compute = time.perf_counter() - start
+        metrics["perf/tokens"] = tokens
+        metrics["perf/tokens_per_s"] = tokens / compute if compute > 0 else 0.0
+        if self._snapshot_due(updated):
+            with _timed(timings, "snapshot"):
+                self.publish_snapshot()
+            metrics["weight/published_version"] = float(self.policy_version)
+        if self._checkpoint_due():
+            with _timed(timings, "checkpoint"):
+                self.save_checkpoint()
+        metrics.update({f"timing/{k}": v for k, v in timings.items()})
+        metrics["timing/step"] = time.perf_counter() - start
+        metrics["trainer/global_step"] = float(self.global_step)
+        metrics["trainer/policy_version"] = float(self.policy_version)
+        return metrics
+
+    def _prepare_batch(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+        """Hook: turn the received batch into what ``_compute_loss`` needs (identity here)."""
+        return batch, {}
+
+    def _update(self, batch: Batch, units: int) -> dict[str, float]:
+        shard = shard_rows(batch, self.rank, self.world_size)
+        mbs = micro_batches(shard, self.cfg.micro_batch_size)
+        sums, norms, lrs = _WeightedSums(), [], []
+        self.engine.train(True)
+        for _ in range(self.cfg.ppo_epochs):
+            lrs.append(self.engine.lr())
+            for i, mb in enumerate(mbs):
+                self.engine.set_boundary(i == len(mbs) - 1)
+                mb = mb.to(self.device)
+                log_probs, entropy = self._forward(mb, entropy_grad=self.algo.entropy_coeff > 0)
+                loss, m = self._compute_loss(mb, log_probs, entropy)
+                share = loss_units(mb, self.algo.loss_agg_mode) / units
+                self.engine.backward(loss * (share * self.world_size))
+                sums.add({**m, "actor/loss": loss.detach()}, share)
+            norms.append(self.engine.step())
+            self.optimizer_steps += 1
+        out = sums.reduce(self.engine, divide=self.cfg.ppo_epochs)
+        out["actor/grad_norm"] = float(np.mean(norms))
+        out["actor/lr"] = lrs[-1]
+        return out
+
+    def _forward(self, mb: Batch, *, entropy_grad: bool | None) -> tuple[Tensor, Tensor | None]:
+        out = self.engine.forward(**model_inputs(mb))
+        return response_log_probs(
+            out.logits, mb.prompt_width, mb["responses"], entropy_grad=entropy_grad
+        )
+
+    def _compute_loss(
+        self, mb: Batch, log_probs: Tensor, entropy: Tensor | None
+    ) -> tuple[Tensor, dict[str, Tensor | float]]:
+        """Policy-gradient loss of a micro-batch (mean over its loss units) and metrics."""
+        if "advantages" not in mb:
+            raise TrainerError(
+                f"{type(self).__name__}: the batch has no 'advantages'; compute them in "
+                "_prepare_batch (SelfHostedGrpoTrainer does) or override _compute_loss"
+            )
+        algo, mask = self.algo, mb["response_mask"].bool()
+        loss, pm = call_with_options(
+            POLICY_LOSSES.get(algo.policy_loss),
+            log_probs,
+            mb["old_log_probs"],
+            mb["advantages"],
+            mask,
+            algo.loss_agg_mode,
+            clip_ratio_low=algo.clip_ratio_low,
+            clip_ratio_high=algo.clip_ratio_high,
+            clip_ratio_c=algo.clip_ratio_c,
+        )
+        metrics: dict[str, Tensor | float] = {"actor/pg_loss": loss.detach()}
+        metrics.update(
+            {f"actor/{'pg_clipfrac' if k == 'clip_frac' else k}": v for k, v in pm.items()}
+        )
+        if self.use_kl_loss:
+            kl = KL_PENALTIES.get(algo.kl_penalty)(log_probs, mb["ref_log_probs"], mask)
+            kl_loss = agg_loss(kl, mask, algo.loss_agg_mode)
+            loss = loss + self.kl_ctrl.value * kl_loss
+            metrics["actor/kl_loss"] = kl_loss.detach()
+        if entropy is not None:
+            ent = agg_loss(entropy, mask, algo.loss_agg_mode)
+            metrics["actor/entropy"] = ent.detach()
+            if algo.entropy_coeff > 0:
+                loss = loss - algo.entropy_coeff * ent
+        return loss, metrics
+
+    # -- log-probs on the global batch -----------------------------------------------
+    @torch.no_grad()
+    def compute_log_probs(self, batch: Batch, *, reference: bool = False) -> Tensor:
+        """Log-probs ``[B, R]`` (CPU, float32, 0 on padding) of the responses of the global
+        ``batch`` under the current policy (or the reference model).
+
+        Collective: each rank computes its shard, then the shards are all-gathered.
+        """
+        if reference and self.ref_model is None:
+            raise TrainerError("reference log-probs asked for but no reference model is loaded")
+        shard = shard_rows(batch, self.rank, self.world_size)
+        out = torch.zeros(len(shard), batch.response_width, dtype=torch.float32)
+        self.engine.train(False)
+        row = 0
+        for mb in micro_batches(shard, self.cfg.micro_batch_size):
+            mb = mb.to(self.device)
+            if reference:
+                assert self.ref_model is not None
+                logits = self.ref_model(**model_inputs(mb)).logits
+            else:
+                logits = self.engine.forward(**model_inputs(mb)).logits
+            lp, _ = response_log_probs(logits, mb.prompt_width, mb["responses"], entropy_grad=None)
+            out[row : row + len(mb), : lp.shape[1]] = lp.float().cpu()
+            row += len(mb)
+        full = self.engine.all_gather(out).cpu()[: len(batch)]
+        return torch.where(response_valid(batch), full, 0.0)
+
+    # -- metrics ----------------------------------------------------------------
+    def _input_metrics(self, batch: Batch) -> dict[str, float]:
+        m: dict[str, float] = {"batch/size": float(len(batch))}
+        if len(batch) == 0:
+            return m
+        if "rewards" in batch:
+            m.update(_stats("critic/rewards", batch["rewards"].float()))
+        if "attention_mask" in batch and "responses" in batch:
+            m.update(_stats("response_length", response_valid(batch).sum(-1).float()))
+            prompt = batch["attention_mask"][:, : batch.prompt_width].sum(-1).float()
+            m["prompt_length/mean"] = float(prompt.mean())
+        if "group_ids" in batch:
+            m["batch/num_groups"] = float(torch.unique(batch["group_ids"]).numel())
+        if "policy_versions" in batch:
+            lag = (self.policy_version - batch["policy_versions"]).float()
+            m["batch/version_lag/mean"] = float(lag.mean())
+            m["batch/version_lag/max"] = float(lag.max())
+        return m
+
+    # -- weights ----------------------------------------------------------------
+    def full_state_dict(self) -> dict[str, Tensor] | None:
+        """Consolidated weights on rank 0 (collective under ZeRO-3)."""
+        return self.engine.full_state_dict()
+
+    def publish_snapshot(self) -> PublishedSnapshot | None:
+        """Publish snapshot ``v{policy_version}`` (collective; rank 0 writes)."""
+        if self.spec.snapshot_dir is None:
+            raise TrainerError("publish_snapshot: no snapshot_dir configured")
+        state = self.engine.full_state_dict()
+        error = ""
+        if self.publisher is not None and state is not None:
+            try:
+                config = getattr(self.engine.module, "config", self.model_config)
+                self.last_snapshot = self.publisher.publish(state, config, self.policy_version)
+            except Exception as exc:  # report on every rank, never leave others waiting
+                error = f"{type(exc).__name__}: {exc}"
+        failed = self.engine.all_reduce_sum(torch.tensor([1.0 if error else 0.0]))
+        if float(failed.sum()) > 0:
+            raise TrainerError(
+                f"publishing snapshot v{self.policy_version} failed ({error or 'on rank 0'}); "
+                "'latest' still names the previous snapshot"
+            )
+        return self.last_snapshot if self.rank == 0 else None
+
+    def _snapshot_due(self, updated: bool) -> bool:
+        return (
+            updated
+            and self.spec.snapshot_dir is not None
+            and self.policy_version % self.spec.sync_every == 0
+        )
+
+    def _checkpoint_due(self) -> bool:
+        if self.checkpoints is None or not self.spec.auto_checkpoint:
+            return False
+        freq = self.cfg.save_freq
+        return (freq > 0 and self.global_step % freq == 0) or (
+            self.global_step == self.cfg.total_train_steps
+        )
+
+    def save_checkpoint(self, extra_state: dict[str, Any] | None = None) -> Path | None:
+        """Checkpoint ``step_{global_step}`` (collective); ``extra_state`` is saved with it."""
+        if self.checkpoints is None:
+            raise TrainerError("save_checkpoint: no checkpoint_dir configured")
+        if extra_state is not None:
+            self.extra_state = dict(extra_state)
+        return self.checkpoints.save(self.engine, self.global_step, self.state_dict())
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _stats(prefix: str, values: Tensor, mask: Tensor | None = None) -> dict[str, float]:
+    v = values.detach().float()
+    if mask is not None:
+        v = v[mask.bool()]
+    if v.numel() == 0:
+        return {}
+    return {
+        f"{prefix}/mean": float(v.mean()),
+        f"{prefix}/max": float(v.max()),
+        f"{prefix}/min": float(v.min()),
+    }
+
+
+@contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start

@@ -1,0 +1,95 @@
+"""``SelfHostedGrpoTrainer``: GRPO (and any registered advantage estimator) on grouped batches.
+
+``_prepare_batch`` on the global batch (every rank computes the same result)::
+
+    1. filter_zero_variance_groups: drop groups whose rewards are all equal
+    2. do_old_log_prob_compute: old_log_probs = log pi_theta(y_t) with the current
+       weights (before the update); else the behaviour log-probs stay
+    3. token rewards: r_{i,t} = reward_i on the last valid response token, 0 elsewhere
+    4. use_kl_in_reward: r_{i,t} -= beta * kl_penalty(old_log_probs, ref_log_probs)
+    5. (A, returns) = ADVANTAGE_ESTIMATORS[advantage_estimator](r, mask, group_ids, run_ids)
+    6. off_policy_correction == "tis": w_t = min(exp(old_t - behaviour_t), tis_max_ratio),
+       A_t <- w_t * A_t
+
+Step 6 weights the token losses: every registered policy loss is positively
+homogeneous in the advantage (``L(w A) = w L(A)`` for ``w > 0``, clipping
+included), so scaling ``A`` by the truncated importance weight is the same as
+scaling each token's loss, as truncated importance sampling prescribes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from nexrl.algorithms import (
+    ADVANTAGE_ESTIMATORS,
+    KL_PENALTIES,
+    token_level_from_scalar,
+    zero_variance_group_mask,
+)
+from nexrl.trainer.base import SelfHostedTrainer, TrainerError, call_with_options
+from nexrl.types.batch import Batch
+
+__all__ = ["SelfHostedGrpoTrainer"]
+
+_NEEDS = ("rewards", "group_ids", "response_mask", "responses", "attention_mask")
+
+
+class SelfHostedGrpoTrainer(SelfHostedTrainer):
+    """Group-relative policy optimisation (see the module doc for ``_prepare_batch``)."""
+
+    def _prepare_batch(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+        missing = [k for k in _NEEDS if k not in batch]
+        if missing:
+            raise TrainerError(f"GRPO batch lacks {missing}; build it with Batch.from_trajectories")
+        algo, metrics = self.algo, {}
+        if algo.filter_zero_variance_groups:
+            keep, fm = zero_variance_group_mask(batch["rewards"].float(), batch["group_ids"])
+            metrics.update({f"filter/{k}": float(v) for k, v in fm.items()})
+            batch = batch[keep]
+            if len(batch) == 0:
+                return batch, metrics
+        if algo.do_old_log_prob_compute:
+            start = time.perf_counter()
+            batch["old_log_probs"] = self.compute_log_probs(batch)
+            metrics["timing/old_log_prob"] = time.perf_counter() - start
+        mask = batch["response_mask"].bool()
+        rewards = token_level_from_scalar(batch["rewards"].float(), batch["response_mask"])
+        if self.needs_reference:
+            start = time.perf_counter()
+            batch["ref_log_probs"] = self.compute_log_probs(batch, reference=True)
+            metrics["timing/ref_log_prob"] = time.perf_counter() - start
+        if algo.use_kl_in_reward:
+            kl = KL_PENALTIES.get(algo.kl_penalty)(
+                batch["old_log_probs"], batch["ref_log_probs"], mask
+            )
+            rewards = rewards - self.kl_ctrl.value * kl
+            metrics["actor/reward_kl"] = float(kl[mask].mean()) if mask.any() else 0.0
+        batch["token_level_rewards"] = rewards
+        run_ids = batch.tensors.get("run_ids")
+        advantages, returns = call_with_options(
+            ADVANTAGE_ESTIMATORS.get(algo.advantage_estimator),
+            rewards,
+            mask,
+            batch["group_ids"],
+            run_ids,
+            norm_adv_by_std=algo.norm_adv_by_std,
+            std_ddof=algo.std_ddof,
+            gamma=algo.gamma,
+        )
+        batch["returns"] = returns
+        if algo.off_policy_correction == "tis":
+            if "behaviour_log_probs" not in batch:
+                raise TrainerError("off_policy_correction 'tis' needs behaviour_log_probs")
+            log_w = torch.where(mask, batch["old_log_probs"] - batch["behaviour_log_probs"], 0.0)
+            weight = torch.exp(log_w.clamp(max=20.0)).clamp(max=algo.tis_max_ratio)
+            advantages = advantages * weight
+            if mask.any():
+                metrics["actor/tis_weight_mean"] = float(weight[mask].mean())
+                metrics["actor/tis_clip_frac"] = float(
+                    (log_w[mask] > torch.log(torch.tensor(algo.tis_max_ratio))).float().mean()
+                )
+        batch["advantages"] = advantages
+        return batch, metrics

@@ -1,0 +1,90 @@
+"""Tensor helpers of the trainer step: log-probs from logits, sharding, micro-batches.
+
+Log-probs of the sampled response: with prompt width ``P`` and response width
+``R`` (``input_ids = prompts ++ responses``) the logits at position ``P + t - 1``
+predict response token ``t``::
+
+    log pi(y_t) = z[P+t-1, y_t] - logsumexp(z[P+t-1, :])     (in float32)
+
+Loss units (what a ``loss_agg_mode`` averages over, see
+``nexrl.algorithms.agg_loss``): valid tokens for ``token-mean``, sequences with
+at least one valid token for the ``seq-mean-*`` modes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from nexrl.algorithms import entropy_from_logits
+from nexrl.types.batch import Batch
+
+__all__ = [
+    "loss_units",
+    "micro_batches",
+    "model_inputs",
+    "response_log_probs",
+    "response_valid",
+    "shard_rows",
+]
+
+
+def model_inputs(batch: Batch) -> dict[str, Tensor | bool]:
+    """Keyword arguments of a causal-LM forward over ``prompts ++ responses``."""
+    return {
+        "input_ids": batch["input_ids"],
+        "attention_mask": batch["attention_mask"],
+        "position_ids": batch["position_ids"],
+        "use_cache": False,
+    }
+
+
+def response_log_probs(
+    logits: Tensor, prompt_width: int, responses: Tensor, *, entropy_grad: bool | None = False
+) -> tuple[Tensor, Tensor | None]:
+    """``(log_probs [b, R], entropy [b, R] | None)`` of ``responses`` under ``logits``.
+
+    ``entropy_grad``: None = no entropy; False = entropy without gradient; True = with.
+    """
+    if prompt_width < 1:
+        raise ValueError("log-probs need at least one prompt token before the response")
+    width = responses.shape[1]
+    z = logits[:, prompt_width - 1 : prompt_width - 1 + width].float()
+    log_probs = z.gather(-1, responses.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, dim=-1)
+    entropy = None
+    if entropy_grad is not None:
+        entropy = entropy_from_logits(z if entropy_grad else z.detach())
+    return log_probs, entropy
+
+
+def response_valid(batch: Batch) -> Tensor:
+    """``[B, R]`` bool: real response tokens (attention 1), trained on or not."""
+    return batch["attention_mask"][:, batch.prompt_width :].bool()
+
+
+def loss_units(batch: Batch, mode: str) -> int:
+    """Valid tokens (``token-mean``) or non-empty sequences (``seq-mean-*``)."""
+    mask = batch["response_mask"].bool()
+    if mode == "token-mean":
+        return int(mask.sum())
+    return int(mask.any(-1).sum())
+
+
+def shard_rows(batch: Batch, rank: int, world_size: int) -> Batch:
+    """Rank ``rank``'s contiguous share of ``batch``; every rank gets the same row count.
+
+    Rows are first padded to a multiple of ``world_size`` with copies whose
+    ``response_mask`` is 0 (they contribute nothing to any loss).
+    """
+    padded, _ = batch.pad_rows_to_multiple(world_size)
+    n = len(padded) // world_size
+    return padded[rank * n : (rank + 1) * n]
+
+
+def micro_batches(batch: Batch, size: int) -> list[Batch]:
+    """Consecutive slices of at most ``size`` rows, each cropped of shared padding."""
+    out = []
+    for start in range(0, len(batch), size):
+        mb = batch[start : start + size]
+        out.append(mb.remove_redundant_left_padding().remove_redundant_right_padding())
+    return out

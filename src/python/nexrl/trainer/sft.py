@@ -1,0 +1,33 @@
+"""``SelfHostedSftTrainer``: supervised fine-tuning (cross-entropy on response tokens).
+
+Per micro-batch ``L = agg(-log pi(y_t), response_mask, loss_agg_mode)``: the
+negative log-likelihood of the response tokens the ``response_mask`` marks
+(prompt tokens and masked turns are not trained on). Rewards, groups and
+advantages are ignored; no reference model is loaded.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from nexrl.algorithms import agg_loss
+from nexrl.trainer.base import SelfHostedTrainer
+from nexrl.types.batch import Batch
+
+__all__ = ["SelfHostedSftTrainer"]
+
+
+class SelfHostedSftTrainer(SelfHostedTrainer):
+    """Cross-entropy trainer (see the module doc)."""
+
+    uses_reference_model = False
+
+    def _compute_loss(
+        self, mb: Batch, log_probs: Tensor, entropy: Tensor | None
+    ) -> tuple[Tensor, dict[str, Tensor | float]]:
+        mask = mb["response_mask"].bool()
+        loss = agg_loss(-log_probs, mask, self.algo.loss_agg_mode)
+        metrics: dict[str, Tensor | float] = {"actor/sft_loss": loss.detach()}
+        if entropy is not None:
+            metrics["actor/entropy"] = agg_loss(entropy, mask, self.algo.loss_agg_mode).detach()
+        return loss, metrics

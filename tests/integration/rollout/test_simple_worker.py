@@ -1,0 +1,95 @@
+"""The simple rollout worker against a real embedded server: token-exact trajectories."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.inference.embedded import EmbeddedServer
+from nexrl.config.modules import load_object
+from nexrl.inference import InferenceClient
+from nexrl.modeling import save_tiny_model
+from nexrl.rollout_worker import BaseEvaluationTarget, EvaluationRunResult, Evaluator
+from nexrl.rollout_worker.simple import SimpleRolloutWorker
+from tests.integration.inference._helpers import SERVED_NAME, start_server
+
+WORDS = ["max", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]
+ITEM = {"group_id": 7, "run_id": 2, "data_item": {"prompt": "max 4 3 9", "answer": "9"}}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    model = save_tiny_model(tmp_path_factory.mktemp("m") / "m", vocab=WORDS, seed=3)
+    srv = start_server(model)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def worker(server: EmbeddedServer, evaluator: Evaluator, **sampling: Any) -> SimpleRolloutWorker:
+    client = InferenceClient(server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
+    return SimpleRolloutWorker(client, evaluator, {"max_tokens": 3, **sampling})
+
+
+def max_digit() -> Evaluator:
+    cls = load_object("recipes/max_digit/evaluator.py", "MaxDigitEvaluator", [Path.cwd()], "t")
+    return cls()  # type: ignore[no-any-return]
+
+
+def test_trajectory_is_what_the_server_sampled(server: EmbeddedServer) -> None:
+    w = worker(server, max_digit(), temperature=0.0)
+    (traj,) = asyncio.run(w.rollout(ITEM))
+    # Ask the server again directly, greedy: the same tokens and log-probs.
+    client = InferenceClient(server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
+    (gen,) = asyncio.run(
+        client.chat([{"role": "user", "content": "max 4 3 9"}], max_tokens=3, temperature=0.0)
+    )
+    assert traj.prompt_ids == gen.prompt_token_ids
+    assert traj.response_ids == gen.token_ids
+    assert traj.logprobs == pytest.approx([min(0.0, x) for x in gen.logprobs or []])
+    assert traj.loss_mask == [1] * len(gen.token_ids)
+    assert (traj.group_id, traj.run_id, traj.policy_version) == (7, 2, gen.policy_version)
+    expected = 1.0 if (gen.text or "").split()[:1] == ["9"] else 0.0
+    assert traj.reward == expected
+    assert traj.data_item == ITEM["data_item"]
+    assert traj.metrics["response_length"] == len(gen.token_ids)
+
+
+class Raises(Evaluator):
+    def evaluate(self, data: dict[str, Any], evaluation_target: BaseEvaluationTarget) -> EvaluationRunResult:
+        raise KeyError("answer")
+
+
+def test_evaluator_that_raises_gives_reward_zero_and_an_error_metric(
+    server: EmbeddedServer,
+) -> None:
+    (traj,) = asyncio.run(worker(server, Raises()).rollout(ITEM))
+    assert traj.reward == 0.0
+    assert traj.metrics["evaluator_error"] == 1.0
+    assert "KeyError" in traj.extra_info["evaluator_error"]
+
+
+class NoTrain(SimpleRolloutWorker):
+    def format_task_query(self, data_item: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"role": "system", "content": "max"}, {"role": "user", "content": data_item["prompt"]}]
+
+    def get_train_loss_mask(self, trajectory_infos: list[dict[str, Any]]) -> list[bool]:
+        return [False for _ in trajectory_infos]
+
+
+def test_hooks_shape_the_query_and_the_loss_mask(server: EmbeddedServer) -> None:
+    client = InferenceClient(server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
+    plain = SimpleRolloutWorker(client, max_digit(), {"max_tokens": 2, "temperature": 0.0})
+    custom = NoTrain(client, max_digit(), {"max_tokens": 2, "temperature": 0.0})
+
+    async def both() -> list[list[Any]]:
+        return list(await asyncio.gather(plain.rollout(ITEM), custom.rollout(ITEM)))
+
+    (a,), (b,) = asyncio.run(both())
+    assert len(b.prompt_ids) > len(a.prompt_ids)  # the system message is in the prompt
+    assert b.loss_mask == [0] * len(b.response_ids)

@@ -1,0 +1,134 @@
+"""The trainers on real DeepSpeed (CPU accelerator, gloo, world size 1, in this process)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from backends.inference.embedded.weights import load_snapshot
+from nexrl.trainer import create_trainer
+from nexrl.trainer.ops import model_inputs
+from nexrl.weights.snapshot import latest_snapshot
+from tests.unit.trainer._helpers import make_batch, spec
+from tests.unit.trainer._plain_engine import plain_trainer
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def _logits(model: torch.nn.Module, batch) -> torch.Tensor:  # noqa: ANN001
+    with torch.no_grad():
+        return model(**model_inputs(batch)).logits
+
+
+def test_sft_loss_decreases_on_a_fixed_batch(model_dir: Path, vocab_size: int) -> None:
+    trainer = create_trainer(spec(model_dir, trainer={"type": "self_hosted_sft", "lr": 1e-2}))
+    batch = make_batch(vocab_size, groups=2, group_size=4)
+    losses = [trainer.train_step(batch)["actor/sft_loss"] for _ in range(5)]
+    assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_grpo_loss_decreases_and_good_responses_gain_probability(
+    model_dir: Path, vocab_size: int
+) -> None:
+    s = spec(
+        model_dir,
+        trainer={"lr": 2e-3, "ppo_epochs": 1},
+        algorithm={"do_old_log_prob_compute": False, "clip_ratio_high": 10.0, "clip_ratio_low": 0.9},
+    )
+    trainer = create_trainer(s)
+    batch = make_batch(vocab_size, groups=2, group_size=4, model_dir=model_dir)
+    losses = []
+    for _ in range(4):
+        losses.append(trainer.train_step(batch)["actor/pg_loss"])
+    assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
+    prepared, _ = trainer._prepare_batch(batch)
+    new = trainer.compute_log_probs(prepared)
+    gain = (new - batch["behaviour_log_probs"])[prepared["response_mask"].bool()]
+    adv = prepared["advantages"][prepared["response_mask"].bool()]
+    assert gain[adv > 0].mean() > 0 > gain[adv < 0].mean()
+
+
+def test_deepspeed_update_equals_a_plain_pytorch_update(model_dir: Path, vocab_size: int) -> None:
+    """ZeRO-1 with micro-batches of 3 vs a plain loop on the whole batch: same step."""
+    batch = make_batch(vocab_size, groups=3, group_size=4, model_dir=model_dir)
+    common = {"lr": 1e-3, "grad_clip": 1.0, "weight_decay": 0.01}
+    ds = create_trainer(spec(model_dir, trainer={**common, "micro_batch_size": 3}))
+    plain = plain_trainer(spec(model_dir, trainer={**common, "micro_batch_size": 12}))
+    for _ in range(2):
+        a, b = ds.train_step(batch), plain.train_step(batch)
+        assert a["actor/grad_norm"] == pytest.approx(b["actor/grad_norm"], rel=1e-4)
+        assert a["actor/pg_clipfrac"] == pytest.approx(b["actor/pg_clipfrac"], abs=1e-6)
+    wa, wb = ds.full_state_dict(), plain.full_state_dict()
+    assert wa is not None
+    for k, v in wb.items():
+        assert torch.allclose(wa[k], v, atol=1e-5), k
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_snapshot_reload_gives_identical_logits(
+    model_dir: Path, vocab_size: int, tmp_path: Path, stage: int
+) -> None:
+    s = spec(
+        model_dir, trainer={"zero_stage": stage}, snapshot_dir=str(tmp_path / "snaps"), keep_snapshots=1
+    )
+    trainer = create_trainer(s)
+    batch = make_batch(vocab_size, groups=2, group_size=4, model_dir=model_dir)
+    for _ in range(2):
+        metrics = trainer.train_step(batch)
+    assert metrics["weight/published_version"] == 2.0
+    version, path = latest_snapshot(tmp_path / "snaps") or (None, None)
+    assert version == 2 and path is not None
+    reloaded = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    trainer.engine.train(False)
+    with torch.no_grad():
+        expected = trainer.engine.forward(**model_inputs(batch)).logits
+    assert torch.equal(_logits(reloaded, batch), expected)
+    ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    load_snapshot(path, device=torch.device("cpu"), dtype=torch.float32, reference=ref)
+    assert sorted(p.name for p in (tmp_path / "snaps").iterdir()) == ["latest", "v2"]
+
+
+def test_resume_continues_as_if_uninterrupted(
+    model_dir: Path, vocab_size: int, tmp_path: Path
+) -> None:
+    """4 steps straight == 2 steps, checkpoint, a new trainer resuming, 2 more steps."""
+    batches = [make_batch(vocab_size, groups=2, group_size=4, seed=i) for i in range(4)]
+    settings = {
+        "trainer": {
+            "lr": 3e-3,
+            "lr_scheduler": "cosine",
+            "warmup_steps": 1,
+            "total_train_steps": 4,
+            "save_freq": 2,
+        },
+        "algorithm": {"kl_loss_coef": 0.05, "kl_controller": "adaptive", "kl_target": 0.01},
+    }
+    straight = create_trainer(spec(model_dir, **settings))
+    expected = [straight.train_step(b) for b in batches]
+
+    first = create_trainer(spec(model_dir, checkpoint_dir=str(tmp_path / "ck"), **settings))
+    for b in batches[:2]:
+        first.train_step(b)
+    assert (tmp_path / "ck" / "latest").read_text().strip() == "step_2"
+    first.close()
+
+    resumed = create_trainer(
+        spec(model_dir, checkpoint_dir=str(tmp_path / "ck"), resume_mode="auto", **settings)
+    )
+    assert resumed.resumed_from == tmp_path / "ck" / "step_2"
+    assert (resumed.global_step, resumed.policy_version) == (2, 2)
+    got = [resumed.train_step(b) for b in batches[2:]]
+    for e, g in zip(expected[2:], got, strict=True):
+        assert g["actor/lr"] == pytest.approx(e["actor/lr"])
+        assert g["actor/kl_coef"] == pytest.approx(e["actor/kl_coef"])
+        assert g["actor/grad_norm"] == pytest.approx(e["actor/grad_norm"], rel=1e-4)
+    wa, wb = straight.full_state_dict(), resumed.full_state_dict()
+    assert wa is not None and wb is not None
+    for k, v in wa.items():
+        assert torch.allclose(v, wb[k], atol=1e-6), k
+    assert (tmp_path / "ck" / "latest").read_text().strip() == "step_4"  # the final checkpoint

@@ -1,0 +1,108 @@
+"""Snapshot publishing: loadable HF folders, versions, latest pointer, retention."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from backends.inference.embedded.weights import load_snapshot
+from nexrl.weights.snapshot import (
+    SnapshotPublisher,
+    latest_snapshot,
+    list_snapshots,
+    prepare_state_dict,
+    read_version,
+)
+
+
+def _model(model_dir: Path) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def _perturbed(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {k: v + 0.01 * torch.randn(v.shape, generator=gen) for k, v in model.state_dict().items()}
+
+
+def test_published_snapshot_loads_with_from_pretrained_and_the_server_check(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    model = _model(model_dir)
+    pub = SnapshotPublisher(tmp_path / "snaps", keep=2, tokenizer_dir=model_dir)
+    state = _perturbed(model, 1)
+    snap = pub.publish(state, model.config, version=1)
+    assert snap.path == tmp_path / "snaps" / "v1" and read_version(snap.path) == 1
+    assert snap.num_bytes > sum(t.numel() * 4 for t in state.values())
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "snaps" / "latest")
+    for k, v in loaded.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    assert AutoTokenizer.from_pretrained(snap.path)("largest digit").input_ids
+    served = load_snapshot(snap.path, device=torch.device("cpu"), dtype=torch.float32, reference=model)
+    assert served is not None
+
+
+def test_latest_moves_and_old_versions_are_pruned(model_dir: Path, tmp_path: Path) -> None:
+    model = _model(model_dir)
+    pub = SnapshotPublisher(tmp_path, keep=2)
+    for v in (1, 2, 3, 4):
+        pub.publish(model.state_dict(), model.config, version=v)
+        assert latest_snapshot(tmp_path) == (v, tmp_path / f"v{v}")
+    assert [v for v, _ in list_snapshots(tmp_path)] == [3, 4]
+    assert os.readlink(tmp_path / "latest") == "v4"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_republish_and_discard_newer_after_resume(model_dir: Path, tmp_path: Path) -> None:
+    model = _model(model_dir)
+    pub = SnapshotPublisher(tmp_path, keep=5)
+    for v in (1, 2, 3):
+        pub.publish(_perturbed(model, v), model.config, version=v)
+    assert pub.discard_newer_than(1) == [2, 3]
+    assert latest_snapshot(tmp_path) == (1, tmp_path / "v1")
+    new = _perturbed(model, 99)
+    pub.publish(new, model.config, version=1)  # replaces the v1 latest names
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "latest")
+    assert torch.equal(loaded.state_dict()["lm_head.weight"], new["lm_head.weight"])
+    assert pub.discard_newer_than(0) == [1] and not (tmp_path / "latest").exists()
+
+
+def test_incomplete_folders_are_ignored_and_cleaned(model_dir: Path, tmp_path: Path) -> None:
+    model = _model(model_dir)
+    SnapshotPublisher(tmp_path).publish(model.state_dict(), model.config, version=1)
+    (tmp_path / "v2").mkdir()  # no version file: not a snapshot
+    (tmp_path / ".tmp-v3-deadbeef").mkdir()
+    assert [v for v, _ in list_snapshots(tmp_path)] == [1]
+    SnapshotPublisher(tmp_path)
+    assert not (tmp_path / ".tmp-v3-deadbeef").exists()
+
+
+def test_sharded_snapshot_loads(model_dir: Path, tmp_path: Path) -> None:
+    model = _model(model_dir)
+    pub = SnapshotPublisher(tmp_path, max_shard_bytes=40_000)
+    snap = pub.publish(model.state_dict(), model.config, version=7)
+    assert (snap.path / "model.safetensors.index.json").exists()
+    assert len(list(snap.path.glob("model-*-of-*.safetensors"))) > 1
+    loaded = AutoModelForCausalLM.from_pretrained(snap.path)
+    x = torch.tensor([[5, 6, 7]])
+    assert torch.equal(loaded(x).logits, model(x).logits)
+
+
+def test_tied_embeddings_are_written_once_and_retied() -> None:
+    emb = torch.randn(5, 3)
+    flat = torch.randn(20)
+    state = {"embed.weight": emb, "lm_head.weight": emb, "a": flat[:10], "b": flat[10:]}
+    tied = prepare_state_dict(state, tie_word_embeddings=True)
+    assert set(tied) == {"embed.weight", "a", "b"}
+    assert tied["b"].untyped_storage().data_ptr() != tied["a"].untyped_storage().data_ptr()
+    untied = prepare_state_dict(state, tie_word_embeddings=False)
+    assert torch.equal(untied["lm_head.weight"], emb)
+    assert untied["lm_head.weight"].data_ptr() != untied["embed.weight"].data_ptr()
+
+
+def test_bad_arguments_are_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="keep"):
+        SnapshotPublisher(tmp_path, keep=0)
