@@ -38,7 +38,7 @@ def worker(server: EmbeddedServer, evaluator: Evaluator, **sampling: Any) -> Sim
 
 def max_digit() -> Evaluator:
     cls = load_object("recipes/max_digit/evaluator.py", "MaxDigitEvaluator", [Path.cwd()], "t")
-    return cls()  # type: ignore[no-any-return]
+    return cls()
 
 
 def test_trajectory_is_what_the_server_sampled(server: EmbeddedServer) -> None:
@@ -61,7 +61,9 @@ def test_trajectory_is_what_the_server_sampled(server: EmbeddedServer) -> None:
 
 
 class Raises(Evaluator):
-    def evaluate(self, data: dict[str, Any], evaluation_target: BaseEvaluationTarget) -> EvaluationRunResult:
+    def evaluate(
+        self, data: dict[str, Any], evaluation_target: BaseEvaluationTarget
+    ) -> EvaluationRunResult:
         raise KeyError("answer")
 
 
@@ -76,7 +78,10 @@ def test_evaluator_that_raises_gives_reward_zero_and_an_error_metric(
 
 class NoTrain(SimpleRolloutWorker):
     def format_task_query(self, data_item: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{"role": "system", "content": "max"}, {"role": "user", "content": data_item["prompt"]}]
+        return [
+            {"role": "system", "content": "max"},
+            {"role": "user", "content": data_item["prompt"]},
+        ]
 
     def get_train_loss_mask(self, trajectory_infos: list[dict[str, Any]]) -> list[bool]:
         return [False for _ in trajectory_infos]

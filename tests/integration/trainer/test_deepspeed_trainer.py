@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from transformers import AutoModelForCausalLM
 from backends.inference.embedded.weights import load_snapshot
 from nexrl.trainer import create_trainer
 from nexrl.trainer.ops import model_inputs
+from nexrl.types.batch import Batch
 from nexrl.weights.snapshot import latest_snapshot
 from tests.unit.trainer._helpers import make_batch, spec
 from tests.unit.trainer._plain_engine import plain_trainer
@@ -19,7 +21,7 @@ from tests.unit.trainer._plain_engine import plain_trainer
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
-def _logits(model: torch.nn.Module, batch) -> torch.Tensor:  # noqa: ANN001
+def _logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     with torch.no_grad():
         return model(**model_inputs(batch)).logits
 
@@ -28,7 +30,7 @@ def test_sft_loss_decreases_on_a_fixed_batch(model_dir: Path, vocab_size: int) -
     trainer = create_trainer(spec(model_dir, trainer={"type": "self_hosted_sft", "lr": 1e-2}))
     batch = make_batch(vocab_size, groups=2, group_size=4)
     losses = [trainer.train_step(batch)["actor/sft_loss"] for _ in range(5)]
-    assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
+    assert all(b < a for a, b in itertools.pairwise(losses)), losses
     assert losses[-1] < 0.8 * losses[0]
 
 
@@ -38,14 +40,18 @@ def test_grpo_loss_decreases_and_good_responses_gain_probability(
     s = spec(
         model_dir,
         trainer={"lr": 2e-3, "ppo_epochs": 1},
-        algorithm={"do_old_log_prob_compute": False, "clip_ratio_high": 10.0, "clip_ratio_low": 0.9},
+        algorithm={
+            "do_old_log_prob_compute": False,
+            "clip_ratio_high": 10.0,
+            "clip_ratio_low": 0.9,
+        },
     )
     trainer = create_trainer(s)
     batch = make_batch(vocab_size, groups=2, group_size=4, model_dir=model_dir)
     losses = []
     for _ in range(4):
         losses.append(trainer.train_step(batch)["actor/pg_loss"])
-    assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
+    assert all(b < a for a, b in itertools.pairwise(losses)), losses
     prepared, _ = trainer._prepare_batch(batch)
     new = trainer.compute_log_probs(prepared)
     gain = (new - batch["behaviour_log_probs"])[prepared["response_mask"].bool()]
@@ -74,7 +80,10 @@ def test_snapshot_reload_gives_identical_logits(
     model_dir: Path, vocab_size: int, tmp_path: Path, stage: int
 ) -> None:
     s = spec(
-        model_dir, trainer={"zero_stage": stage}, snapshot_dir=str(tmp_path / "snaps"), keep_snapshots=1
+        model_dir,
+        trainer={"zero_stage": stage},
+        snapshot_dir=str(tmp_path / "snaps"),
+        keep_snapshots=1,
     )
     trainer = create_trainer(s)
     batch = make_batch(vocab_size, groups=2, group_size=4, model_dir=model_dir)
@@ -93,8 +102,9 @@ def test_snapshot_reload_gives_identical_logits(
     assert sorted(p.name for p in (tmp_path / "snaps").iterdir()) == ["latest", "v2"]
 
 
+@pytest.mark.parametrize("stage", [1, 3])
 def test_resume_continues_as_if_uninterrupted(
-    model_dir: Path, vocab_size: int, tmp_path: Path
+    model_dir: Path, vocab_size: int, tmp_path: Path, stage: int
 ) -> None:
     """4 steps straight == 2 steps, checkpoint, a new trainer resuming, 2 more steps."""
     batches = [make_batch(vocab_size, groups=2, group_size=4, seed=i) for i in range(4)]
@@ -105,6 +115,7 @@ def test_resume_continues_as_if_uninterrupted(
             "warmup_steps": 1,
             "total_train_steps": 4,
             "save_freq": 2,
+            "zero_stage": stage,
         },
         "algorithm": {"kl_loss_coef": 0.05, "kl_controller": "adaptive", "kl_target": 0.01},
     }

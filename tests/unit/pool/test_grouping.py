@@ -66,7 +66,7 @@ def test_expire_uses_first_arrival():
     assert g.open_trajectories == 1
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(
     keys=st.lists(st.integers(0, 6), min_size=0, max_size=60),
     group_size=st.integers(1, 5),

@@ -26,7 +26,9 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(
     group_size=st.integers(1, 3),
     groups_per_batch=st.integers(1, 3),
@@ -84,3 +86,78 @@ def test_exactly_once_under_restarts(
         complete = {u for u in written if counts[u // size] == size}
         assert set(delivered) == complete  # nothing lost, nothing extra
         assert drain.stats().pending == len(written) - len(complete)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@settings(
+    max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    group_size=st.integers(2, 3),
+    action=st.sampled_from(["release", "drop"]),
+    perm_seed=st.randoms(use_true_random=False),
+    script=st.lists(
+        st.one_of(
+            st.tuples(st.just("write"), st.integers(1, 4)),
+            st.tuples(st.just("get"), st.just(0)),
+            st.tuples(st.just("tick"), st.integers(1, 15)),
+            st.tuples(st.just("restart"), st.just(0)),
+        ),
+        min_size=1,
+        max_size=16,
+    ),
+)
+def test_timeouts_deliver_or_drop_each_trajectory_once(group_size, action, perm_seed, script):
+    with tempfile.TemporaryDirectory() as tmp:
+        clock = _Clock()
+        cfg = TrajectoryPoolConfig(
+            store=f"{tmp}/pool.zarr",
+            batch_size=group_size,
+            group_size=group_size,
+            key_list=["group_id"],
+            group_timeout_s=10,
+            group_timeout_action=action,
+        )
+        uids = list(range(6 * group_size))
+        perm_seed.shuffle(uids)
+        writer = PoolWriter(cfg.store, clock=clock)
+        pool = TrajectoryPool(cfg, clock=clock)
+        written: list[int] = []
+        delivered: list[int] = []
+        for op, k in script:
+            if op == "write" and len(written) < len(uids):
+                block = uids[len(written) : len(written) + k]
+                writer.append(make_columns(block, group_size=group_size))
+                written.extend(block)
+            elif op == "get":
+                if (batch := pool.get_batch()) is not None:
+                    assert len(batch) <= group_size
+                    delivered.extend(check_columns(batch.columns))
+            elif op == "tick":
+                clock.t += k
+            else:
+                pool = TrajectoryPool(cfg, clock=clock)
+        clock.t += 1000  # every open group times out
+        drain = TrajectoryPool(
+            dataclasses.replace(cfg, batch_readiness="loaded_batch_finished"), clock=clock
+        )
+        while (batch := drain.get_batch(loaded_batch_finished=True)) is not None:
+            delivered.extend(check_columns(batch.columns))
+        assert len(delivered) == len(set(delivered))
+        stats = drain.stats()
+        assert stats.pending == 0
+        assert len(delivered) + stats.timeout_dropped_trajectories == len(written)
+        if action == "release":
+            assert sorted(delivered) == sorted(written)
+        ds = drain.to_xarray() if written else None
+        if ds is not None:
+            uid = ds.metric_uid.values.astype(int)
+            assert set(uid[ds.status.values == 1].tolist()) == set(delivered)
+            assert int((ds.status.values == 2).sum()) == stats.timeout_dropped_trajectories

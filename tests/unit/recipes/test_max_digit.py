@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from nexrl.config.modules import load_object
 from nexrl.rollout_worker import BaseEvaluationTarget
@@ -11,7 +12,7 @@ from nexrl.rollout_worker import BaseEvaluationTarget
 ROOTS = [Path.cwd()]
 
 
-def evaluator():  # type: ignore[no-untyped-def]
+def evaluator() -> Any:
     cls = load_object("recipes/max_digit/evaluator.py", "MaxDigitEvaluator", ROOTS, "test")
     return cls()
 
@@ -27,7 +28,9 @@ def test_rewards_the_largest_digit_only() -> None:
 
 
 def test_shipped_data_is_correct_and_distinct() -> None:
-    rows = [json.loads(x) for x in Path("recipes/max_digit/data/train.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(x) for x in Path("recipes/max_digit/data/train.jsonl").read_text().splitlines()
+    ]
     assert len(rows) == 1000 and len({r["prompt"] for r in rows}) == 1000
     for r in rows:
         digits = [int(x) for x in r["prompt"].split()[1:]]

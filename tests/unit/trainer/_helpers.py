@@ -15,7 +15,12 @@ from nexrl.trainer.spec import TrainerSpec
 from nexrl.types.batch import Batch
 from nexrl.types.trajectory import Trajectory
 
-SMALL_MODEL = {"hidden_size": 32, "num_layers": 2, "num_heads": 4, "intermediate_size": 64}
+SMALL_MODEL: dict[str, Any] = {
+    "hidden_size": 32,
+    "num_layers": 2,
+    "num_heads": 4,
+    "intermediate_size": 64,
+}
 
 
 def save_model(path: Path, seed: int = 0) -> Path:
@@ -31,6 +36,8 @@ def make_batch(
     group_size: int = 4,
     seed: int = 0,
     model_dir: Path | None = None,
+    prompt_len: tuple[int, int] = (2, 6),
+    response_len: tuple[int, int] = (2, 7),
 ) -> Batch:
     """Grouped trajectories with random lengths and 0/1 rewards (each group mixed).
 
@@ -40,8 +47,8 @@ def make_batch(
     trajs = []
     for g in range(groups):
         for i in range(group_size):
-            prompt = [rng.randrange(10, vocab_size) for _ in range(rng.randint(2, 6))]
-            response = [rng.randrange(10, vocab_size) for _ in range(rng.randint(2, 7))]
+            prompt = [rng.randrange(10, vocab_size) for _ in range(rng.randint(*prompt_len))]
+            response = [rng.randrange(10, vocab_size) for _ in range(rng.randint(*response_len))]
             mask = [1] * len(response)
             if len(response) > 3 and rng.random() < 0.3:
                 mask[1] = 0  # a masked token inside the response

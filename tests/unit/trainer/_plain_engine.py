@@ -24,7 +24,11 @@ class PlainEngine:
         self._module = model.train()
         self.cfg = cfg
         self.opt = torch.optim.AdamW(
-            model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999), eps=1e-8
+            model.parameters(),
+            lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
+            betas=(0.9, 0.999),
+            eps=1e-8,
         )
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lr_lambda(cfg.lr_scheduler, cfg.warmup_steps, total_optimizer_steps)
@@ -85,7 +89,7 @@ class PlainEngine:
         self.opt.load_state_dict(state["opt"])
         self.sched.load_state_dict(state["sched"])
 
-    def close(self) -> None:
+    def close(self, destroy_process_group: bool = False) -> None:
         pass
 
 

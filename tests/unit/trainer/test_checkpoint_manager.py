@@ -55,7 +55,9 @@ def test_save_load_roundtrip_and_latest(tmp_path: Path) -> None:
     assert (tmp_path / "latest").read_text().strip() == "step_2"
     assert json.loads((tmp_path / "step_2" / "meta.json").read_text())["policy_version"] == 2
     eng2 = FileEngine()
-    state = mgr.load(eng2, mgr.resolve("auto"))
+    found = mgr.resolve("auto")
+    assert found is not None
+    state = mgr.load(eng2, found)
     assert state["global_step"] == 2 and torch.equal(eng2.value, torch.full((3,), 2.0))
     assert mgr.resolve("disable") is None
 
@@ -63,7 +65,7 @@ def test_save_load_roundtrip_and_latest(tmp_path: Path) -> None:
 def test_failed_commit_keeps_latest_and_removes_the_partial_folder(tmp_path: Path) -> None:
     mgr, eng = CheckpointManager(tmp_path), FileEngine()
     mgr.save(eng, 1, _state(1))
-    with pytest.raises(CheckpointError, match="step_2.*latest' still names the previous"):
+    with pytest.raises(CheckpointError, match=r"step_2.*latest' still names the previous"):
         mgr.save(eng, 2, _state(2, bad=lambda: None))  # the trainer state cannot be pickled
     assert mgr.latest() == tmp_path / "step_1"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step_1"]
@@ -86,18 +88,18 @@ def test_from_path_accepts_a_folder_or_a_root_and_explains_bad_paths(tmp_path: P
     mgr.save(eng, 4, _state(4))
     assert mgr.resolve("from_path", tmp_path / "ck" / "step_4") == tmp_path / "ck" / "step_4"
     assert mgr.resolve("from_path", tmp_path / "ck") == tmp_path / "ck" / "step_4"
-    with pytest.raises(CheckpointError, match="not a complete checkpoint"):
+    with pytest.raises(CheckpointError, match=r"not a complete checkpoint"):
         mgr.resolve("from_path", tmp_path / "nowhere")
-    with pytest.raises(CheckpointError, match="resume.path is not set"):
+    with pytest.raises(CheckpointError, match=r"resume.path is not set"):
         mgr.resolve("from_path", None)
-    with pytest.raises(CheckpointError, match="disable, auto, from_path"):
+    with pytest.raises(CheckpointError, match=r"disable, auto, from_path"):
         mgr.resolve("sometimes")
 
 
 def test_world_size_mismatch_is_refused(tmp_path: Path) -> None:
     mgr = CheckpointManager(tmp_path)
     mgr.save(FileEngine(world_size=2), 1, _state(1))
-    with pytest.raises(CheckpointError, match="2 trainer rank.*world_size=1"):
+    with pytest.raises(CheckpointError, match=r"2 trainer rank.*world_size=1"):
         mgr.load(FileEngine(world_size=1), tmp_path / "step_1")
 
 

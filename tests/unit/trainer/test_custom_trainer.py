@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from nexrl.trainer import (
     resolve_trainer_class,
 )
 
-GOOD = '''
+GOOD = """
 from nexrl.trainer import SelfHostedGrpoTrainer
 
 class MyTrainer(SelfHostedGrpoTrainer):
@@ -29,7 +30,7 @@ class NotATrainer:
 
 def make_trainer():
     pass
-'''
+"""
 
 
 @pytest.fixture
@@ -41,7 +42,7 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _cfg(**kw: object) -> TrainerConfig:
+def _cfg(**kw: Any) -> TrainerConfig:
     return replace(TrainerConfig(), **kw)
 
 
@@ -51,12 +52,14 @@ def test_builtin_types() -> None:
 
 
 def test_unknown_type_suggests_the_closest() -> None:
-    with pytest.raises(RecipeError, match="trainer.type.*did you mean 'self_hosted_grpo'"):
+    with pytest.raises(RecipeError, match=r"trainer.type.*did you mean 'self_hosted_grpo'"):
         resolve_trainer_class(_cfg(type="self_hosted_grp"))
 
 
 def test_custom_class_loads_relative_to_the_roots(workspace: Path) -> None:
-    cfg = _cfg(custom_trainer_module_path="agents/my_trainer.py", custom_trainer_class_name="MyTrainer")
+    cfg = _cfg(
+        custom_trainer_module_path="agents/my_trainer.py", custom_trainer_class_name="MyTrainer"
+    )
     cls = resolve_trainer_class(cfg, [workspace])
     assert cls.__name__ == "MyTrainer" and issubclass(cls, SelfHostedGrpoTrainer)
 
@@ -64,10 +67,26 @@ def test_custom_class_loads_relative_to_the_roots(workspace: Path) -> None:
 @pytest.mark.parametrize(
     ("path", "name", "message"),
     [
-        ("agents/missing.py", "X", r"custom_trainer_module_path: file 'agents/missing.py' not found"),
-        ("agents/my_trainer.py", "Nope", r"defines no 'Nope'; classes defined there: MyTrainer, NotATrainer"),
-        ("agents/my_trainer.py", "NotATrainer", r"'NotATrainer' .* is a class that does not subclass nexrl.trainer.SelfHostedTrainer"),
-        ("agents/my_trainer.py", "make_trainer", r"'make_trainer' .* is a function that does not subclass"),
+        (
+            "agents/missing.py",
+            "X",
+            r"custom_trainer_module_path: file 'agents/missing.py' not found",
+        ),
+        (
+            "agents/my_trainer.py",
+            "Nope",
+            r"defines no 'Nope'; classes defined there: MyTrainer, NotATrainer",
+        ),
+        (
+            "agents/my_trainer.py",
+            "NotATrainer",
+            r"'NotATrainer' .* is a class that does not subclass nexrl.trainer.SelfHostedTrainer",
+        ),
+        (
+            "agents/my_trainer.py",
+            "make_trainer",
+            r"'make_trainer' .* is a function that does not subclass",
+        ),
         ("agents/my_trainer.py", None, r"custom_trainer_class_name: not set"),
         ("agents/broken.py", "X", r"syntax error in .*broken.py:1"),
         ("agents/bad_import.py", "X", r"importing .*bad_import.py failed: ModuleNotFoundError"),
@@ -81,7 +100,7 @@ def test_loading_errors_name_the_field_file_and_fix(
 
 
 def test_class_name_without_a_module_path() -> None:
-    with pytest.raises(RecipeError, match="custom_trainer_class_name: 'MyTrainer' is set but"):
+    with pytest.raises(RecipeError, match=r"custom_trainer_class_name: 'MyTrainer' is set but"):
         resolve_trainer_class(_cfg(custom_trainer_class_name="MyTrainer"))
 
 

@@ -55,3 +55,12 @@ def test_importing_nexrl_trainer_does_not_import_deepspeed() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
     assert out.stdout.strip() == "False"
+
+
+def test_unknown_backend_is_a_recipe_error() -> None:
+    from nexrl.config.errors import RecipeError
+    from nexrl.trainer.engine import load_backend
+
+    with pytest.raises(RecipeError, match=r"trainer.backend 'megatron': cannot import"):
+        load_backend("megatron")
+    assert callable(load_backend("deepspeed"))

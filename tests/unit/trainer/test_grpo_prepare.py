@@ -54,7 +54,9 @@ def test_all_groups_filtered_skips_the_update(model_dir: Path, vocab_size: int) 
 
 def test_tis_weights_scale_advantages(model_dir: Path, vocab_size: int) -> None:
     base = plain_trainer(spec(model_dir))
-    tis = plain_trainer(spec(model_dir, algorithm={"off_policy_correction": "tis", "tis_max_ratio": 2.0}))
+    tis = plain_trainer(
+        spec(model_dir, algorithm={"off_policy_correction": "tis", "tis_max_ratio": 2.0})
+    )
     raw = make_batch(vocab_size, model_dir=model_dir)
     shift = torch.zeros_like(raw["behaviour_log_probs"])
     shift[::2] = math.log(3.0)  # behaviour 3x less likely -> weight min(3, 2) = 2
@@ -127,7 +129,7 @@ def test_micro_batching_matches_one_full_batch(model_dir: Path, vocab_size: int)
 
 def test_base_trainer_needs_advantages(model_dir: Path, vocab_size: int) -> None:
     trainer = plain_trainer(spec(model_dir), cls=SelfHostedTrainer)
-    with pytest.raises(TrainerError, match="no 'advantages'.*_prepare_batch"):
+    with pytest.raises(TrainerError, match=r"no 'advantages'.*_prepare_batch"):
         trainer.train_step(make_batch(vocab_size))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -17,7 +18,7 @@ def test_linear_decays_to_zero_at_total() -> None:
     f = [lr_factor(s, "linear", 2, 10) for s in range(11)]
     assert f[:2] == [0.5, 1.0]
     assert f[2] == 1.0 and f[6] == pytest.approx(0.5) and f[10] == 0.0
-    assert all(a >= b for a, b in zip(f[2:], f[3:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(f[2:]))
 
 
 def test_cosine_halfway_is_half() -> None:
@@ -28,5 +29,5 @@ def test_cosine_halfway_is_half() -> None:
 
 
 def test_unknown_schedule_is_named() -> None:
-    with pytest.raises(ValueError, match="'cosin'.*constant, linear, cosine"):
+    with pytest.raises(ValueError, match=r"'cosin'.*constant, linear, cosine"):
         lr_lambda("cosin", 0, 10)

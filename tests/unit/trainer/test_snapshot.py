@@ -16,6 +16,7 @@ from nexrl.weights.snapshot import (
     list_snapshots,
     prepare_state_dict,
     read_version,
+    write_safetensors,
 )
 
 
@@ -25,7 +26,9 @@ def _model(model_dir: Path) -> torch.nn.Module:
 
 def _perturbed(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    return {k: v + 0.01 * torch.randn(v.shape, generator=gen) for k, v in model.state_dict().items()}
+    return {
+        k: v + 0.01 * torch.randn(v.shape, generator=gen) for k, v in model.state_dict().items()
+    }
 
 
 def test_published_snapshot_loads_with_from_pretrained_and_the_server_check(
@@ -41,7 +44,9 @@ def test_published_snapshot_loads_with_from_pretrained_and_the_server_check(
     for k, v in loaded.state_dict().items():
         assert torch.equal(v, state[k]), k
     assert AutoTokenizer.from_pretrained(snap.path)("largest digit").input_ids
-    served = load_snapshot(snap.path, device=torch.device("cpu"), dtype=torch.float32, reference=model)
+    served = load_snapshot(
+        snap.path, device=torch.device("cpu"), dtype=torch.float32, reference=model
+    )
     assert served is not None
 
 
@@ -53,6 +58,7 @@ def test_latest_moves_and_old_versions_are_pruned(model_dir: Path, tmp_path: Pat
         assert latest_snapshot(tmp_path) == (v, tmp_path / f"v{v}")
     assert [v for v, _ in list_snapshots(tmp_path)] == [3, 4]
     assert os.readlink(tmp_path / "latest") == "v4"
+    pub.wait()  # pruned folders are deleted in the background
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
@@ -91,16 +97,21 @@ def test_sharded_snapshot_loads(model_dir: Path, tmp_path: Path) -> None:
     assert torch.equal(loaded(x).logits, model(x).logits)
 
 
-def test_tied_embeddings_are_written_once_and_retied() -> None:
+def test_tied_and_flat_buffer_tensors_round_trip(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
     emb = torch.randn(5, 3)
-    flat = torch.randn(20)
-    state = {"embed.weight": emb, "lm_head.weight": emb, "a": flat[:10], "b": flat[10:]}
+    flat = torch.randn(20, dtype=torch.float32)
+    half = torch.randn(4, dtype=torch.bfloat16)
+    state = {"embed.weight": emb, "lm_head.weight": emb, "a": flat[:10], "b": flat[10:], "h": half}
     tied = prepare_state_dict(state, tie_word_embeddings=True)
-    assert set(tied) == {"embed.weight", "a", "b"}
-    assert tied["b"].untyped_storage().data_ptr() != tied["a"].untyped_storage().data_ptr()
-    untied = prepare_state_dict(state, tie_word_embeddings=False)
-    assert torch.equal(untied["lm_head.weight"], emb)
-    assert untied["lm_head.weight"].data_ptr() != untied["embed.weight"].data_ptr()
+    assert list(tied) == ["embed.weight", "a", "b", "h"]
+    assert tied["b"].data_ptr() == flat[10:].data_ptr()  # written from the buffer, no copy
+    write_safetensors(prepare_state_dict(state), tmp_path)
+    loaded = load_file(tmp_path / "model.safetensors")
+    assert loaded.keys() == state.keys()
+    for k, v in state.items():
+        assert torch.equal(loaded[k], v) and loaded[k].dtype == v.dtype, k
 
 
 def test_bad_arguments_are_named(tmp_path: Path) -> None:

@@ -40,6 +40,8 @@ if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
 
 __all__ = ["DeepSpeedEngine", "build_engine", "ds_config", "init_distributed", "uses_gpu"]
 
+REQUIRES = ("deepspeed",)  # checked by nexrl.trainer.engine.load_backend
+
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
@@ -275,10 +277,16 @@ class DeepSpeedEngine:
         if path is None:
             raise RuntimeError(f"DeepSpeed could not load checkpoint {load_dir}/{tag}")
 
-    def close(self) -> None:
+    def close(self, destroy_process_group: bool = False) -> None:
         destroy = getattr(self.engine, "destroy", None)
         if callable(destroy):
             destroy()
+        if destroy_process_group:
+            import deepspeed.comm as ds_comm
+            import torch.distributed as dist
+
+            if dist.is_initialized():  # DeepSpeed's own teardown also drops its cached groups
+                ds_comm.destroy_process_group()
 
 
 def build_engine(

@@ -16,10 +16,10 @@ from typing import Any
 from nexrl.pool.kv import KVStore
 from nexrl.pool.layout import COMMITS
 
-__all__ = ["CommitLog", "CommitMarker", "MarkerCache"]
+__all__ = ["CommitLog", "CommitMarker"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CommitMarker:
     """What one append made visible."""
 
@@ -85,43 +85,3 @@ class CommitLog:
                 seq += 1
             next_seq[writer] = seq
         return found
-
-
-class MarkerCache:
-    """Markers already read (they never change), kept from the consumer's ``done``
-    watermark up, so that rebuilding a reader's index (after a rewind or a failed
-    save) does not read them again."""
-
-    def __init__(self, log: CommitLog) -> None:
-        self.log = log
-        self._cache: dict[str, dict[int, CommitMarker]] = {}
-        self._lo: dict[str, int] = {}  # no cached seq of the writer is below this
-
-    def scan(self, next_seq: dict[str, int]) -> list[CommitMarker]:
-        """Like ``CommitLog.scan``, served from the cache where possible."""
-        found: list[CommitMarker] = []
-        for writer in self.log.writers():
-            seq = next_seq.setdefault(writer, 0)
-            cache = self._cache.setdefault(writer, {})
-            while True:
-                m = cache.get(seq)
-                if m is None:
-                    m = self.log.read(writer, seq)
-                    if m is None:
-                        break
-                    cache[seq] = m
-                    self._lo[writer] = min(self._lo.get(writer, seq), seq)
-                found.append(m)
-                seq += 1
-            next_seq[writer] = seq
-        return found
-
-    def prune(self, done: dict[str, int]) -> None:
-        """Forget markers below each writer's fully handled watermark."""
-        for writer, upto in done.items():
-            cache, lo = self._cache.get(writer), self._lo.get(writer, upto)
-            if cache is None or lo >= upto:
-                continue
-            for seq in range(lo, upto):
-                cache.pop(seq, None)
-            self._lo[writer] = upto

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from nexrl.pool.columns import TrajectoryColumns
-from nexrl.pool.commits import CommitLog, CommitMarker, MarkerCache
+from nexrl.pool.commits import CommitLog, CommitMarker
 from nexrl.pool.cursor import Cursor
 from nexrl.pool.grouping import GroupIndex
 from nexrl.pool.layout import COL
@@ -60,38 +60,57 @@ class PoolIndex:
         key_list: Sequence[str],
         group_size: int,
         segments: dict[str, Segment] | None = None,
-        markers: MarkerCache | None = None,
     ) -> None:
         self.url, self.storage_options, self.log = url, storage_options, log
         self.cursor = cursor
         self.key_list = list(key_list)
         self.groups = GroupIndex(group_size, grouped=bool(self.key_list))
-        self._next_seq: dict[str, int] = {w: cursor.done(w) for w in cursor.writers}
-        # unindexed commit parts, oldest commit first: (time, writer, seq, first index, marker)
+        self._seen: dict[str, int] = {}  # per writer: next marker number to discover
+        # The next unindexed commit (part) of each writer, oldest first:
+        # (time, writer, seq, first index, marker). Later markers are re-read when their
+        # turn comes, so memory holds one marker per writer, not one per pending commit.
         self._heap: list[tuple[float, str, int, int, CommitMarker]] = []
+        self._queued: set[str] = set()  # writers with an entry in the heap
         self.entries: dict[int, Entry] = {}
         self._next_entry = 0
         self.segments: dict[str, Segment] = {} if segments is None else segments
-        self.markers = MarkerCache(log) if markers is None else markers
         self.pending = 0  # committed and not handled (indexed or not)
         self.unindexed = 0
-        self.discovered_writers: set[str] = set()
 
     # -- discovery ---------------------------------------------------------
     def scan(self) -> int:
         """Find new commits; returns how many new pending trajectories they hold."""
         new = 0
-        for m in self.markers.scan(self._next_seq):
-            self.discovered_writers.add(m.writer)
-            handled = self.cursor.handled(m.writer, m.seq)
-            left = 0 if handled is None else m.n - len(handled)
-            if left == 0:
-                continue
-            heapq.heappush(self._heap, (m.time, m.writer, m.seq, 0, m))
-            self.pending += left
-            self.unindexed += left
-            new += left
+        for writer in self.log.writers():
+            seq = self._seen.get(writer, self.cursor.done(writer))
+            while (m := self.log.read(writer, seq)) is not None:
+                left = self._left(m)
+                self.pending += left
+                self.unindexed += left
+                new += left
+                if left and writer not in self._queued:
+                    self._push(m, 0)
+                seq += 1
+            self._seen[writer] = seq
         return new
+
+    def _left(self, m: CommitMarker) -> int:
+        handled = self.cursor.handled(m.writer, m.seq)
+        return 0 if handled is None else m.n - len(handled)
+
+    def _push(self, m: CommitMarker, start: int) -> None:
+        heapq.heappush(self._heap, (m.time, m.writer, m.seq, start, m))
+        self._queued.add(m.writer)
+
+    def _queue_next(self, writer: str, seq: int) -> None:
+        """Queue the writer's first commit from ``seq`` on that still has pending trajectories."""
+        self._queued.discard(writer)
+        while seq < self._seen[writer]:
+            m = self.log.read(writer, seq)
+            if m is not None and self._left(m):
+                self._push(m, 0)
+                return
+            seq += 1
 
     def horizon(self, now: float) -> float:
         """Time up to which every commit is indexed (``now`` when all are)."""
@@ -116,13 +135,15 @@ class PoolIndex:
         parts: list[tuple[CommitMarker, int, int]] = []  # (marker, start, stop)
         got = 0
         while self._heap and (need is None or got < need):
-            t, writer, seq, start, m = heapq.heappop(self._heap)
+            _, writer, seq, start, m = heapq.heappop(self._heap)
             stop = m.n
             if need is not None:
                 rc = self.segment(writer).chunking.row_chunk
                 stop = min(m.n, -(-(start + need - got) // rc) * rc)
-                if stop < m.n:
-                    heapq.heappush(self._heap, (t, writer, seq, stop, m))
+            if stop < m.n:
+                self._push(m, stop)
+            else:
+                self._queue_next(writer, seq + 1)
             parts.append((m, start, stop))
             got += stop - start
         by_writer: dict[str, list[tuple[CommitMarker, int, int]]] = {}

@@ -74,9 +74,7 @@ class TrajectoryPool:
             self.config.key_list,
             self.config.group_size,
             segments=None if old is None else old.segments,
-            markers=None if old is None else old.markers,
         )
-        self.index.markers.prune({w: p.done for w, p in cursor.writers.items()})
 
     # -- writers and control -------------------------------------------------
     def writer(self) -> PoolWriter:
@@ -226,7 +224,6 @@ class TrajectoryPool:
         self.cursor = new
         self.index.cursor = new
         self.index.forget(refs)
-        self.index.markers.prune({w: p.done for w, p in new.writers.items()})
 
     # -- state -----------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -236,6 +233,11 @@ class TrajectoryPool:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Rewind the consumer to a checkpoint's ``state_dict``: batches handed out after it
         are handed out again (the trainer never trained on them)."""
+        if state.get("consumer", self.config.consumer) != self.config.consumer:
+            raise ValueError(
+                f"pool state is for consumer {state['consumer']!r}, this pool consumes as "
+                f"{self.config.consumer!r}"
+            )
         gen = int(state["generation"])
         if gen == self.cursor.generation:
             return

@@ -61,7 +61,9 @@ class BaseRolloutWorker(ABC):
         """Run one episode for ``item`` (a data-loader item) and score it."""
 
     # -- helpers -------------------------------------------------------------
-    def evaluate(self, data_item: dict[str, Any], target: BaseEvaluationTarget) -> EvaluationRunResult:
+    def evaluate(
+        self, data_item: dict[str, Any], target: BaseEvaluationTarget
+    ) -> EvaluationRunResult:
         """Run the evaluator; one that raises gives reward 0 and an error metric."""
         try:
             result = self.evaluator.evaluate(data_item, target)
@@ -71,8 +73,12 @@ class BaseRolloutWorker(ABC):
                     f"{type(result).__name__}, not EvaluationRunResult"
                 )
         except Exception as exc:  # user code: never crash the run
-            log.warning("evaluator %s failed: %s: %s", type(self.evaluator).__name__,
-                        type(exc).__name__, exc)
+            log.warning(
+                "evaluator %s failed: %s: %s",
+                type(self.evaluator).__name__,
+                type(exc).__name__,
+                exc,
+            )
             return EvaluationRunResult(
                 reward=0.0,
                 metrics={"evaluator_error": 1.0},
@@ -101,7 +107,10 @@ class BaseRolloutWorker(ABC):
             run_id=int(item["run_id"]),
             policy_version=int(gen.policy_version or 0),
             metrics={**result.metrics, "response_length": float(len(gen.token_ids))},
-            extra_info={**result.extra_info, "finish_reason": gen.finish_reason,
-                        "ground_truth": result.ground_truth},
+            extra_info={
+                **result.extra_info,
+                "finish_reason": gen.finish_reason,
+                "ground_truth": result.ground_truth,
+            },
             data_item=item.get("data_item", {}),
         )

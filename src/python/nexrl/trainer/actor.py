@@ -25,6 +25,7 @@ after ``spec.dist_timeout_s``).
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -39,6 +40,7 @@ from nexrl.trainer.spec import TrainerSpec
 __all__ = ["RankInfo", "TrainerActor", "TrainerGroup", "TrainerGroupError", "pick_workers"]
 
 _GRACE_S = 10.0
+logger = logging.getLogger(__name__)
 
 
 class TrainerGroupError(RuntimeError):
@@ -123,13 +125,10 @@ class TrainerActor:
         return None if state is None else {k: v.detach().cpu() for k, v in state.items()}
 
     def close(self) -> None:
-        import torch.distributed as dist
-
+        """Free the trainer and leave the process group, so this worker can host a new one."""
         if self.trainer is not None:
-            self.trainer.close()
+            self.trainer.close(destroy_process_group=True)
             self.trainer = None
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def _free_port() -> int:
@@ -220,9 +219,17 @@ class TrainerGroup:
             )
             for addr, info in zip(addrs, infos, strict=True)
         ]
-        actors = [f.result(timeout=timeout_s) for f in futures]
+        try:
+            actors = [f.result(timeout=timeout_s) for f in futures]
+        except BaseException:
+            client.cancel(futures)
+            raise
         group = cls(client, futures, actors, infos, timeout_s)
-        group.call("setup")
+        try:
+            group.call("setup")
+        except BaseException:
+            group.close()  # leave no half-joined process group behind on those workers
+            raise
         return group
 
     @property
@@ -281,6 +288,8 @@ class TrainerGroup:
         """Tear down the trainers and process groups, then release the actors."""
         try:
             self.call("close", timeout_s=60.0)
+        except TrainerGroupError as exc:  # a rank that never set up (or died)
+            logger.warning("closing trainer group: %s", exc)
         finally:
             self.client.cancel(self._futures)
             self._futures = []

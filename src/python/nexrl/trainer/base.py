@@ -424,8 +424,11 @@ class SelfHostedTrainer:
             self.extra_state = dict(extra_state)
         return self.checkpoints.save(self.engine, self.global_step, self.state_dict())
 
-    def close(self) -> None:
-        self.engine.close()
+    def close(self, destroy_process_group: bool = False) -> None:
+        """Free the engine (and leave the process group when asked: actors do)."""
+        if self.publisher is not None:
+            self.publisher.wait()
+        self.engine.close(destroy_process_group=destroy_process_group)
 
 
 def _seed_everything(seed: int) -> None:

@@ -2,8 +2,9 @@
 
 A backend module ``backends.training.<name>_engine`` (``trainer.backend``) exposes
 ``build_engine(model, config, *, total_optimizer_steps, dist_timeout_s) ->
-TrainingEngine``. It is imported by name only when a recipe selects it, so
-``nexrl`` never imports DeepSpeed at module import time.
+TrainingEngine`` and may list the packages it needs in ``REQUIRES``. It is
+imported by name only when a recipe selects it, so ``nexrl`` never imports
+DeepSpeed at module import time.
 
 Gradient accumulation is driven by the trainer, not by the engine's counter:
 before each micro-batch's forward the trainer calls
@@ -15,6 +16,7 @@ applies the update once per accumulated batch and returns the gradient norm.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -83,7 +85,9 @@ class TrainingEngine(Protocol):
         """Collective: restore what ``save_checkpoint`` wrote."""
         ...
 
-    def close(self) -> None: ...
+    def close(self, destroy_process_group: bool = False) -> None:
+        """Free the engine; optionally leave the process group (a later group may form)."""
+        ...
 
 
 BuildEngine = Callable[..., TrainingEngine]
@@ -101,6 +105,14 @@ def load_backend(name: str) -> BuildEngine:
                 f"backend's packages (deepspeed for 'deepspeed') or pick another backend"
             ]
         ) from None
+    missing = [m for m in getattr(module, "REQUIRES", ()) if importlib.util.find_spec(m) is None]
+    if missing:
+        raise RecipeError(
+            [
+                f"trainer.backend '{name}' needs {', '.join(missing)}, which is not installed "
+                f"(pip install {' '.join(missing)})"
+            ]
+        )
     build = getattr(module, "build_engine", None)
     if not callable(build):
         raise RecipeError([f"trainer.backend '{name}': {module_name} defines no build_engine()"])

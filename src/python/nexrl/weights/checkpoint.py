@@ -30,6 +30,7 @@ is not complete).
 from __future__ import annotations
 
 import json
+import logging
 import random
 import re
 import time
@@ -48,6 +49,8 @@ __all__ = [
     "is_complete",
     "set_rng_state",
 ]
+
+logger = logging.getLogger(__name__)
 
 META_FILE = "meta.json"
 LATEST_FILE = "latest"
@@ -217,7 +220,10 @@ class CheckpointManager:
         atomic_write_bytes(tmp / META_FILE, json.dumps(meta, indent=2).encode())
         replace_dir(tmp, final)
         atomic_write_bytes(self.root / LATEST_FILE, f"{final.name}\n".encode())
-        self.prune()
+        try:
+            self.prune()
+        except OSError as exc:  # the checkpoint is committed; housekeeping can wait
+            logger.warning("pruning old checkpoints under %s failed: %s", self.root, exc)
 
     def prune(self) -> list[int]:
         """Delete complete checkpoints beyond the newest ``keep``; the steps deleted."""

@@ -19,8 +19,10 @@ Each ``rename`` is atomic, so a reader sees either the previous snapshot or the
 complete new one: a writer killed at any point, or a write failing (disk full,
 file too large, permissions), leaves ``latest`` on the previous good snapshot
 and at worst a stray ``.tmp-*`` folder, which the next publisher removes. Old
-snapshots beyond ``keep`` are deleted after ``latest`` moved (the one ``latest``
-names is never deleted).
+snapshots beyond ``keep`` are pruned after ``latest`` moved (the one ``latest``
+names never is): renamed to ``.trash-*`` at once, so no reader sees a
+half-deleted snapshot, then deleted in a background thread, off the publish's
+critical path.
 
 ZeRO: callers pass a *consolidated* state dict (``TrainingEngine.full_state_dict``
 gathers ZeRO-3 partitions on rank 0; stages 0-2 keep full parameters).
@@ -30,9 +32,12 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import re
 import shutil
+import struct
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -42,7 +47,7 @@ from typing import Any
 
 import torch
 
-from nexrl.weights.fsutil import atomic_symlink, fsync_dir, fsync_tree, remove_tree
+from nexrl.weights.fsutil import atomic_symlink, fsync_dir, fsync_tree, remove_tree, replace_dir
 
 __all__ = [
     "LATEST_NAME",
@@ -56,6 +61,8 @@ __all__ = [
     "read_version",
     "write_safetensors",
 ]
+
+logger = logging.getLogger(__name__)
 
 LATEST_NAME = "latest"
 VERSION_FILE = "version"
@@ -131,33 +138,84 @@ def latest_snapshot(root: str | Path) -> tuple[int, Path] | None:
 def prepare_state_dict(
     state_dict: Mapping[str, torch.Tensor], *, tie_word_embeddings: bool = False
 ) -> dict[str, torch.Tensor]:
-    """CPU, contiguous tensors that safetensors can store.
+    """CPU tensors to write, in order.
 
-    Tensors sharing storage (tied embeddings) cannot be saved twice: with
-    ``tie_word_embeddings`` the later names are dropped (``from_pretrained``
-    re-ties them), otherwise they are stored as separate copies.
+    A name that aliases an earlier tensor exactly (tied embeddings) is dropped
+    with ``tie_word_embeddings`` (``from_pretrained`` re-ties it) and written
+    as its own copy of the bytes otherwise. CPU tensors are not copied: views
+    into a flat buffer (ZeRO-1/2 parameters) are written straight from it.
     """
     out: dict[str, torch.Tensor] = {}
-    same: dict[tuple[Any, ...], str] = {}  # exact alias -> first name
-    storages: set[tuple[str, int]] = set()
+    seen: set[tuple[Any, ...]] = set()
     for name, tensor in state_dict.items():
         t = tensor.detach()
-        ptr = (str(t.device), t.untyped_storage().data_ptr())
-        alias = (*ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()))
-        if t.numel() > 0 and alias in same:
-            if tie_word_embeddings:
-                continue
-            out[name] = t.to("cpu", copy=True).contiguous()
-        elif t.numel() > 0 and ptr in storages:  # a different view of a stored storage
-            out[name] = t.to("cpu", copy=True).contiguous()
-        else:
-            same[alias] = name
-            storages.add(ptr)
-            t = t.to("cpu").contiguous()
-            if t.untyped_storage().nbytes() != t.numel() * t.element_size():
-                t = t.clone()  # a view into a flat buffer (ZeRO 1/2): store only its bytes
-            out[name] = t
+        alias = (
+            str(t.device),
+            t.untyped_storage().data_ptr(),
+            t.storage_offset(),
+            tuple(t.shape),
+            tuple(t.stride()),
+        )
+        if tie_word_embeddings and t.numel() > 0 and alias in seen:
+            continue
+        seen.add(alias)
+        out[name] = t.to("cpu")
     return out
+
+
+_ST_DTYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
+}
+
+
+def _byte_view(t: torch.Tensor) -> memoryview:
+    """The tensor's bytes without a copy (little-endian, as safetensors stores them)."""
+    t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    elif t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        t = t.view(torch.uint8)
+    array: Any = t.numpy()
+    return memoryview(array).cast("B")
+
+
+def _write_safetensors_file(path: Path, tensors: Mapping[str, torch.Tensor]) -> int:
+    """One safetensors file: 8-byte header size, JSON header (8-byte aligned), raw data.
+
+    Written tensor by tensor straight from memory; returns the data bytes.
+    """
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, t in tensors.items():
+        if t.dtype not in _ST_DTYPES:
+            raise SnapshotError(f"tensor {name!r}: dtype {t.dtype} cannot be stored in safetensors")
+        n = t.numel() * t.element_size()
+        header[name] = {
+            "dtype": _ST_DTYPES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + n],
+        }
+        offset += n
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)))
+        fh.write(raw)
+        for t in tensors.values():
+            if t.numel() > 0:
+                fh.write(_byte_view(t))
+    return offset
 
 
 def write_safetensors(
@@ -168,11 +226,9 @@ def write_safetensors(
 ) -> int:
     """Write ``model.safetensors`` (or shards + ``model.safetensors.index.json``); returns bytes.
 
-    Tensors must already be CPU, contiguous and storage-disjoint
-    (:func:`prepare_state_dict`). Shards follow the Hugging Face naming.
+    Tensors must be on the CPU (:func:`prepare_state_dict`). Shards follow the
+    Hugging Face naming; each tensor's bytes are written without a copy.
     """
-    from safetensors.torch import save_file
-
     out = Path(out_dir)
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
@@ -183,15 +239,13 @@ def write_safetensors(
             size = 0
         shards[-1][name] = t
         size += nbytes
-    total = sum(t.numel() * t.element_size() for t in state_dict.values())
-    meta = {"format": "pt"}
     if len(shards) == 1:
-        save_file(shards[0], str(out / "model.safetensors"), metadata=meta)
-        return total
+        return _write_safetensors_file(out / "model.safetensors", shards[0])
+    total = 0
     weight_map = {}
     for i, shard in enumerate(shards, start=1):
         fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(out / fname), metadata=meta)
+        total += _write_safetensors_file(out / fname, shard)
         weight_map.update(dict.fromkeys(shard, fname))
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
@@ -231,6 +285,7 @@ class SnapshotPublisher:
         self.keep = keep
         self.tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir is not None else None
         self.max_shard_bytes = max_shard_bytes
+        self._deleter: threading.Thread | None = None
         self.root.mkdir(parents=True, exist_ok=True)
         self.cleanup_partial()
 
@@ -271,12 +326,15 @@ class SnapshotPublisher:
             (tmp / VERSION_FILE).write_text(f"{version}\n")
             num_bytes = fsync_tree(tmp)
             self._unpoint_latest_from(final)
-            _replace(tmp, final)
+            replace_dir(tmp, final)
             atomic_symlink(final.name, self.root / LATEST_NAME)
         except BaseException:
             remove_tree(tmp)
             raise
-        self.prune()
+        try:
+            self.prune(background=True)
+        except OSError as exc:  # the snapshot is published; housekeeping can wait
+            logger.warning("pruning old snapshots under %s failed: %s", self.root, exc)
         return PublishedSnapshot(version, final, num_bytes, time.perf_counter() - start)
 
     def _unpoint_latest_from(self, final: Path) -> None:
@@ -290,19 +348,39 @@ class SnapshotPublisher:
         if others:
             atomic_symlink(others[-1].name, link)
 
-    def prune(self) -> list[int]:
-        """Delete complete snapshots beyond the newest ``keep`` (never ``latest``'s); the
-        versions deleted."""
+    def prune(self, *, background: bool = False) -> list[int]:
+        """Drop complete snapshots beyond the newest ``keep`` (never ``latest``'s).
+
+        Each is first renamed to ``.trash-*`` (so no reader ever sees a half-deleted
+        snapshot), then deleted, in a background thread when ``background``.
+        Returns the versions dropped.
+        """
         current = latest_snapshot(self.root)
         snaps = list_snapshots(self.root)
-        doomed = [(v, p) for v, p in snaps[: max(0, len(snaps) - self.keep)]]
-        removed = []
-        for v, p in doomed:
+        removed, trash = [], []
+        for v, p in snaps[: max(0, len(snaps) - self.keep)]:
             if current is not None and v == current[0]:
                 continue
-            remove_tree(p)
+            t = p.with_name(f".trash-{p.name}-{uuid.uuid4().hex[:8]}")
+            os.rename(p, t)
+            trash.append(t)
             removed.append(v)
+        if trash:
+            self.wait()
+            if background:
+                self._deleter = threading.Thread(
+                    target=_remove_all, args=(trash,), name="snapshot-prune", daemon=True
+                )
+                self._deleter.start()
+            else:
+                _remove_all(trash)
         return removed
+
+    def wait(self) -> None:
+        """Wait for a background deletion of pruned snapshots to finish."""
+        if self._deleter is not None:
+            self._deleter.join()
+            self._deleter = None
 
     def discard_newer_than(self, version: int) -> list[int]:
         """After a resume to ``version``: drop snapshots a lost run published past it.
@@ -320,18 +398,15 @@ class SnapshotPublisher:
         elif link.is_symlink():
             link.unlink()
             fsync_dir(self.root)
+        trash = []
         for _, p in newer:
-            remove_tree(p)
+            t = p.with_name(f".trash-{p.name}-{uuid.uuid4().hex[:8]}")
+            os.rename(p, t)
+            trash.append(t)
+        _remove_all(trash)
         return [v for v, _ in newer]
 
 
-def _replace(tmp: Path, final: Path) -> None:
-    """``rename(tmp, final)``; an existing ``final`` is renamed aside and deleted."""
-    trash = None
-    if final.exists():
-        trash = final.with_name(f".trash-{final.name}-{uuid.uuid4().hex[:8]}")
-        os.rename(final, trash)
-    os.rename(tmp, final)
-    fsync_dir(final.parent)
-    if trash is not None:
-        remove_tree(trash)
+def _remove_all(paths: list[Path]) -> None:
+    for p in paths:
+        remove_tree(p)

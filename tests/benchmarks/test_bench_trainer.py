@@ -1,0 +1,200 @@
+"""Trainer benchmarks (pytest-benchmark), each against a baseline in the same run.
+
+* ``trainer-step``: one GRPO update (PPO-clip loss through the registries, AdamW,
+  grad clip 1.0) of the DeepSpeed trainer (ZeRO-1, CPU accelerator, gloo, world
+  size 1, ``train_step`` with all its metrics) against a plain PyTorch loop doing
+  the same forward / loss / backward / step on the same model and batch.
+  extra_info: tokens/s, and for DeepSpeed ``vs_plain`` (its tokens/s over the
+  plain loop's) and ``vs_plain_paired`` (median of per-pair ratios, each
+  DeepSpeed step right after a plain step: robust to load on a shared machine).
+* ``snapshot-publish``: ``publish_snapshot`` of a ~27 MB model (consolidate,
+  write safetensors + config + tokenizer, fsync, rename, repoint ``latest``,
+  prune) against the I/O floor: the same number of bytes written with plain
+  file writes + fsync. extra_info: bytes, MB/s, ``vs_floor`` (floor time over
+  publish time; 1.0 = at the floor) and ``vs_floor_paired`` (median over
+  publishes each right after a floor write).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from nexrl.algorithms import ADVANTAGE_ESTIMATORS, entropy_from_logits
+from nexrl.algorithms.advantages import token_level_from_scalar
+from nexrl.algorithms.policy_loss import ppo_clip
+from nexrl.trainer import create_trainer
+from nexrl.trainer.ops import model_inputs, response_log_probs
+from tests.unit.trainer._helpers import make_batch, spec
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+STEP_MODEL = {"hidden_size": 128, "intermediate_size": 256, "num_layers": 2, "num_heads": 4}
+PUBLISH_MODEL = {"hidden_size": 512, "intermediate_size": 1376, "num_layers": 2, "num_heads": 8}
+TRAIN = {"lr": 1e-4, "grad_clip": 1.0, "micro_batch_size": 32, "zero_stage": 1}
+ALGO = {"do_old_log_prob_compute": False}
+_results: dict[str, float] = {}
+
+
+def _save(path: Path, **model: Any) -> Path:
+    from nexrl.modeling.tiny import save_tiny_model
+
+    return save_tiny_model(path, seed=0, init_std=0.05, **model)
+
+
+@pytest.fixture(scope="module")
+def step_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    model_dir = _save(tmp_path_factory.mktemp("bench") / "model", **STEP_MODEL)
+    batch = make_batch(
+        427,
+        groups=8,
+        group_size=4,
+        seed=0,
+        model_dir=model_dir,
+        prompt_len=(16, 32),
+        response_len=(32, 96),
+    )
+    return {"model_dir": model_dir, "batch": batch, "tokens": float(batch["attention_mask"].sum())}
+
+
+class PlainLoop:
+    """The baseline: the same GRPO step written directly in PyTorch."""
+
+    def __init__(self, model_dir: Path, batch: Any) -> None:
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model.config.use_cache = False
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=TRAIN["lr"], weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8
+        )
+        self.batch = batch
+
+    def step(self) -> float:
+        b, mask = self.batch, self.batch["response_mask"].bool()
+        rewards = token_level_from_scalar(b["rewards"], b["response_mask"])
+        adv, _ = ADVANTAGE_ESTIMATORS.get("grpo")(rewards, mask, b["group_ids"], b["run_ids"])
+        self.model.train()
+        logits = self.model(**model_inputs(b)).logits
+        lp, _ = response_log_probs(logits, b.prompt_width, b["responses"], entropy_grad=None)
+        loss, _ = ppo_clip(lp, b["old_log_probs"], adv, mask, "token-mean", clip_ratio=0.2)
+        with torch.no_grad():  # the trainer reports entropy too
+            z = logits[:, b.prompt_width - 1 : -1].float()
+            entropy_from_logits(z)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), TRAIN["grad_clip"])
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return float(norm)
+
+
+@pytest.mark.benchmark(group="trainer-step")
+def test_train_step_plain_pytorch(benchmark: Any, step_setup: dict[str, Any]) -> None:
+    loop = PlainLoop(step_setup["model_dir"], step_setup["batch"])
+    benchmark.pedantic(loop.step, rounds=10, warmup_rounds=2)
+    tps = step_setup["tokens"] / benchmark.stats.stats.mean
+    _results["plain_tokens_per_s"] = tps
+    benchmark.extra_info.update({"tokens_per_step": step_setup["tokens"], "tokens_per_s": tps})
+
+
+@pytest.mark.benchmark(group="trainer-step")
+def test_train_step_deepspeed(benchmark: Any, step_setup: dict[str, Any]) -> None:
+    trainer = create_trainer(spec(step_setup["model_dir"], trainer=TRAIN, algorithm=ALGO))
+    batch = step_setup["batch"]
+    metrics = benchmark.pedantic(trainer.train_step, args=(batch,), rounds=10, warmup_rounds=2)
+    assert metrics["actor/update_skipped"] == 0.0
+    tps = step_setup["tokens"] / benchmark.stats.stats.mean
+    loop = PlainLoop(step_setup["model_dir"], batch)
+    ratios = []
+    for _ in range(8):  # paired: a plain step, then a DeepSpeed step
+        t0 = time.perf_counter()
+        loop.step()
+        t1 = time.perf_counter()
+        trainer.train_step(batch)
+        ratios.append((t1 - t0) / (time.perf_counter() - t1))
+    info = {"tokens_per_step": step_setup["tokens"], "tokens_per_s": tps}
+    if "plain_tokens_per_s" in _results:
+        info["vs_plain"] = tps / _results["plain_tokens_per_s"]
+    info["vs_plain_paired"] = statistics.median(ratios)
+    info["load_avg_1m"] = os.getloadavg()[0]  # the machine may be shared
+    benchmark.extra_info.update(info)
+    trainer.close()
+
+
+@pytest.fixture(scope="module")
+def publish_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("publish")
+    model_dir = _save(root / "model", **PUBLISH_MODEL)
+    trainer = create_trainer(
+        spec(model_dir, trainer=TRAIN, snapshot_dir=str(root / "snaps"), keep_snapshots=2)
+    )
+    snap = trainer.publish_snapshot()
+    assert snap is not None
+    return {"root": root, "trainer": trainer, "bytes": snap.num_bytes}
+
+
+def _write_floor(path: Path, num_bytes: int) -> None:
+    block = b"\0" * (8 * 1024 * 1024)
+    with open(path, "wb") as fh:
+        left = num_bytes
+        while left > 0:
+            left -= fh.write(block[: min(left, len(block))])
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+@pytest.mark.benchmark(group="snapshot-publish")
+def test_disk_write_floor(benchmark: Any, publish_setup: dict[str, Any]) -> None:
+    path = publish_setup["root"] / "floor.bin"
+
+    def setup() -> None:
+        path.unlink(missing_ok=True)
+
+    benchmark.pedantic(
+        _write_floor, args=(path, publish_setup["bytes"]), setup=setup, rounds=5, warmup_rounds=1
+    )
+    _results["floor_s"] = benchmark.stats.stats.mean
+    mb = publish_setup["bytes"] / 1e6
+    benchmark.extra_info.update(
+        {"bytes": publish_setup["bytes"], "MB_per_s": mb / _results["floor_s"]}
+    )
+    path.unlink(missing_ok=True)
+
+
+@pytest.mark.benchmark(group="snapshot-publish")
+def test_snapshot_publish(benchmark: Any, publish_setup: dict[str, Any]) -> None:
+    trainer = publish_setup["trainer"]
+
+    def publish() -> None:
+        trainer.policy_version += 1
+        trainer.publish_snapshot()
+
+    benchmark.pedantic(publish, rounds=5, warmup_rounds=1)
+    mean = benchmark.stats.stats.mean
+    floor_file = publish_setup["root"] / "floor-paired.bin"
+    ratios = []
+    for _ in range(5):  # paired: the floor write, then a publish of the same bytes
+        floor_file.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        _write_floor(floor_file, publish_setup["bytes"])
+        t1 = time.perf_counter()
+        publish()
+        ratios.append((t1 - t0) / (time.perf_counter() - t1))
+    floor_file.unlink(missing_ok=True)
+    info: dict[str, float] = {
+        "bytes": publish_setup["bytes"],
+        "MB_per_s": publish_setup["bytes"] / 1e6 / mean,
+    }
+    if "floor_s" in _results:
+        info["vs_floor"] = _results["floor_s"] / mean
+    info["vs_floor_paired"] = statistics.median(ratios)
+    info["load_avg_1m"] = os.getloadavg()[0]
+    benchmark.extra_info.update(info)
+    snaps = sorted(p.name for p in (publish_setup["root"] / "snaps").iterdir())
+    assert len([s for s in snaps if s.startswith("v")]) == 2 and "latest" in snaps
