@@ -14,6 +14,7 @@ checkpoint carry the coefficient across restarts.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Any
 
 import torch
@@ -96,14 +97,15 @@ def _check_coef(value: float) -> float:
     return value
 
 
-class _KLController:
+class _KLController(ABC):
     kind = ""
 
     def __init__(self, kl_coef: float) -> None:
         self.value = _check_coef(kl_coef)
 
+    @abstractmethod
     def update(self, current_kl: float | Tensor, n_steps: int) -> None:
-        raise NotImplementedError
+        """Adjust ``value`` after ``n_steps`` steps that measured ``current_kl``."""
 
     def state_dict(self) -> dict[str, Any]:
         return {"type": self.kind, "value": self.value}
