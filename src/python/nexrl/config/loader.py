@@ -36,12 +36,27 @@ def load_recipe(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ())
         raise RecipeError([f"{recipe}: recipe file not found (working directory: {Path.cwd()})"])
     path = path.resolve()
     search = f"hydra.searchpath=[file://{SHIPPED_CONFIGS}]"
+    overrides = [_force(o) for o in overrides]
     try:
         with initialize_config_dir(config_dir=str(path.parent), version_base="1.3"):
             cfg = compose(config_name=path.stem, overrides=[*overrides, search])
     except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as exc:
         raise RecipeError([f"{recipe}: {_first_line(exc)}"]) from None
     return cfg
+
+
+def _force(override: str) -> str:
+    """``key=value`` on a recipe section becomes ``++key=value`` (set or add): every schema
+    field can be overridden whether or not the recipe file spells it out. Unknown keys
+    are then reported by the schema check, with suggestions."""
+    from nexrl.config.schema import RecipeConfig
+
+    if override.startswith(("+", "~")) or "=" not in override:
+        return override
+    key = override.split("=", 1)[0]
+    if key.split(".", 1)[0] in RecipeConfig.__dataclass_fields__:
+        return f"++{override}"
+    return override
 
 
 def _first_line(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ roots and returns a list of problems; ``RULES`` runs them all.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,25 @@ def loadable_classes(cfg: DictConfig, roots: list[Path]) -> list[str]:
     return out
 
 
+def logger_backends(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    from nexrl.metrics.sinks import METRIC_SINKS, missing_packages
+
+    out = []
+    valid = ", ".join(METRIC_SINKS)
+    for name in cfg.logger.backends:
+        if name not in METRIC_SINKS:
+            close = difflib.get_close_matches(str(name), list(METRIC_SINKS), n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            out.append(f"logger.backends: unknown metric sink '{name}'; {hint}valid: {valid}")
+        elif missing := missing_packages(name):
+            need = " ".join(missing)
+            out.append(
+                f"logger.backends: '{name}' needs {need}, which is not installed: "
+                f"pip install {need}, or remove '{name}' from logger.backends"
+            )
+    return out
+
+
 RULES: tuple[Rule, ...] = (
     pool_grouping,
     sync_mode_settings,
@@ -148,4 +168,5 @@ RULES: tuple[Rule, ...] = (
     paired_fields,
     registered_algorithms,
     loadable_classes,
+    logger_backends,
 )

@@ -32,7 +32,10 @@ class RolloutWorkerConfig:
         None, help="agent_config.yaml for type 'agent'.", path=True
     )
     num_workers: int = cfg_field(
-        4, help="Rollout futures kept in flight at once on the Dask cluster.", minimum=1
+        64,
+        help="Most prompt groups rolled out at once (each is a rollout future and an "
+        "evaluator future on the Dask cluster); back-pressure for large batches.",
+        minimum=1,
     )
     temperature: float = cfg_field(1.0, help="Sampling temperature.", minimum=0.0)
     top_p: float = cfg_field(1.0, help="Nucleus sampling probability mass (0, 1].", minimum=0.0)

@@ -50,7 +50,10 @@ class ServiceConfig:
 class LoggerConfig:
     backends: list[str] = cfg_field(
         default_factory=lambda: ["console", "jsonl"],
-        help="Metric sinks: console, jsonl (output_dir/metrics.jsonl).",
+        help="Metric sinks: console (a log line per step), jsonl (output_dir/metrics.jsonl; "
+        "always on, listed or not), tensorboard (output_dir/tensorboard), mlflow (offline "
+        "store output_dir/mlruns; needs `pip install mlflow`), wandb (offline run in "
+        "output_dir/wandb; needs `pip install wandb`).",
     )
     level: str = cfg_field("INFO", help="Log level.", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     plot_every: int = cfg_field(

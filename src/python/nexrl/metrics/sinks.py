@@ -1,0 +1,370 @@
+"""Metric sinks: where each step's metrics go, chosen by name in ``logger.backends``.
+
+``METRIC_SINKS`` maps a name to its class. Every sink is built the same way,
+``cls(output_dir, run_name=..., config=..., resume_step=...)``, and has
+``log(step, metrics)`` and ``close()``. Optional packages (tensorboard, mlflow,
+wandb) are imported only when their sink is built; a missing one is a
+``MetricSinkError`` at construction that says what to install.
+
+* ``jsonl``       — ``<output_dir>/metrics.jsonl``, one JSON object per step (always on);
+* ``console``     — one compact log line per step on the ``nexrl.metrics`` logger;
+* ``tensorboard`` — event files under ``<output_dir>/tensorboard``;
+* ``mlflow``      — an offline file store at ``<output_dir>/mlruns``;
+* ``wandb``       — an offline run under ``<output_dir>/wandb``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import logging
+import math
+import os
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+__all__ = [
+    "METRICS_FILE",
+    "METRIC_SINKS",
+    "ConsoleSink",
+    "JsonlSink",
+    "MetricSink",
+    "MetricSinkError",
+    "MlflowSink",
+    "TensorBoardSink",
+    "WandbSink",
+    "missing_packages",
+    "parse_metric_lines",
+]
+
+METRICS_FILE = "metrics.jsonl"
+RESERVED_KEYS = ("step", "time")
+
+log = logging.getLogger("nexrl.metrics")
+
+
+class MetricSinkError(RuntimeError):
+    """A sink cannot be built (unknown name, missing package)."""
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def parse_metric_lines(text: str, source: str = METRICS_FILE) -> tuple[list[dict[str, Any]], bool]:
+    """Parse the text of a metrics.jsonl file into rows.
+
+    Returns ``(rows, torn)``: ``torn`` is true when the last line was a partial
+    write (not a complete JSON object followed by a newline) and was dropped.
+    A bad line anywhere else is corruption, not a torn write: ``ValueError``.
+    """
+    lines = text.split("\n")
+    # A complete file ends with "\n", so the final split item is "".
+    tail = lines.pop()
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and not tail:
+                # last complete line garbled (e.g. a crash mid-append after a torn write)
+                return rows, True
+            raise ValueError(f"{source}:{number}: not a JSON object ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{source}:{number}: not a JSON object")
+        rows.append(row)
+    torn = bool(tail.strip())
+    return rows, torn
+
+
+def missing_packages(name: str) -> list[str]:
+    """Packages the sink ``name`` needs that are not importable here (``[]`` if none)."""
+    cls = METRIC_SINKS.get(name)
+    if cls is None:
+        return []
+    return [p for p in cls.requires if importlib.util.find_spec(p) is None]
+
+
+class MetricSink(ABC):
+    """One destination of per-step metrics.
+
+    ``requires`` names the import packages the sink needs (checked by the recipe
+    rule for ``logger.backends`` before a run starts, and again at construction).
+    """
+
+    name: ClassVar[str] = ""
+    requires: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        run_name: str = "nexrl",
+        config: dict[str, Any] | None = None,
+        resume_step: int | None = None,
+    ) -> None:
+        self.output_dir = Path(output_dir)
+        self.run_name = run_name
+        self.config = config
+        self.resume_step = resume_step
+
+    @abstractmethod
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record ``metrics`` for ``step``."""
+
+    def close(self) -> None:  # noqa: B027 (optional hook; most sinks have nothing to release)
+        """Flush and release whatever the sink holds."""
+
+    def _missing(self, package: str, exc: ImportError) -> MetricSinkError:
+        """The error for a package this sink needs that cannot be imported."""
+        return MetricSinkError(
+            f"logger.backends: the '{self.name}' metric sink needs the '{package}' package, "
+            f"which cannot be imported ({exc}). Install it (pip install {package}) or remove "
+            f"'{self.name}' from logger.backends."
+        )
+
+    def _import(self, module: str) -> Any:
+        """Import ``module`` of an optional package (not a project dependency, so not
+        imported by name) or raise a ``MetricSinkError`` that says what to install."""
+        try:
+            return importlib.import_module(module)
+        except ImportError as exc:
+            raise self._missing(module.split(".")[0], exc) from exc
+
+
+class JsonlSink(MetricSink):
+    """Appends ``{"step": S, "time": T, "<metric>": value, ...}`` lines to metrics.jsonl.
+
+    NaN and infinities are written as ``null``. Each line is flushed (not
+    fsynced) as it is written. On open, a torn last line left by a killed process
+    is dropped; with ``resume_step=S`` rows with ``step > S`` are removed too (the
+    file is rewritten atomically), since those steps will be run again.
+    ``resume_step=0`` therefore starts the file afresh; ``None`` keeps every row.
+    The metric keys ``step`` and ``time`` are reserved and ignored if passed.
+    """
+
+    name = "jsonl"
+
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        run_name: str = "nexrl",
+        config: dict[str, Any] | None = None,
+        resume_step: int | None = None,
+    ) -> None:
+        super().__init__(output_dir, run_name=run_name, config=config, resume_step=resume_step)
+        self.path = self.output_dir / METRICS_FILE
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self._repair(resume_step)
+        self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+
+    def _repair(self, resume_step: int | None) -> None:
+        if not self.path.exists():
+            return
+        text = self.path.read_text(encoding="utf-8")
+        rows, torn = parse_metric_lines(text, str(self.path))
+        kept = rows
+        if resume_step is not None:
+            kept = [
+                r for r in rows if not (isinstance(r.get("step"), int) and r["step"] > resume_step)
+            ]
+        if torn or len(kept) != len(rows):
+            dropped = len(rows) - len(kept)
+            log.info(
+                "%s: dropping %d row(s) after step %s%s",
+                self.path,
+                dropped,
+                resume_step,
+                " and a torn last line" if torn else "",
+            )
+            self._rewrite(kept)
+
+    def _rewrite(self, rows: list[dict[str, Any]]) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        try:
+            with tmp.open("w", encoding="utf-8") as f:
+                for row in rows:
+                    f.write(json.dumps(row, allow_nan=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        if self._file is None:
+            raise ValueError(f"{self.path}: log() after close()")
+        row: dict[str, Any] = {"step": int(step), "time": round(time.time(), 3)}
+        for key, value in metrics.items():
+            if key not in RESERVED_KEYS:
+                row[key] = _finite_or_none(float(value))
+        self._file.write(json.dumps(row, allow_nan=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class ConsoleSink(MetricSink):
+    """One compact log line per step: the key metrics present, on ``nexrl.metrics``."""
+
+    name = "console"
+    # (metric, label) shown when present, in this order
+    KEY_METRICS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reward/mean", "reward"),
+        ("val/reward/mean", "val_reward"),
+        ("actor/pg_loss", "loss"),
+        ("actor/kl_loss", "kl"),
+        ("actor/entropy", "entropy"),
+        ("response_length/mean", "resp_len"),
+        ("perf/trajectories_per_s", "traj/s"),
+        ("version/lag_max", "lag"),
+        ("timing/step", "step_s"),
+    )
+    FALLBACK_COUNT = 4
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        log.info("%s", self.format_line(step, metrics))
+
+    def format_line(self, step: int, metrics: dict[str, float]) -> str:
+        """``step 3 | reward 0.41 | loss -0.0123 | ...`` (the first few metrics if no key one)."""
+        parts = [
+            f"{label} {_fmt(metrics[key])}" for key, label in self.KEY_METRICS if key in metrics
+        ]
+        if not parts:
+            parts = [f"{k} {_fmt(metrics[k])}" for k in sorted(metrics)[: self.FALLBACK_COUNT]]
+        return " | ".join([f"step {step}", *parts])
+
+
+class TensorBoardSink(MetricSink):
+    """``add_scalar`` per metric into ``<output_dir>/tensorboard``.
+
+    On resume from step S, events after S are purged (``purge_step=S+1``).
+    Events are flushed by the writer's own timer and at ``close()``.
+    """
+
+    name = "tensorboard"
+    requires = ("tensorboard",)
+
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        run_name: str = "nexrl",
+        config: dict[str, Any] | None = None,
+        resume_step: int | None = None,
+    ) -> None:
+        super().__init__(output_dir, run_name=run_name, config=config, resume_step=resume_step)
+        try:
+            import tensorboard  # noqa: F401 (a dependency: imported by name so Pants infers it)
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as exc:
+            raise self._missing("tensorboard", exc) from exc
+        self.log_dir = self.output_dir / "tensorboard"
+        purge = resume_step + 1 if resume_step is not None else None
+        self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            self._writer.add_scalar(key, value, global_step=step)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class MlflowSink(MetricSink):
+    """A run in the offline MLflow file store ``file://<output_dir>/mlruns``.
+
+    The experiment is ``config["project_name"]`` (default ``nexrl``), the run is
+    named ``run_name``; ``config`` is stored as the artifact ``config.json``.
+    Non-finite values are skipped (MLflow stores them poorly).
+    """
+
+    name = "mlflow"
+    requires = ("mlflow",)
+
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        run_name: str = "nexrl",
+        config: dict[str, Any] | None = None,
+        resume_step: int | None = None,
+    ) -> None:
+        super().__init__(output_dir, run_name=run_name, config=config, resume_step=resume_step)
+        tracking = self._import("mlflow.tracking")
+        entities = self._import("mlflow.entities")
+        self._metric_cls = entities.Metric
+        store = (self.output_dir / "mlruns").resolve()
+        store.mkdir(parents=True, exist_ok=True)
+        self._client = tracking.MlflowClient(tracking_uri=store.as_uri())
+        experiment = str((config or {}).get("project_name") or "nexrl")
+        found = self._client.get_experiment_by_name(experiment)
+        exp_id = found.experiment_id if found else self._client.create_experiment(experiment)
+        run = self._client.create_run(exp_id, run_name=run_name)
+        self._run_id = run.info.run_id
+        if config:
+            self._client.log_dict(self._run_id, config, "config.json")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        now = int(time.time() * 1000)
+        batch = [
+            self._metric_cls(key, value, now, step)
+            for key, value in metrics.items()
+            if math.isfinite(value)
+        ]
+        if batch:
+            self._client.log_batch(self._run_id, metrics=batch)
+
+    def close(self) -> None:
+        self._client.set_terminated(self._run_id)
+
+
+class WandbSink(MetricSink):
+    """An offline Weights & Biases run in ``<output_dir>/wandb`` (sync it later with
+    ``wandb sync``). The project is ``config["project_name"]`` (default ``nexrl``)."""
+
+    name = "wandb"
+    requires = ("wandb",)
+
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        run_name: str = "nexrl",
+        config: dict[str, Any] | None = None,
+        resume_step: int | None = None,
+    ) -> None:
+        super().__init__(output_dir, run_name=run_name, config=config, resume_step=resume_step)
+        wandb = self._import("wandb")
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self._run = wandb.init(
+            project=str((config or {}).get("project_name") or "nexrl"),
+            name=run_name,
+            dir=str(self.output_dir),
+            mode="offline",
+            config=config or {},
+        )
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self._run.log(dict(metrics), step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+METRIC_SINKS: dict[str, type[MetricSink]] = {
+    cls.name: cls for cls in (ConsoleSink, JsonlSink, TensorBoardSink, MlflowSink, WandbSink)
+}

@@ -1,0 +1,128 @@
+"""End-of-run summary from metrics.jsonl rows: ``summary.json`` plus a few lines of text."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SUMMARY_FILE", "format_summary", "summarize", "write_summary"]
+
+SUMMARY_FILE = "summary.json"
+TRAIN_KEY = "reward/mean"
+VAL_KEY = "val/reward/mean"
+WINDOW = 5  # steps averaged at the start and at the end
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _is_training_row(row: dict[str, Any]) -> bool:
+    """A row with some metric besides validation ones (``val/...``)."""
+    return any(k not in ("step", "time") and not k.startswith("val/") for k in row)
+
+
+def _by_step(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    """``(step, value)`` of ``key`` per step, sorted; a later row for a step wins."""
+    points: dict[int, float] = {}
+    for row in rows:
+        step, value = row.get("step"), _number(row.get(key))
+        if isinstance(step, int) and value is not None:
+            points[step] = value
+    return sorted(points.items())
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Numbers describing a run from its metrics rows.
+
+    * ``steps_run``, ``first_step``, ``last_step``: distinct training steps (rows
+      with only ``val/`` metrics, like a validation before step 1, do not count);
+    * ``reward_first5_mean`` / ``reward_last5_mean``: mean ``reward/mean`` over the
+      first / last 5 steps that have it (fewer if the run is shorter);
+    * ``val_reward_first`` / ``val_reward_last`` / ``val_reward_best`` and
+      ``val_reward_best_step`` from ``val/reward/mean``;
+    * ``wall_time_s``: last minus first ``time`` (from the first logged row to
+      the last; includes any pause between a crash and its resume).
+
+    Missing values are ``None``.
+    """
+    steps = sorted(
+        {r["step"] for r in rows if isinstance(r.get("step"), int) and _is_training_row(r)}
+    )
+    reward = [v for _, v in _by_step(rows, TRAIN_KEY)]
+    val = _by_step(rows, VAL_KEY)
+    best = max(val, key=lambda p: p[1]) if val else None
+    times = [t for t in (_number(r.get("time")) for r in rows) if t is not None]
+    return {
+        "steps_run": len(steps),
+        "first_step": steps[0] if steps else None,
+        "last_step": steps[-1] if steps else None,
+        "reward_first5_mean": _mean(reward[:WINDOW]),
+        "reward_last5_mean": _mean(reward[-WINDOW:]),
+        "val_reward_first": val[0][1] if val else None,
+        "val_reward_last": val[-1][1] if val else None,
+        "val_reward_best": best[1] if best else None,
+        "val_reward_best_step": best[0] if best else None,
+        "wall_time_s": max(times) - min(times) if times else None,
+    }
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h}h {m:02d}m {sec:02d}s"
+    return f"{m}m {sec:02d}s" if m else f"{sec}s"
+
+
+def _f(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A few human-readable lines for a ``summarize`` result."""
+    s = summary
+    if not s["steps_run"]:
+        lines = ["no training steps logged"]
+    else:
+        wall = s["wall_time_s"]
+        lines = [
+            f"steps: {s['steps_run']} ({s['first_step']} -> {s['last_step']})"
+            + (f", wall time {_duration(wall)}" if wall is not None else "")
+        ]
+    if s["reward_first5_mean"] is not None:
+        lines.append(
+            f"reward (mean of {WINDOW} steps): {_f(s['reward_first5_mean'])} at the start -> "
+            f"{_f(s['reward_last5_mean'])} at the end"
+        )
+    if s["val_reward_first"] is not None:
+        lines.append(
+            f"validation reward: {_f(s['val_reward_first'])} first -> "
+            f"{_f(s['val_reward_last'])} last, best {_f(s['val_reward_best'])} "
+            f"at step {s['val_reward_best_step']}"
+        )
+    return "\n".join(lines)
+
+
+def write_summary(output_dir: str | Path, rows: list[dict[str, Any]]) -> str:
+    """Write ``<output_dir>/summary.json`` (atomically) and return its text form."""
+    summary = summarize(rows)
+    out = Path(output_dir) / SUMMARY_FILE
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return format_summary(summary)

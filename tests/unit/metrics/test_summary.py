@@ -1,0 +1,57 @@
+"""summarize / write_summary against a hand-computed run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nexrl.metrics import summarize, write_summary
+
+# 8 training steps, validation before step 1 (step 0) and at steps 4 and 8.
+REWARDS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+ROWS = [
+    {"step": 0, "time": 1000.0, "val/reward/mean": 0.15},
+    *(
+        {"step": s, "time": 1000.0 + 10 * s, "reward/mean": r}
+        for s, r in zip(range(1, 9), REWARDS, strict=True)
+    ),
+    {"step": 4, "time": 1041.0, "val/reward/mean": 0.55},
+    {"step": 8, "time": 1085.0, "val/reward/mean": 0.45},
+]
+
+
+def test_summary_numbers() -> None:
+    s = summarize(ROWS)
+    assert s["steps_run"] == 8  # the step-0 validation row is not a training step
+    assert (s["first_step"], s["last_step"]) == (1, 8)
+    assert s["reward_first5_mean"] == pytest.approx((0.1 + 0.2 + 0.3 + 0.4 + 0.5) / 5)  # 0.3
+    assert s["reward_last5_mean"] == pytest.approx((0.4 + 0.5 + 0.6 + 0.7 + 0.8) / 5)  # 0.6
+    assert s["val_reward_first"] == 0.15
+    assert s["val_reward_last"] == 0.45
+    assert (s["val_reward_best"], s["val_reward_best_step"]) == (0.55, 4)
+    assert s["wall_time_s"] == pytest.approx(85.0)
+
+
+def test_short_run_and_empty_run() -> None:
+    s = summarize([{"step": 1, "time": 5.0, "reward/mean": 0.5, "x": None}])
+    assert s["steps_run"] == 1
+    assert s["reward_first5_mean"] == s["reward_last5_mean"] == 0.5
+    assert s["val_reward_best"] is None
+    assert s["wall_time_s"] == 0.0
+    empty = summarize([])
+    assert empty["steps_run"] == 0 and empty["first_step"] is None
+    assert empty["reward_last5_mean"] is None and empty["wall_time_s"] is None
+
+
+def test_write_summary(tmp_path: Path) -> None:
+    text = write_summary(tmp_path, ROWS)
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved == json.loads(json.dumps(summarize(ROWS)))
+    lines = text.splitlines()
+    assert len(lines) == 3
+    assert lines[0] == "steps: 8 (1 -> 8), wall time 1m 25s"
+    assert "0.300 at the start -> 0.600 at the end" in lines[1]
+    assert lines[2] == "validation reward: 0.150 first -> 0.450 last, best 0.550 at step 4"
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]

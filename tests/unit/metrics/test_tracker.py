@@ -1,0 +1,103 @@
+"""MetricsTracker: sink selection, failure isolation, console and optional sinks."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from nexrl.config.sections.runtime import LoggerConfig
+from nexrl.metrics import (
+    METRIC_SINKS,
+    ConsoleSink,
+    MetricSink,
+    MetricSinkError,
+    MetricsTracker,
+    read_metrics,
+)
+
+
+class FlakySink(MetricSink):
+    """A dashboard that works for two steps and then goes away."""
+
+    name = "flaky"
+    calls: ClassVar[list[int]] = []
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        FlakySink.calls.append(step)
+        if step >= 3:
+            raise ConnectionError("dashboard went away")
+
+
+def test_a_failing_sink_is_disabled_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(METRIC_SINKS, "flaky", FlakySink)
+    monkeypatch.setattr(FlakySink, "calls", [])
+    caplog.set_level(logging.WARNING, logger="nexrl.metrics")
+    tracker = MetricsTracker(["flaky"], tmp_path, run_name="t")
+    assert tracker.active == ["jsonl", "flaky"]
+    for step in range(1, 7):
+        tracker.log(step, {"reward/mean": step / 10})
+    tracker.close()
+    assert FlakySink.calls == [1, 2, 3]  # never called again after it failed
+    assert tracker.active == []  # closed
+    assert "ConnectionError: dashboard went away" in tracker.disabled["flaky"]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "flaky" in warnings[0].getMessage() and "disabled" in warnings[0].getMessage()
+    # training went on: every step is in metrics.jsonl
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_jsonl_errors_propagate(tmp_path: Path) -> None:
+    tracker = MetricsTracker(["console"], tmp_path, run_name="t")
+    tracker.sinks[0].close()  # the jsonl file is gone from under the tracker
+    with pytest.raises(ValueError, match="after close"):
+        tracker.log(1, {"reward/mean": 0.5})
+    assert "jsonl" in tracker.active  # not silently disabled
+    tracker.close()
+
+
+def test_unknown_backend_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(MetricSinkError, match=r"'tensorbord'.*console, jsonl, tensorboard"):
+        MetricsTracker(["tensorbord"], tmp_path, run_name="t")
+
+
+def test_console_sink_logs_key_metrics(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="nexrl.metrics")
+    with MetricsTracker(["console"], tmp_path, run_name="t") as tracker:
+        tracker.log(7, {"reward/mean": 0.4123, "actor/pg_loss": -0.05, "misc/x": 1.0})
+    lines = [r.getMessage() for r in caplog.records if r.name == "nexrl.metrics"]
+    assert lines == ["step 7 | reward 0.4123 | loss -0.05"]
+
+
+def test_console_line_falls_back_to_first_metrics() -> None:
+    line = ConsoleSink(Path(".")).format_line(2, {"z": 1.0, "a": 2.0})
+    assert line == "step 2 | a 2 | z 1"
+
+
+@pytest.mark.parametrize("backend", ["mlflow", "wandb"])
+def test_missing_optional_package_is_a_clear_error(tmp_path: Path, backend: str) -> None:
+    if importlib.util.find_spec(backend) is not None:
+        pytest.skip(f"{backend} is installed here")
+    with pytest.raises(MetricSinkError) as info:
+        MetricsTracker(["console", backend], tmp_path, run_name="t")
+    msg = str(info.value)
+    assert f"'{backend}' metric sink" in msg
+    assert f"pip install {backend}" in msg
+    assert "logger.backends" in msg
+
+
+def test_every_sink_is_documented_in_logger_config() -> None:
+    import dataclasses
+
+    help_text = next(
+        f.metadata["help"] for f in dataclasses.fields(LoggerConfig) if f.name == "backends"
+    )
+    for name in METRIC_SINKS:
+        assert name in help_text
+    assert "always on" in help_text
