@@ -4,18 +4,22 @@
 
 The recipe is composed with the overrides and validated against the typed
 schema before any cluster starts; user mistakes are reported as a list of
-problems (exit 2), never as a traceback.
+problems (exit 2), never as a traceback. A run that fails later exits 1 with
+a message naming the failing component (the traceback is in
+``<output_dir>/logs/driver.log``); Ctrl-C checkpoints and exits 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 
 from omegaconf import OmegaConf
 
 from nexrl.config.errors import RecipeError
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.config.recipe import Recipe, load_recipe_checked
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,11 +47,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.recipe}: recipe is valid")
     if args.print_config or args.check:
         return 0
-    print(OmegaConf.to_yaml(recipe.cfg, resolve=True), end="")
-    print(
-        "nexrl: recipe loaded and valid; the training loop is not part of this build yet "
-        "(see docs/index.md, 'Status')."
+    return run(recipe)
+
+
+def run(recipe: Recipe) -> int:
+    """Train; the exit code (0 done, 1 failed, 130 interrupted)."""
+    from nexrl.controller import Controller, ControllerError
+    from nexrl.controller.rundir import RunDirError
+    from nexrl.data import DataError
+
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("nexrl").setLevel(logging.INFO)
+    # Dask's own INFO chatter (workers starting/closing) goes to the log file, not the screen.
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    try:
+        result = Controller(recipe).run()
+    except (RunDirError, DataError) as exc:
+        print(f"error: {recipe.path}: {exc}", file=sys.stderr)
+        return 2
+    except ControllerError as exc:
+        logging.getLogger(__name__).debug("run failed", exc_info=True)
+        print(f"error: the run stopped: {exc}", file=sys.stderr)
+        print(f"(details: {recipe.cfg.output_dir}/logs/driver.log)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    if result.stopped_by:
+        print(
+            f"nexrl: stopped by {result.stopped_by} at step {result.steps}; "
+            f"continue with: resume.mode=auto",
+            file=sys.stderr,
+        )
+        return 130
     return 0
 
 

@@ -8,7 +8,13 @@ Hooks a custom worker overrides (load one with
   list as is).
 * ``get_train_loss_mask(trajectory_infos) -> list[bool]``: which LLM calls of an
   episode are trained on (default: all).
-* ``rollout(item) -> list[Trajectory]``: the whole episode, async.
+* ``run_agent(item) -> Episode``: the model calls of one episode, async
+  (unscored); ``score(episode)`` runs the evaluator and builds the trajectories.
+  The controller runs the two as separate Dask futures (rollout, then
+  evaluator), so the dashboard shows where time goes.
+* ``rollout(item) -> list[Trajectory]``: the whole episode, scored, async
+  (default: ``score(await run_agent(item))``). A custom worker may override
+  just this; it then runs inside the rollout future.
 
 Token ids and log-probs come from the inference service's reply: never from
 re-tokenizing text.
@@ -17,7 +23,7 @@ re-tokenizing text.
 from __future__ import annotations
 
 import logging
-from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import Any
 
 from nexrl.inference import Generation, InferenceClient
@@ -27,7 +33,24 @@ from nexrl.types import Trajectory
 log = logging.getLogger(__name__)
 
 
-class BaseRolloutWorker(ABC):
+@dataclass
+class Episode:
+    """What one rollout produced before scoring (picklable: it travels between futures).
+
+    Attributes:
+        item: the data-loader item (group_id, run_id, data_item, ...).
+        target: what the evaluator sees (final answer and trace).
+        calls: the model calls of the episode, in order.
+        infos: one dict per call for ``get_train_loss_mask``.
+    """
+
+    item: dict[str, Any]
+    target: BaseEvaluationTarget
+    calls: list[Generation] = field(default_factory=list)
+    infos: list[dict[str, Any]] = field(default_factory=list)
+
+
+class BaseRolloutWorker:
     """Shared plumbing: the inference client, the evaluator and sampling settings.
 
     ``sampling`` holds OpenAI parameters sent with every call (temperature,
@@ -56,9 +79,35 @@ class BaseRolloutWorker(ABC):
     def get_train_loss_mask(self, trajectory_infos: list[dict[str, Any]]) -> list[bool]:
         return [True] * len(trajectory_infos)
 
-    @abstractmethod
+    async def run_agent(self, item: dict[str, Any]) -> Episode:
+        """The model calls of one episode for ``item``, unscored (override this)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither run_agent nor rollout")
+
+    def score(self, episode: Episode) -> list[Trajectory]:
+        """Evaluate the episode and turn each trained model call into a trajectory."""
+        data_item = episode.item.get("data_item", {})
+        result = self.evaluate(data_item, episode.target)
+        infos = episode.infos or [{} for _ in episode.calls]
+        mask = self.get_train_loss_mask(infos)
+        if len(mask) != len(episode.calls):
+            raise ValueError(
+                f"{type(self).__name__}.get_train_loss_mask returned {len(mask)} flags for "
+                f"{len(episode.calls)} model calls"
+            )
+        return [
+            self.trajectory(gen, episode.item, result, train=bool(m))
+            for gen, m in zip(episode.calls, mask, strict=True)
+        ]
+
     async def rollout(self, item: dict[str, Any]) -> list[Trajectory]:
         """Run one episode for ``item`` (a data-loader item) and score it."""
+        return self.score(await self.run_agent(item))
+
+    @classmethod
+    def scores_separately(cls) -> bool:
+        """Whether ``run_agent`` + ``score`` give the episode (False when only ``rollout``
+        is overridden: the episode is then scored inside ``rollout``)."""
+        return cls.rollout is BaseRolloutWorker.rollout
 
     # -- helpers -------------------------------------------------------------
     def evaluate(

@@ -4,23 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexrl.rollout_worker.base import BaseRolloutWorker
+from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
 from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
-from nexrl.types import Trajectory
 
 
 class SimpleRolloutWorker(BaseRolloutWorker):
-    async def rollout(self, item: dict[str, Any]) -> list[Trajectory]:
-        """Ask the model once; score its answer; one trajectory."""
-        data_item = item["data_item"]
-        messages = self.format_task_query(data_item)
+    async def run_agent(self, item: dict[str, Any]) -> Episode:
+        """Ask the model once; the answer is the final answer."""
+        messages = self.format_task_query(item["data_item"])
         (gen,) = await self.client.chat(messages, n=1, **self.sampling)
         text = gen.text or ""
-        target = BaseEvaluationTarget(
-            final_answer=text,
-            observation=[*messages, {"role": "assistant", "content": text}],
+        reply = {"role": "assistant", "content": text}
+        return Episode(
+            item=item,
+            target=BaseEvaluationTarget(final_answer=text, observation=[*messages, reply]),
+            calls=[gen],
+            infos=[{"prompt_messages": messages, "response_message": reply}],
         )
-        result = self.evaluate(data_item, target)
-        info = {"prompt_messages": messages, "response_message": target.observation[-1]}
-        (train,) = self.get_train_loss_mask([info])
-        return [self.trajectory(gen, item, result, train=train)]

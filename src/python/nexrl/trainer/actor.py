@@ -37,7 +37,14 @@ from urllib.parse import urlparse
 
 from nexrl.trainer.spec import TrainerSpec
 
-__all__ = ["RankInfo", "TrainerActor", "TrainerGroup", "TrainerGroupError", "pick_workers"]
+__all__ = [
+    "PendingCall",
+    "RankInfo",
+    "TrainerActor",
+    "TrainerGroup",
+    "TrainerGroupError",
+    "pick_workers",
+]
 
 _GRACE_S = 10.0
 logger = logging.getLogger(__name__)
@@ -85,8 +92,7 @@ class TrainerActor:
             os.environ.update(self.info.env())
         if not torch.cuda.is_available():
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
-            local = self.info.local_world_size if self.info else 1
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
+            torch.set_num_threads(cpu_threads(self.info.local_world_size if self.info else 1))
         from nexrl.trainer.registry import create_trainer
 
         self.trainer = create_trainer(self.spec)
@@ -124,11 +130,23 @@ class TrainerActor:
         state = self._require().full_state_dict()
         return None if state is None else {k: v.detach().cpu() for k, v in state.items()}
 
+    def extra_state(self) -> dict[str, Any]:
+        """The caller's state saved with the checkpoint this trainer resumed from."""
+        return dict(self._require().extra_state)
+
     def close(self) -> None:
         """Free the trainer and leave the process group, so this worker can host a new one."""
         if self.trainer is not None:
             self.trainer.close(destroy_process_group=True)
             self.trainer = None
+
+
+def cpu_threads(local_world_size: int) -> int:
+    """Torch threads of a CPU trainer rank: half the machine's cores shared among the
+    ranks on it (at least 1). The other half is left to inference and rollouts; more
+    threads than free cores makes OpenMP spin-wait, which measured 10-20x slower steps
+    on a 2-core machine (docs/benchmarks.md)."""
+    return max(1, (os.cpu_count() or 1) // (2 * max(1, local_world_size)))
 
 
 def _free_port() -> int:
@@ -156,6 +174,41 @@ def pick_workers(client: Any, world_size: int, gpus_per_rank: float = 1) -> list
             "workers that do (start workers with --resources GPU=1, or lower trainer.world_size)"
         )
     return sorted(offer, key=lambda a: (_host(a), a))[:world_size]
+
+
+class PendingCall:
+    """A collective call running on every rank (``TrainerGroup.start``)."""
+
+    def __init__(self, method: str, futures: list[Any], deadline: float) -> None:
+        self.method = method
+        self.futures = futures
+        self.deadline = deadline
+
+    def done(self) -> bool:
+        return all(f.done() for f in self.futures)
+
+    def result(self) -> list[Any]:
+        """Per-rank results in rank order; ``TrainerGroupError`` naming the failed ranks
+        (the others get a short grace period) or a rank still running at the deadline."""
+        results: list[Any] = []
+        errors: list[tuple[int, BaseException]] = []
+        for rank, fut in enumerate(self.futures):
+            wait = max(1.0, self.deadline - time.monotonic())
+            if errors:
+                wait = min(wait, _GRACE_S)
+            try:
+                results.append(fut.result(timeout=wait))
+            except Exception as exc:
+                errors.append((rank, exc))
+                results.append(None)
+        if errors:
+            rank, first = errors[0]
+            ranks = ", ".join(str(r) for r, _ in errors)
+            raise TrainerGroupError(
+                f"trainer {self.method} failed on rank(s) {ranks}; rank {rank}: "
+                f"{type(first).__name__}: {first}"
+            ) from first
+        return results
 
 
 class TrainerGroup:
@@ -240,26 +293,15 @@ class TrainerGroup:
         self, method: str, *args: Any, timeout_s: float | None = None, **kwargs: Any
     ) -> list[Any]:
         """Call ``method`` on every rank concurrently; the per-rank results in rank order."""
+        return self.start(method, *args, timeout_s=timeout_s, **kwargs).result()
+
+    def start(
+        self, method: str, *args: Any, timeout_s: float | None = None, **kwargs: Any
+    ) -> PendingCall:
+        """Start ``method`` on every rank and return at once (``PendingCall.done()`` /
+        ``.result()``), so a controller can keep working while the ranks run."""
         pending = [getattr(actor, method)(*args, **kwargs) for actor in self.actors]
-        deadline = time.monotonic() + (timeout_s or self.timeout_s)
-        results: list[Any] = []
-        errors: list[tuple[int, BaseException]] = []
-        for rank, fut in enumerate(pending):
-            wait = max(1.0, deadline - time.monotonic())
-            if errors:
-                wait = min(wait, _GRACE_S)
-            try:
-                results.append(fut.result(timeout=wait))
-            except Exception as exc:
-                errors.append((rank, exc))
-                results.append(None)
-        if errors:
-            rank, first = errors[0]
-            ranks = ", ".join(str(r) for r, _ in errors)
-            raise TrainerGroupError(
-                f"{method} failed on rank(s) {ranks}; rank {rank}: {type(first).__name__}: {first}"
-            ) from first
-        return results
+        return PendingCall(method, pending, time.monotonic() + (timeout_s or self.timeout_s))
 
     # -- convenience wrappers (rank 0's answer) -----------------------------------------
     def setup_info(self) -> list[dict[str, Any]]:

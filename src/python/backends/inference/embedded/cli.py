@@ -11,8 +11,11 @@ import argparse
 import logging
 import os
 import random
+import signal
 import socket
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,7 +38,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="RNG seed for requests without a seed")
     p.add_argument("--torch-threads", type=int, default=None)
     p.add_argument("--log-level", default="info")
+    p.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="exit when this process is gone (no orphan server when its supervisor is killed)",
+    )
     return p.parse_args(argv)
+
+
+def watch_parent(pid: int, interval_s: float = 1.0) -> threading.Thread:
+    """A daemon thread that SIGTERMs this process once ``pid`` is no longer its parent
+    (the supervisor died, even by SIGKILL), and hard-exits if that does not end it."""
+
+    def watch() -> None:
+        while os.getppid() == pid:
+            time.sleep(interval_s)
+        logging.getLogger(__name__).warning("parent %d is gone; shutting down", pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10.0)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -43,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not (Path(args.model) / "config.json").is_file():  # fail fast, before importing torch
         sys.exit(f"error: --model {args.model!r} is not a model directory (no config.json)")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    if args.parent_pid is not None:
+        watch_parent(args.parent_pid)
     import torch
     import uvicorn
     from transformers import AutoTokenizer

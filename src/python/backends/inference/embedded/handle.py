@@ -76,8 +76,11 @@ class EmbeddedServer:
         extra_args: Sequence[str] = (),
         startup_timeout_s: float = 120.0,
         log_path: str | Path | None = None,
+        exit_with_parent: bool = True,
     ) -> None:
-        """``log_path``: server stdout/stderr (default: a temp file removed by ``stop()``)."""
+        """``log_path``: server stdout/stderr (default: a temp file removed by ``stop()``).
+        ``exit_with_parent``: the server exits by itself when this process dies, even
+        by SIGKILL (it runs in its own session, so it would otherwise be orphaned)."""
         self.model = str(model)
         self.host, self.port = host, port
         self.served_model_name = served_model_name or self.model
@@ -85,6 +88,7 @@ class EmbeddedServer:
         self.startup_timeout_s = startup_timeout_s
         self.log_path = Path(log_path) if log_path else None
         self._own_log = log_path is None  # a temp log, removed by stop()
+        self.exit_with_parent = exit_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
 
@@ -129,6 +133,7 @@ class EmbeddedServer:
             str(self.port),
             "--fd",
             str(sock.fileno()),
+            *(["--parent-pid", str(os.getpid())] if self.exit_with_parent else []),
             *self.extra_args,
         ]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

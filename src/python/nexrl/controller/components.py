@@ -1,0 +1,205 @@
+"""``build_components``: start everything a run needs, in order, and close it all.
+
+Order: run folder and recipe checks → model and data (cheap, fail early) → Dask
+cluster → trainer actors (they resume from the newest checkpoint) → inference
+service on the trainer's current weights → pool, dispatcher, metrics. If any
+step fails, what was already started is closed again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from nexrl.config.recipe import Recipe
+from nexrl.controller.dispatch import RolloutDispatcher
+from nexrl.controller.rundir import RunDir, prepare_model
+from nexrl.controller.service import InferenceSupervisor
+from nexrl.controller.setup import (
+    absolute_output_dir,
+    data_config,
+    pad_token_id,
+    pool_config,
+    prompt_length_fn,
+    rollout_spec,
+    validation_groups,
+)
+from nexrl.controller.sync import SyncPolicy
+
+__all__ = ["Components", "build_components"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Components:
+    run: RunDir
+    policy: SyncPolicy
+    cluster: Any
+    trainer: Any
+    supervisor: InferenceSupervisor
+    pool: Any
+    loader: Any
+    dispatcher: RolloutDispatcher
+    tracker: Any
+    progress: Any
+    val_groups: list[list[dict[str, Any]]]
+    snapshot_dir: Path
+    pad_token_id: int
+    groups_per_batch: int
+    repeat_n: int
+    plot_every: int
+    loader_done: bool = False
+    _closers: list[Any] = field(default_factory=list)
+
+    def pending_groups(self) -> int:
+        """Groups committed to the pool and not yet handed out."""
+        return math.ceil(self.pool.stats().pending / self.repeat_n)
+
+    def plot(self) -> Path | None:
+        from nexrl.metrics import plot_reward_curve, read_metrics
+
+        try:
+            return plot_reward_curve(
+                read_metrics(self.run.metrics), self.run.plots / "reward_curve.png"
+            )
+        except Exception as exc:  # a plot must never stop training
+            logger.warning("reward curve plot failed: %s", exc)
+            return None
+
+    def finish(self) -> str:
+        """Plot the reward curve and write summary.json; the summary text."""
+        from nexrl.metrics import read_metrics, write_summary
+
+        self.tracker.close()
+        self.plot()
+        return str(write_summary(self.run.root, read_metrics(self.run.metrics)))
+
+    def close(self) -> None:
+        for close in reversed(self._closers):
+            try:
+                close()
+            except Exception as exc:
+                logger.warning("shutdown: %s", exc)
+        self._closers = []
+
+
+def _log_to_file(run: RunDir, level: str) -> None:
+    handler = logging.FileHandler(run.logs / "driver.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.DEBUG)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    logging.getLogger("nexrl").setLevel(level)
+
+
+def build_components(recipe: Recipe, *, progress: bool | None = None) -> Components:
+    closers: list[Any] = []
+    try:
+        return _build(recipe, progress, closers)
+    except BaseException:
+        for close in reversed(closers):
+            with contextlib.suppress(Exception):
+                close()
+        raise
+
+
+def _build(recipe: Recipe, progress: bool | None, closers: list[Any]) -> Components:
+    from nexrl.data import DataLoader
+    from nexrl.metrics import MetricsTracker, ProgressDisplay
+    from nexrl.pool import TrajectoryPool
+    from nexrl.runtime.cluster import start_cluster
+    from nexrl.trainer import TrainerGroup, TrainerSpec
+    from nexrl.weights.snapshot import latest_snapshot
+
+    cfg = recipe.cfg
+    out = absolute_output_dir(cfg)
+    policy = SyncPolicy(str(cfg.weight.sync_mode), cfg.weight.staleness_threshold)
+    pool_cfg = pool_config(cfg, policy)
+    run = RunDir(out)
+    run.prepare(cfg, pool_cfg.store)
+    _log_to_file(run, str(cfg.logger.level))
+
+    model_dir, tok_dir = prepare_model(cfg, run)
+    length = prompt_length_fn(tok_dir)
+    loader = DataLoader(data_config(recipe), length)
+    val_groups = validation_groups(recipe, length)
+    repeat_n = int(cfg.data.rollout_repeat_n)
+
+    cluster = start_cluster(
+        cfg.cluster, str(cfg.experiment_name), max(1, int(cfg.resource.trainer_gpus))
+    )
+    closers.append(cluster.close)
+    logger.info("Dask dashboard: %s", cluster.dashboard_link)
+
+    spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)
+    spec = replace(spec, tokenizer_path=str(tok_dir), auto_checkpoint=False)
+    trainer = TrainerGroup.create(
+        cluster.client,
+        spec,
+        gpus_per_rank=int(cfg.resource.trainer_gpus),
+        timeout_s=float(cfg.runtime_monitor.task_timeout_s) + 600.0,
+    )
+    closers.append(trainer.close)
+    info = trainer.setup_info()[0]
+    version = int(info["policy_version"] or 0)
+    snapshot_dir = Path(str(cfg.weight.snapshot_dir))
+    weights: Path = model_dir
+    if version > 0:
+        snap = latest_snapshot(snapshot_dir)
+        if snap is None or snap[0] != version:
+            raise RuntimeError(f"resumed at policy v{version} but {snapshot_dir} lacks it")
+        weights = snap[1]
+
+    supervisor = InferenceSupervisor(
+        cfg.service.inference_service, log_dir=run.logs, seed=int(cfg.seed)
+    )
+    closers.append(supervisor.close)
+    urls = supervisor.start(weights, version)
+
+    pool = TrajectoryPool(pool_cfg)
+    pool.end_weight_sync(version)
+    rm = cfg.runtime_monitor
+    dispatcher = RolloutDispatcher(
+        cluster.client,
+        rollout_spec(recipe, pool_cfg, urls),
+        task_retries=int(cfg.rollout_worker.task_retries),
+        rollout_cpus=int(cfg.resource.rollout_cpus),
+        task_timeout_s=float(rm.task_timeout_s),
+    )
+    closers.append(dispatcher.cancel_all)
+    resumed = info.get("resumed_from") is not None
+    step = int(info["global_step"] or 0)
+    tracker = MetricsTracker(
+        list(cfg.logger.backends),
+        out,
+        run_name=str(cfg.experiment_name),
+        resume_step=step if resumed else None,
+    )
+    closers.append(tracker.close)
+    display = ProgressDisplay(int(cfg.trainer.total_train_steps), step, enabled=progress)
+    closers.append(display.close)
+    batch_size = int(cfg.trajectory_pool.batch_size)
+    return Components(
+        run=run,
+        policy=policy,
+        cluster=cluster,
+        trainer=trainer,
+        supervisor=supervisor,
+        pool=pool,
+        loader=loader,
+        dispatcher=dispatcher,
+        tracker=tracker,
+        progress=display,
+        val_groups=val_groups,
+        snapshot_dir=snapshot_dir,
+        pad_token_id=pad_token_id(tok_dir),
+        groups_per_batch=max(1, math.ceil(batch_size / repeat_n)),
+        repeat_n=repeat_n,
+        plot_every=int(cfg.logger.plot_every),
+        _closers=closers,
+    )

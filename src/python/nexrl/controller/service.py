@@ -1,0 +1,186 @@
+"""``InferenceSupervisor``: the inference service as the controller sees it.
+
+* ``backend: embedded`` with no ``base_urls``: nexrl starts the embedded server
+  (``backends.inference.embedded``) as a child process of the driver, logging to
+  ``<output_dir>/logs/inference.log``. It exits by itself if the driver dies.
+  If it dies during the run, ``check()`` restarts it on the newest weights.
+* ``base_urls`` given (vLLM, SGLang or an embedded server started elsewhere):
+  nexrl only checks health and reloads weights.
+
+``reload(path, version)`` loads a published snapshot on every replica through
+the backend's reload adapter (``backends.inference.adapters``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from nexrl.config.sections.runtime import InferenceServiceConfig
+
+__all__ = ["InferenceSupervisor", "ServiceError"]
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceError(RuntimeError):
+    """The inference service could not be started, reached or reloaded."""
+
+
+def _cpu_threads_args() -> list[str]:
+    """On a machine without CUDA the server gets half the cores (the trainer the other
+    half; see ``nexrl.trainer.actor.cpu_threads``)."""
+    import os
+
+    import torch
+
+    if torch.cuda.is_available():
+        return []
+    return ["--torch-threads", str(max(1, (os.cpu_count() or 1) // 2))]
+
+
+class InferenceSupervisor:
+    """Starts (or connects to) the inference service, reloads it, restarts it."""
+
+    def __init__(
+        self,
+        config: InferenceServiceConfig,
+        *,
+        log_dir: Path,
+        seed: int = 0,
+        reload_timeout_s: float = 300.0,
+    ) -> None:
+        self.config = config
+        self.log_dir = log_dir
+        self.seed = seed
+        self.reload_timeout_s = reload_timeout_s
+        self.server: Any = None  # EmbeddedServer when we own it
+        self.model_path: str | None = None
+        self.version = 0
+        self.restarts = 0
+        self._urls: list[str] = list(config.base_urls)
+        self._adapter: Any = None
+
+    @property
+    def owns_server(self) -> bool:
+        return not self.config.base_urls
+
+    @property
+    def base_urls(self) -> list[str]:
+        return list(self._urls)
+
+    def start(self, model_path: str | Path, version: int) -> list[str]:
+        """Start the embedded server on ``model_path`` (or check the given replicas)."""
+        self.model_path, self.version = str(model_path), int(version)
+        if self.owns_server:
+            self._start_embedded()
+        else:
+            self._wait_healthy(self.config.startup_timeout_s)
+            if version > 0:  # a resumed run: the replicas must serve the resumed weights
+                self.reload(self.model_path, version)
+        return self.base_urls
+
+    def _start_embedded(self) -> None:
+        from backends.inference.embedded import EmbeddedServer
+
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.config
+        server = EmbeddedServer(
+            self.model_path or "",
+            served_model_name=cfg.served_model_name,
+            startup_timeout_s=cfg.startup_timeout_s,
+            log_path=self.log_dir / "inference.log",
+            extra_args=[
+                "--policy-version",
+                str(self.version),
+                "--max-batch-size",
+                str(cfg.max_batch_size),
+                "--seed",
+                str(self.seed + self.restarts),
+                "--log-level",
+                "warning",
+                *_cpu_threads_args(),
+            ],
+        )
+        try:
+            server.start()
+        except Exception as exc:
+            raise ServiceError(
+                f"the embedded inference server did not start: {exc} "
+                f"(log: {self.log_dir / 'inference.log'})"
+            ) from exc
+        self.server = server
+        self._urls = [server.base_url]
+        self._close_adapter()
+        logger.info("inference: embedded server at %s (pid %s)", server.base_url, server.pid)
+
+    def _adapter_for(self) -> Any:
+        if self._adapter is None:
+            from backends.inference.adapters import make_reload_adapter
+
+            self._adapter = make_reload_adapter(
+                self.config.backend, self._urls, timeout_s=self.reload_timeout_s
+            )
+        return self._adapter
+
+    def _close_adapter(self) -> None:
+        if self._adapter is not None:
+            self._adapter.close()
+            self._adapter = None
+
+    def _wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            health = self._adapter_for().health(timeout_s=5.0)
+            if health and all(health.values()):
+                return
+            if time.monotonic() > deadline:
+                bad = [u for u, ok in health.items() if not ok]
+                raise ServiceError(
+                    f"inference replicas not healthy after {timeout_s:g}s: {bad}; check "
+                    "service.inference_service.base_urls and that the servers are running"
+                )
+            time.sleep(1.0)
+
+    def reload(self, path: str | Path, version: int) -> float:
+        """Load snapshot ``path`` as ``version`` everywhere; returns the seconds it took."""
+        start = time.perf_counter()
+        try:
+            self._adapter_for().reload(str(path), int(version))
+        except Exception as exc:
+            raise ServiceError(f"inference reload of v{version} failed: {exc}") from exc
+        self.model_path, self.version = str(path), int(version)
+        return time.perf_counter() - start
+
+    def check(self) -> bool:
+        """Health check; a dead embedded server is restarted on the newest weights.
+
+        Returns True when the service was restarted (callers must update the base
+        URLs they hand out)."""
+        if self.owns_server:
+            proc = self.server.process if self.server is not None else None
+            if proc is not None and proc.poll() is None:
+                return False
+            logger.warning(
+                "inference: the embedded server exited (code %s); restarting on v%d",
+                None if proc is None else proc.returncode,
+                self.version,
+            )
+            if self.server is not None:
+                self.server.stop()
+            self.restarts += 1
+            self._start_embedded()
+            return True
+        health = self._adapter_for().health(timeout_s=5.0)
+        bad = [u for u, ok in health.items() if not ok]
+        if bad:
+            logger.warning("inference: unhealthy replicas %s", bad)
+        return False
+
+    def close(self) -> None:
+        self._close_adapter()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None

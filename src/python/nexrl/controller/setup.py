@@ -1,0 +1,140 @@
+"""Turn a validated recipe into the typed pieces the controller drives.
+
+Everything here runs before the cluster starts or right after, and fails with a
+message that names the recipe field when the recipe cannot work.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from nexrl.config.modules import split_spec
+from nexrl.config.recipe import Recipe
+from nexrl.config.sections.data import DataConfig
+from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.controller.sync import SyncPolicy
+from nexrl.controller.tasks import RolloutSpec
+
+__all__ = [
+    "absolute_output_dir",
+    "data_config",
+    "pool_config",
+    "prompt_length_fn",
+    "rollout_spec",
+    "typed",
+    "validation_groups",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def typed(section: Any) -> Any:
+    """A recipe section as its dataclass (interpolations resolved)."""
+    return OmegaConf.to_object(section) if isinstance(section, DictConfig) else section
+
+
+def absolute_output_dir(cfg: DictConfig) -> Path:
+    """Make ``output_dir`` absolute (workers may run elsewhere); every path that
+    interpolates it (pool, snapshots) follows."""
+    out = Path(str(cfg.output_dir)).expanduser().resolve()
+    OmegaConf.update(cfg, "output_dir", str(out))
+    return out
+
+
+def _resolve_files(recipe: Recipe, files: list[str]) -> list[str]:
+    return [str(recipe.resolve(f)) for f in files]
+
+
+def data_config(recipe: Recipe) -> DataConfig:
+    data: DataConfig = typed(recipe.cfg.data)
+    return replace(data, data_files=_resolve_files(recipe, list(data.data_files)))
+
+
+def pool_config(cfg: DictConfig, policy: SyncPolicy) -> TrajectoryPoolConfig:
+    pool: TrajectoryPoolConfig = typed(cfg.trajectory_pool)
+    if pool.max_staleness is None and policy.max_staleness is not None:
+        pool = replace(pool, max_staleness=policy.max_staleness)
+    return pool
+
+
+def rollout_spec(recipe: Recipe, pool: TrajectoryPoolConfig, base_urls: list[str]) -> RolloutSpec:
+    cfg = recipe.cfg
+    rw, svc = cfg.rollout_worker, cfg.service.inference_service
+    custom = None
+    if rw.custom_rollout_worker_module_path:
+        custom = (
+            str(rw.custom_rollout_worker_module_path),
+            str(rw.custom_rollout_worker_class_name),
+        )
+    sampling = {
+        "temperature": float(rw.temperature),
+        "top_p": float(rw.top_p),
+        "max_tokens": int(rw.max_response_length),
+    }
+    return RolloutSpec(
+        worker_type=str(rw.type),
+        evaluator=split_spec(str(rw.evaluator_module_path), "rollout_worker.evaluator_module_path"),
+        roots=tuple(str(r) for r in recipe.roots),
+        base_urls=tuple(base_urls),
+        served_model_name=str(svc.served_model_name),
+        sampling=tuple(sampling.items()),
+        pool=pool,
+        custom_worker=custom,
+        api_key=str(svc.api_key),
+        timeout_s=float(rw.request_timeout_s),
+        max_retries=int(rw.max_retries),
+        prompt_key=str(cfg.data.prompt_key),
+    )
+
+
+def prompt_length_fn(tokenizer_dir: Path) -> Any:
+    """Prompt length in tokens as the inference service will see it (chat template
+    applied); word count when the tokenizer has no chat template."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    if not getattr(tok, "chat_template", None):
+        return None
+
+    def length(prompt: Any) -> int:
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        ids: Any = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):  # newer transformers return a BatchEncoding
+            ids = ids["input_ids"]
+        return len(ids)
+
+    return length
+
+
+def pad_token_id(tokenizer_dir: Path) -> int:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    return int(pad or 0)
+
+
+def validation_groups(recipe: Recipe, length: Any) -> list[list[dict[str, Any]]]:
+    """Every validation prompt once (one sample each, file order)."""
+    from nexrl.data import DataLoader
+
+    v = recipe.cfg.validate
+    if not v.data_files:
+        return []
+    data = data_config(recipe)
+    cfg = replace(
+        data,
+        data_files=_resolve_files(recipe, list(v.data_files)),
+        shuffle=False,
+        rollout_repeat_n=1,
+        total_epochs=1,
+        max_samples=None,
+        drop_last=False,
+    )
+    loader = DataLoader(cfg, length)
+    return loader.next_batch(len(loader))

@@ -1,0 +1,53 @@
+"""Weight-sync modes (``weight.sync_mode``): how far rollouts may run ahead of training
+and whether inference reloads with rollouts in flight.
+
+=============  =====================================  ==============================
+mode           rollouts dispatched ahead               at each published snapshot
+=============  =====================================  ==============================
+sync           one batch, only while training is idle  reload (nothing is in flight)
+batch-async    ``1 + staleness_threshold`` batches,    stop dispatching, let in-flight
+               also while the trainer trains           rollouts finish, reload, go on
+fully-async    ``1 + staleness_threshold`` batches     reload at once, rollouts keep
+               (1 extra when unset), continuously      running; each request is served
+                                                       by whatever weights are loaded
+=============  =====================================  ==============================
+
+In every mode each trajectory records the policy version that generated it
+(the inference service reports it), the pool can drop groups older than
+``trajectory_pool.max_staleness`` (``staleness_threshold`` is applied there
+when unset), and every step logs ``version/rollout_min``/``version/lag_max``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SyncPolicy"]
+
+
+@dataclass(frozen=True)
+class SyncPolicy:
+    mode: str
+    staleness_threshold: int | None = None
+
+    @property
+    def batches_ahead(self) -> int:
+        """Batches of rollouts allowed in flight or waiting in the pool, beyond the next."""
+        if self.mode == "sync":
+            return 0
+        return self.staleness_threshold if self.staleness_threshold is not None else 1
+
+    @property
+    def dispatch_while_training(self) -> bool:
+        return self.mode != "sync"
+
+    @property
+    def drain_before_reload(self) -> bool:
+        return self.mode == "batch-async"
+
+    @property
+    def max_staleness(self) -> int | None:
+        """The pool's staleness filter this mode implies (None = keep everything)."""
+        if self.mode == "sync":
+            return None
+        return self.staleness_threshold

@@ -1,0 +1,202 @@
+"""The functions Dask runs for the controller: rollout futures and evaluator futures.
+
+For each prompt group the controller submits two futures::
+
+    episodes = client.submit(rollout_task, spec, items, key="rollout-g<group>-…")
+    summary  = client.submit(evaluate_task, spec, episodes, commit, key="evaluate-g<group>-…")
+
+``rollout_task`` runs the rollout worker's ``run_agent`` for every item of the
+group concurrently (one event loop, one inference client); ``evaluate_task``
+scores the episodes with the recipe's evaluator and appends the group's
+trajectories to the zarr pool in one commit, so a group is in the pool whole or
+not at all. Only a small ``GroupSummary`` travels back to the controller; the
+trajectories go to shared storage.
+
+Both functions are pure in their inputs (no driver state), so Dask may rerun
+them on another worker when one dies. Workers, evaluators and pool writers are
+built once per process and cached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
+from nexrl.types import Trajectory
+
+__all__ = ["GroupSummary", "RolloutSpec", "evaluate_task", "rollout_task"]
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """Everything a rollout or evaluator future needs (small and picklable).
+
+    Attributes:
+        worker_type: built-in worker ('simple').
+        custom_worker: ``(file, class)`` of a custom rollout worker, or None.
+        evaluator: ``(file, class)`` of the recipe's evaluator.
+        roots: folders relative recipe paths are searched in (absolute).
+        base_urls: the inference service's replicas.
+        served_model_name / api_key: sent with every request.
+        timeout_s / max_retries: per inference request (openai client).
+        sampling: OpenAI sampling parameters (temperature, top_p, max_tokens).
+        prompt_key: data column holding the prompt.
+        pool: the trajectory pool config (store resolved).
+    """
+
+    worker_type: str
+    evaluator: tuple[str, str]
+    roots: tuple[str, ...]
+    base_urls: tuple[str, ...]
+    served_model_name: str
+    sampling: tuple[tuple[str, Any], ...]
+    pool: TrajectoryPoolConfig
+    custom_worker: tuple[str, str] | None = None
+    api_key: str = "EMPTY"
+    timeout_s: float = 60.0
+    max_retries: int = 2
+    prompt_key: str = "prompt"
+
+    def with_sampling(self, **overrides: Any) -> RolloutSpec:
+        from dataclasses import replace
+
+        return replace(self, sampling=tuple({**dict(self.sampling), **overrides}.items()))
+
+    def with_base_urls(self, urls: list[str]) -> RolloutSpec:
+        from dataclasses import replace
+
+        return replace(self, base_urls=tuple(urls))
+
+
+@dataclass
+class GroupSummary:
+    """What comes back to the controller for one group (no token data)."""
+
+    group_id: int
+    rewards: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    response_lengths: list[int] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)  # means over the trajectories
+    evaluator_errors: int = 0
+    committed: bool = False
+
+
+_CACHE: dict[tuple[str, ...], Any] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _cached(key: tuple[str, ...], build: Any) -> Any:
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            _CACHE[key] = build()
+        return _CACHE[key]
+
+
+def _load(spec: tuple[str, str], roots: tuple[str, ...], field_name: str) -> Any:
+    from nexrl.config.modules import load_object
+
+    return load_object(spec[0], spec[1], [Path(r) for r in roots], field_name)
+
+
+def worker_class(spec: RolloutSpec) -> type[BaseRolloutWorker]:
+    """The rollout worker class the recipe names (custom class or built-in type)."""
+    custom = spec.custom_worker
+    if custom is not None:
+        cls = _cached(
+            ("worker", *custom, *spec.roots),
+            lambda: _load(
+                custom,
+                spec.roots,
+                "rollout_worker.custom_rollout_worker_class_name",
+            ),
+        )
+        if not (isinstance(cls, type) and issubclass(cls, BaseRolloutWorker)):
+            raise TypeError(
+                f"rollout_worker.custom_rollout_worker_class_name: {cls!r} is not a subclass "
+                "of nexrl.rollout_worker.base.BaseRolloutWorker"
+            )
+        return cls
+    from nexrl.rollout_worker.simple import SimpleRolloutWorker
+
+    builtin: dict[str, type[BaseRolloutWorker]] = {"simple": SimpleRolloutWorker}
+    if spec.worker_type not in builtin:
+        raise ValueError(
+            f"rollout_worker.type: {spec.worker_type!r} is not available in this build "
+            f"(available: {', '.join(builtin)})"
+        )
+    return builtin[spec.worker_type]
+
+
+def evaluator(spec: RolloutSpec) -> Any:
+    """The recipe's evaluator, one instance per process."""
+    return _cached(
+        ("evaluator", *spec.evaluator, *spec.roots),
+        lambda: _load(spec.evaluator, spec.roots, "rollout_worker.evaluator_module_path")(),
+    )
+
+
+def _worker(spec: RolloutSpec, client: Any) -> BaseRolloutWorker:
+    cls = worker_class(spec)
+    return cls(client, evaluator(spec), dict(spec.sampling), spec.prompt_key)
+
+
+def rollout_task(spec: RolloutSpec, items: list[dict[str, Any]]) -> list[Episode | Trajectory]:
+    """Run every item of a group; episodes (or, for a worker that only overrides
+    ``rollout``, already scored trajectories)."""
+    from nexrl.inference import InferenceClient
+
+    async def run() -> list[Any]:
+        client = InferenceClient(
+            list(spec.base_urls),
+            spec.served_model_name,
+            api_key=spec.api_key,
+            timeout_s=spec.timeout_s,
+            max_retries=spec.max_retries,
+        )
+        try:
+            worker = _worker(spec, client)
+            if type(worker).scores_separately():
+                return list(await asyncio.gather(*(worker.run_agent(i) for i in items)))
+            scored = await asyncio.gather(*(worker.rollout(i) for i in items))
+            return [t for ts in scored for t in ts]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+def evaluate_task(
+    spec: RolloutSpec, outputs: list[Episode | Trajectory], commit: bool = True
+) -> GroupSummary:
+    """Score the episodes, append the group's trajectories to the pool (one commit)
+    when ``commit``, and summarise them."""
+    import numpy as np
+
+    worker = _worker(spec, None)
+    trajectories: list[Trajectory] = []
+    for out in outputs:
+        trajectories.extend(worker.score(out) if isinstance(out, Episode) else [out])
+    if not trajectories:
+        raise ValueError("the rollout produced no trajectories")
+    if commit:
+        from nexrl.pool import get_writer
+
+        get_writer(spec.pool).append(trajectories)
+    names = sorted({k for t in trajectories for k in t.metrics})
+    metrics = {
+        n: float(np.mean([t.metrics[n] for t in trajectories if n in t.metrics])) for n in names
+    }
+    return GroupSummary(
+        group_id=trajectories[0].group_id,
+        rewards=[t.reward for t in trajectories],
+        versions=[t.policy_version for t in trajectories],
+        response_lengths=[len(t.response_ids) for t in trajectories],
+        metrics=metrics,
+        evaluator_errors=int(sum(t.metrics.get("evaluator_error", 0.0) for t in trajectories)),
+        committed=commit,
+    )
