@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from nexrl.cli.train import main
@@ -37,3 +39,32 @@ def test_malformed_override_is_a_clear_error(capsys: pytest.CaptureFixture[str])
     assert main([RECIPE, "seed=="]) == 2
     err = capsys.readouterr().err
     assert "seed" in err and "Traceback" not in err
+
+
+def test_any_schema_field_can_be_overridden_without_plus(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # cluster.dashboard_address is not written in the recipe file, only in the schema.
+    assert main([RECIPE, "cluster.dashboard_address=:0", "--print-config"]) == 0
+    assert "dashboard_address: :0" in capsys.readouterr().out
+
+
+def test_misspelled_override_is_reported_with_a_suggestion(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main([RECIPE, "trainer.learning_rate=1e-3", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.learning_rate" in err and "lr" in err and "Traceback" not in err
+
+
+def test_fresh_run_never_overwrites_an_existing_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert main([RECIPE, f"output_dir={out}", "resume.mode=disable"]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "resume.mode=auto" in err
+    assert "Traceback" not in err
+    assert (out / "metrics.jsonl").read_text() == '{"step": 1}\n'

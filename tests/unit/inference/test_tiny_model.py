@@ -105,3 +105,16 @@ def test_saved_directory_loads_with_auto_classes(tmp_path: Path) -> None:
         tok.eos_token_id,
         tok.convert_tokens_to_ids("<|im_end|>"),
     }
+
+
+def test_without_byte_fallback_the_output_space_is_the_task_vocabulary() -> None:
+    words = ["max", *"0123456789"]
+    small = build_tokenizer(words, byte_fallback=False)
+    assert len(small) < 60 < 300 < len(build_tokenizer(words))
+    # the chat template still renders, each word and digit one token
+    ids = small.apply_chat_template(
+        [{"role": "user", "content": "max 7 3 6"}], add_generation_prompt=True, tokenize=True
+    )
+    ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+    assert small.decode(ids) == "<|im_start|>user\nmax 7 3 6<|im_end|>\n<|im_start|>assistant\n"
+    assert small.convert_ids_to_tokens(small("max 7")["input_ids"]) == ["max", "Ġ", "7"]

@@ -27,11 +27,20 @@ def test_rewards_the_largest_digit_only() -> None:
     assert result.reward == 0.0 and result.metrics == {"answered_a_digit": 0.0}
 
 
-def test_shipped_data_is_correct_and_distinct() -> None:
-    rows = [
-        json.loads(x) for x in Path("recipes/max_digit/data/train.jsonl").read_text().splitlines()
-    ]
-    assert len(rows) == 1000 and len({r["prompt"] for r in rows}) == 1000
-    for r in rows:
+def _rows(name: str) -> list[dict[str, Any]]:
+    path = Path(f"recipes/max_digit/data/{name}.jsonl")
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def test_shipped_data_is_correct_distinct_and_held_out() -> None:
+    train, test = _rows("train"), _rows("test")
+    assert len(train) == 210 and len({r["prompt"] for r in train}) == 210
+    assert len(test) == 49 and len({r["prompt"] for r in test}) == 49
+    # balanced answers: every largest digit 3..9 equally often in both splits
+    for part, n in ((train, 30), (test, 7)):
+        counts = {a: sum(r["answer"] == a for r in part) for a in "3456789"}
+        assert set(counts.values()) == {n}
+    assert not {r["prompt"] for r in train} & {r["prompt"] for r in test}
+    for r in [*train, *test]:
         digits = [int(x) for x in r["prompt"].split()[1:]]
         assert r["answer"] == str(max(digits))

@@ -88,13 +88,20 @@ class Components:
         self._closers = []
 
 
-def _log_to_file(run: RunDir, level: str) -> None:
+def _log_to_file(run: RunDir, level: str) -> Any:
+    """Send log records to ``logs/driver.log``; returns the function that stops it."""
     handler = logging.FileHandler(run.logs / "driver.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG)
     root = logging.getLogger()
     root.addHandler(handler)
     logging.getLogger("nexrl").setLevel(level)
+
+    def stop() -> None:
+        root.removeHandler(handler)
+        handler.close()
+
+    return stop
 
 
 def build_components(recipe: Recipe, *, progress: bool | None = None) -> Components:
@@ -122,7 +129,7 @@ def _build(recipe: Recipe, progress: bool | None, closers: list[Any]) -> Compone
     pool_cfg = pool_config(cfg, policy)
     run = RunDir(out)
     run.prepare(cfg, pool_cfg.store)
-    _log_to_file(run, str(cfg.logger.level))
+    closers.append(_log_to_file(run, str(cfg.logger.level)))
 
     model_dir, tok_dir = prepare_model(cfg, run)
     length = prompt_length_fn(tok_dir)

@@ -183,6 +183,11 @@ class Controller:
         version_before = self.version
         pending = c.trainer.start("train_step", str(path))
         while not pending.done():
+            if time.monotonic() > pending.deadline:
+                raise ControllerError(
+                    f"trainer: train_step {self.step + 1} still running after "
+                    f"{c.trainer.timeout_s:g}s (a hung rank?); see logs/driver.log"
+                )
             self._service(dispatch=c.policy.dispatch_while_training)
             time.sleep(POLL_S)
         try:
@@ -356,7 +361,7 @@ class Controller:
             "val/reward/mean": float(np.mean(rewards)) if rewards else float("nan"),
             "val/num_samples": float(len(rewards)),
             "val/failed_groups": self.counters["failed_groups"] - failed_before,
-            "timing/validate": time.perf_counter() - t,
+            "val/time_s": time.perf_counter() - t,
         }
         c.progress.write(
             f"validation at step {self.step}: reward {out['val/reward/mean']:.3f} "

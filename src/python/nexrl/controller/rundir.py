@@ -122,6 +122,8 @@ def prepare_model(cfg: Any, run: RunDir) -> tuple[Path, Path]:
             out,
             vocab=list(tiny.vocab),
             seed=int(tiny.seed),
+            byte_fallback=bool(tiny.byte_fallback),
+            init_std=float(tiny.init_std),
             hidden_size=int(tiny.hidden_size),
             num_layers=int(tiny.num_layers),
             num_heads=int(tiny.num_heads),

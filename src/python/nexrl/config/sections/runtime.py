@@ -105,6 +105,19 @@ class TinyModelConfig:
     num_layers: int = cfg_field(2, help="Decoder layers.", minimum=1)
     num_heads: int = cfg_field(4, help="Attention heads.", minimum=1)
     seed: int = cfg_field(0, help="Initialisation seed.")
+    init_std: float = cfg_field(
+        0.2,
+        help="Std of the initial weights; small (0.02) = a near-uniform first policy that "
+        "explores every answer.",
+        minimum=0.0,
+    )
+    byte_fallback: bool = cfg_field(
+        True,
+        help="Keep all 256 byte tokens so any text encodes; false = only the characters of "
+        "vocab and the chat roles (a far smaller output space, so a tiny policy starts "
+        "with a fair chance of a right answer; other characters are dropped: plain-text "
+        "tasks only, not tool calling).",
+    )
 
 
 @dataclass

@@ -1,0 +1,154 @@
+"""Rollouts through the controller's Dask plane vs the same requests sent directly.
+
+One embedded server (tiny Qwen2, CPU) and the default recipe's evaluator. Both
+variants roll out ``GROUPS`` prompt groups of ``GROUP_SIZE`` samples (one token
+each, the default recipe's task) and score them:
+
+* **dask** (what ``nexrl train`` does): one rollout future and one evaluator
+  future per group on a ``LocalCluster`` of 2 worker processes; the evaluator
+  future appends the group to a zarr pool;
+* **direct** (baseline): all requests from one process with one
+  ``InferenceClient`` and ``asyncio.gather``, scored in that process, nothing
+  stored.
+
+The ratio is the cost of the control plane (futures, process hops, pool
+commits) per batch of rollouts; ``extra_info`` records trajectories/s and the
+dask variant records ``slowdown_vs_direct``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.inference.embedded import EmbeddedServer
+from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.controller.dispatch import RolloutDispatcher
+from nexrl.controller.tasks import RolloutSpec, evaluator
+from nexrl.inference import InferenceClient
+from nexrl.modeling import save_tiny_model
+
+GROUPS, GROUP_SIZE, ROUNDS = 16, 8, 3
+NAME = "tiny"
+ROOT = str(Path.cwd())
+EVALUATOR = ("recipes/max_digit/evaluator.py", "MaxDigitEvaluator")
+_times: dict[str, list[float]] = {}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    words = ["max", *"0123456789"]
+    model = save_tiny_model(tmp_path_factory.mktemp("bench") / "tiny", vocab=words, seed=1)
+    extra = ["--max-batch-size", "32", "--torch-threads", "1"]
+    with EmbeddedServer(model, served_model_name=NAME, extra_args=extra) as srv:
+        yield srv
+
+
+def _groups(round_no: int) -> list[list[dict[str, Any]]]:
+    out = []
+    for g in range(GROUPS):
+        digits = [(g + k + round_no) % 10 for k in range(3)]
+        row = {"prompt": "max " + " ".join(map(str, digits)), "answer": str(max(digits))}
+        gid = round_no * GROUPS + g
+        out.append(
+            [{"group_id": gid, "run_id": r, "data_item": dict(row)} for r in range(GROUP_SIZE)]
+        )
+    return out
+
+
+def _spec(server: EmbeddedServer, store: Path) -> RolloutSpec:
+    return RolloutSpec(
+        worker_type="simple",
+        evaluator=EVALUATOR,
+        roots=(ROOT,),
+        base_urls=(server.base_url,),
+        served_model_name=NAME,
+        sampling=(("temperature", 1.0), ("max_tokens", 1)),
+        pool=TrajectoryPoolConfig(store=str(store), key_list=["group_id"], group_size=GROUP_SIZE),
+    )
+
+
+def _direct(server: EmbeddedServer, spec: RolloutSpec, round_no: int) -> list[float]:
+    ev = evaluator(spec)
+
+    async def go() -> list[float]:
+        from nexrl.rollout_worker import BaseEvaluationTarget
+
+        async with InferenceClient(server.base_url, NAME, timeout_s=120) as client:
+            items = [i for g in _groups(round_no) for i in g]
+            gens = await asyncio.gather(
+                *(
+                    client.chat(
+                        [{"role": "user", "content": i["data_item"]["prompt"]}],
+                        temperature=1.0,
+                        max_tokens=1,
+                    )
+                    for i in items
+                )
+            )
+            return [
+                ev.evaluate(i["data_item"], BaseEvaluationTarget(g[0].text or "")).reward
+                for i, g in zip(items, gens, strict=True)
+            ]
+
+    start = time.perf_counter()
+    rewards = asyncio.run(go())
+    _times.setdefault("direct", []).append(time.perf_counter() - start)
+    return rewards
+
+
+def _dask(dispatcher: RolloutDispatcher, round_no: int) -> list[float]:
+    start = time.perf_counter()
+    for g in _groups(round_no):
+        dispatcher.submit(g)
+    done = dispatcher.drain(timeout_s=300)
+    _times.setdefault("dask", []).append(time.perf_counter() - start)
+    assert not done.failed
+    return [r for _, s in done.done for r in s.rewards]
+
+
+@pytest.mark.benchmark(group="rollout-plane")
+def test_direct_requests_baseline(benchmark: Any, server: EmbeddedServer, tmp_path: Path) -> None:
+    spec = _spec(server, tmp_path / "unused.zarr")
+    _direct(server, spec, 99)  # warm-up
+    _times.pop("direct")
+    rounds = iter(range(ROUNDS))
+    rewards = benchmark.pedantic(
+        lambda: _direct(server, spec, next(rounds)), rounds=ROUNDS, iterations=1
+    )
+    assert len(rewards) == GROUPS * GROUP_SIZE
+    benchmark.extra_info["trajectories_per_s"] = GROUPS * GROUP_SIZE / min(_times["direct"])
+
+
+@pytest.mark.benchmark(group="rollout-plane")
+def test_dask_futures_and_pool(benchmark: Any, server: EmbeddedServer, tmp_path: Path) -> None:
+    from distributed import Client, LocalCluster
+
+    from nexrl.pool import TrajectoryPool
+
+    spec = _spec(server, tmp_path / "pool.zarr")
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=4, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        dispatcher = RolloutDispatcher(client, spec, rollout_cpus=0)
+        _dask(dispatcher, 99)  # warm-up: workers import torch, open pool segments
+        _times.pop("dask")
+        rounds = iter(range(ROUNDS))
+        rewards = benchmark.pedantic(
+            lambda: _dask(dispatcher, next(rounds)), rounds=ROUNDS, iterations=1
+        )
+    assert len(rewards) == GROUPS * GROUP_SIZE
+    pool = TrajectoryPool(spec.pool)
+    assert pool.stats().committed == (ROUNDS + 1) * GROUPS * GROUP_SIZE
+    benchmark.extra_info["trajectories_per_s"] = GROUPS * GROUP_SIZE / min(_times["dask"])
+    if "direct" in _times:
+        ratio = statistics.median(_times["dask"]) / statistics.median(_times["direct"])
+        benchmark.extra_info["slowdown_vs_direct"] = ratio
+        print(f"\nrollout plane: dask {ratio:.2f}x the direct time")

@@ -1,0 +1,128 @@
+"""End-to-end: processes die (a rollout worker, the driver itself) or the user presses
+Ctrl-C; the run finishes or resumes with nothing lost and nothing trained twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from nexrl.config.recipe import load_recipe_checked
+from nexrl.controller import Controller
+from nexrl.controller.setup import data_config
+from nexrl.data import DataLoader
+from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
+from tests.e2e.test_train_run import delivered_pairs, processes_using
+
+DEADLINE_S = 600  # generous bound for a slow CI machine; a hang fails instead of blocking
+
+
+def wait_for_step(out: Path, step: int, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        if any(r["step"] >= step for r in train_rows(out)):
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the run exited early with code {proc.returncode}")
+        time.sleep(0.2)
+    raise AssertionError(f"step {step} not reached")
+
+
+def expected_group_ids(out: Path, n_groups: int) -> set[int]:
+    """The first ``n_groups`` prompt groups of the recipe's data order."""
+    recipe = load_recipe_checked(RECIPE, overrides(out))
+    loader = DataLoader(data_config(recipe))
+    return {int(g[0]["group_id"]) for g in loader.next_batch(n_groups)}
+
+
+def test_killing_a_rollout_worker_mid_run_loses_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    recipe = load_recipe_checked(RECIPE, overrides(out, steps=5))
+    controller = Controller(recipe, progress=False)
+    killed: list[int] = []
+
+    def kill_one_worker() -> None:
+        wait_for_step(out, 1)
+        c = controller.c
+        assert c is not None
+        trainer_pid = c.trainer.setup_info()[0]["pid"]
+        pids = c.cluster.client.run(os.getpid)
+        victim = next(pid for pid in pids.values() if pid != trainer_pid)
+        os.kill(victim, signal.SIGKILL)
+        killed.append(victim)
+
+    thread = threading.Thread(target=kill_one_worker, daemon=True)
+    thread.start()
+    result = controller.run()
+    thread.join(timeout=10)
+    assert killed, "no worker was killed"
+    assert result.steps == 5
+    pairs = delivered_pairs(out)
+    assert len(pairs) == 5 * 32 and len(set(pairs)) == len(pairs)
+
+
+def test_driver_killed_then_resumed_trains_every_group_once(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "nexrl.cli.train", RECIPE]
+    first = subprocess.Popen(
+        [*args, *overrides(out, "trainer.save_freq=2", steps=6)],
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_step(out, 3, first)  # checkpoint 2 is written, step 3 trained
+        children = psutil.Process(first.pid).children(recursive=True)
+        first.kill()  # SIGKILL: no cleanup code runs in the driver
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    # The embedded server and the Dask worker processes notice and exit by themselves.
+    _, alive = psutil.wait_procs(children, timeout=60)
+    assert alive == []
+
+    second = subprocess.run(
+        [*args, *overrides(out, "trainer.save_freq=2", steps=6)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    driver_log = (out / "logs" / "driver.log").read_text()
+    assert "resumed from" in driver_log and "at step 2" in driver_log
+    # metrics.jsonl: each step once (rows after the checkpoint were redone, not doubled).
+    assert [r["step"] for r in train_rows(out)] == [1, 2, 3, 4, 5, 6]
+    # The pool delivered each trajectory once across both runs, and the trained groups are
+    # exactly the first 6 x 4 groups of the data order: nothing skipped, nothing repeated.
+    pairs = delivered_pairs(out)
+    assert len(pairs) == 6 * 32 and len(set(pairs)) == len(pairs)
+    assert {g for g, _ in pairs} == expected_group_ids(out, 6 * 4)
+
+
+def test_ctrl_c_checkpoints_and_exits_cleanly(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "nexrl.cli.train", RECIPE, *overrides(out, steps=50)]
+    proc = subprocess.Popen(
+        args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for_step(out, 2, proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "stopped by SIGINT" in err and "resume.mode=auto" in err
+    reached = train_rows(out)[-1]["step"]
+    assert reached >= 2
+    assert (out / "checkpoints" / f"step_{reached}").is_dir()
+    assert processes_using(out) == []

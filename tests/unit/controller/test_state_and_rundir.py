@@ -1,0 +1,83 @@
+"""Controller checkpoint state and the run folder's resume policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from nexrl.config.recipe import load_recipe_checked
+from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.controller.rundir import RunDir, RunDirError, prepare_model
+from nexrl.controller.state import ControllerState, committed_group_ids
+from nexrl.pool import TrajectoryPool
+from nexrl.types import Trajectory
+
+RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
+
+
+def test_state_round_trips_through_the_checkpoint_extra_state() -> None:
+    items = [{"group_id": 7, "run_id": r, "data_item": {"prompt": "max 1 2 3"}} for r in range(2)]
+    state = ControllerState(
+        step=4, loader={"epoch": 0, "position": 9}, pool={"generation": 5}, pending=[items]
+    )
+    back = ControllerState.from_extra_state(state.to_extra_state())
+    assert back == state
+    assert ControllerState.from_extra_state({}) is None
+
+
+def _traj(group: int, run: int) -> Trajectory:
+    return Trajectory([1, 2], [3], [1], [-0.5], 1.0, group_id=group, run_id=run)
+
+
+def test_committed_group_ids_lists_what_is_in_the_pool(tmp_path: Path) -> None:
+    cfg = TrajectoryPoolConfig(store=str(tmp_path / "pool.zarr"), key_list=["group_id"])
+    pool = TrajectoryPool(cfg)
+    assert committed_group_ids(pool) == set()
+    pool.writer().append([_traj(3, 0), _traj(3, 1)])
+    pool.writer().append([_traj(11, 0)])
+    assert committed_group_ids(pool) == {3, 11}
+
+
+def _cfg(out: Path, mode: str):  # type: ignore[no-untyped-def]
+    return load_recipe_checked(RECIPE, [f"output_dir={out}", f"resume.mode={mode}"]).cfg
+
+
+def test_fresh_run_refuses_a_folder_holding_a_run(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    run.prepare(_cfg(run.root, "disable"), str(run.root / "pool.zarr"))
+    assert (run.root / "config.yaml").exists() and run.logs.is_dir()
+    (run.root / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(RunDirError, match=r"resume\.mode=auto"):
+        run.prepare(_cfg(run.root, "disable"), str(run.root / "pool.zarr"))
+    assert (run.root / "metrics.jsonl").read_text() == '{"step": 1}\n'  # untouched
+
+
+def test_auto_without_a_checkpoint_keeps_the_old_data_aside(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    (run.root / "pool.zarr").mkdir(parents=True)
+    (run.root / "pool.zarr" / "marker").write_text("old")
+    (run.root / "metrics.jsonl").write_text('{"step": 1}\n')
+    run.prepare(_cfg(run.root, "auto"), str(run.root / "pool.zarr"))
+    (kept,) = run.root.glob("abandoned-*")
+    assert (kept / "pool.zarr" / "marker").read_text() == "old"
+    assert (kept / "metrics.jsonl").exists()
+    assert not (run.root / "pool.zarr").exists() and not (run.root / "metrics.jsonl").exists()
+
+
+def test_tiny_model_is_built_once_from_the_recipe(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path / "run", "disable")
+    run = RunDir(tmp_path / "run")
+    model, tok = prepare_model(cfg, run)
+    assert model == tok == run.root / "model" and (model / "config.json").exists()
+    stamp = (model / "model.safetensors").stat().st_mtime_ns
+    prepare_model(cfg, run)
+    assert (model / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_model_path_without_config_json_is_a_clear_error(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path / "run", "disable")
+    OmegaConf.update(cfg, "model.path", str(tmp_path))
+    with pytest.raises(RunDirError, match=r"model.path: .* has no config.json"):
+        prepare_model(cfg, RunDir(tmp_path / "run"))
