@@ -145,29 +145,83 @@ def _worker(spec: RolloutSpec, client: Any) -> BaseRolloutWorker:
     return cls(client, evaluator(spec), dict(spec.sampling), spec.prompt_key)
 
 
+class _LoopThread:
+    """One asyncio event loop per worker process, in a daemon thread.
+
+    Rollout tasks running in several Dask worker threads submit their coroutines
+    to this loop instead of each calling ``asyncio.run``: every task then shares
+    one OpenAI client per service (connections are reused, no client set-up per
+    task), and no task thread runs an event loop of its own. Many concurrent
+    ``asyncio.run`` loops creating clients deadlocked a worker on this machine
+    (threads stuck in ``ThreadPoolExecutor.submit`` inside the openai client, no
+    timeout able to fire); with one loop that cannot happen.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="nexrl-rollout-loop", daemon=True
+        )
+        self.thread.start()
+        self.clients: dict[tuple[Any, ...], Any] = {}
+
+    def run(self, coro: Any, timeout_s: float) -> Any:
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout=timeout_s)
+        except TimeoutError:
+            fut.cancel()
+            raise TimeoutError(f"rollout did not finish within {timeout_s:g}s") from None
+
+    def client(self, spec: RolloutSpec) -> Any:
+        """The process's inference client for ``spec``'s service (call on the loop)."""
+        from nexrl.inference import InferenceClient
+
+        key = (
+            spec.base_urls,
+            spec.served_model_name,
+            spec.api_key,
+            spec.timeout_s,
+            spec.max_retries,
+        )
+        if key not in self.clients:
+            self.clients[key] = InferenceClient(
+                list(spec.base_urls),
+                spec.served_model_name,
+                api_key=spec.api_key,
+                timeout_s=spec.timeout_s,
+                max_retries=spec.max_retries,
+            )
+        return self.clients[key]
+
+
+_LOOP: _LoopThread | None = None
+
+
+def _loop() -> _LoopThread:
+    global _LOOP
+    with _CACHE_LOCK:
+        if _LOOP is None or not _LOOP.thread.is_alive():
+            _LOOP = _LoopThread()
+        return _LOOP
+
+
 def rollout_task(spec: RolloutSpec, items: list[dict[str, Any]]) -> list[Episode | Trajectory]:
     """Run every item of a group; episodes (or, for a worker that only overrides
     ``rollout``, already scored trajectories)."""
-    from nexrl.inference import InferenceClient
+    runner = _loop()
 
     async def run() -> list[Any]:
-        client = InferenceClient(
-            list(spec.base_urls),
-            spec.served_model_name,
-            api_key=spec.api_key,
-            timeout_s=spec.timeout_s,
-            max_retries=spec.max_retries,
-        )
-        try:
-            worker = _worker(spec, client)
-            if type(worker).scores_separately():
-                return list(await asyncio.gather(*(worker.run_agent(i) for i in items)))
-            scored = await asyncio.gather(*(worker.rollout(i) for i in items))
-            return [t for ts in scored for t in ts]
-        finally:
-            await client.aclose()
+        worker = _worker(spec, runner.client(spec))
+        if type(worker).scores_separately():
+            return list(await asyncio.gather(*(worker.run_agent(i) for i in items)))
+        scored = await asyncio.gather(*(worker.rollout(i) for i in items))
+        return [t for ts in scored for t in ts]
 
-    return asyncio.run(run())
+    # Each model call is bounded by timeout_s (retries included); the margin covers
+    # multi-call episodes queued behind each other on a busy service.
+    out: list[Episode | Trajectory] = runner.run(run(), timeout_s=spec.timeout_s * 4 + 30.0)
+    return out
 
 
 def evaluate_task(

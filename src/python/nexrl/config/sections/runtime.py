@@ -49,8 +49,9 @@ class ServiceConfig:
 @dataclass
 class LoggerConfig:
     backends: list[str] = cfg_field(
-        default_factory=lambda: ["console", "jsonl"],
-        help="Metric sinks: console (a log line per step), jsonl (output_dir/metrics.jsonl; "
+        default_factory=lambda: ["jsonl"],
+        help="Metric sinks (the progress bar / plain progress lines are always shown): "
+        "console (also a log line per step with more metrics), jsonl (output_dir/metrics.jsonl; "
         "always on, listed or not), tensorboard (output_dir/tensorboard), mlflow (offline "
         "store output_dir/mlruns; needs `pip install mlflow`), wandb (offline run in "
         "output_dir/wandb; needs `pip install wandb`).",
