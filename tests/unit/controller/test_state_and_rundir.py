@@ -81,3 +81,27 @@ def test_model_path_without_config_json_is_a_clear_error(tmp_path: Path) -> None
     OmegaConf.update(cfg, "model.path", str(tmp_path))
     with pytest.raises(RunDirError, match=r"model.path: .* has no config.json"):
         prepare_model(cfg, RunDir(tmp_path / "run"))
+
+
+def test_a_group_committed_twice_is_trained_from_one_copy(tmp_path: Path) -> None:
+    # Dask runs futures at least once: an evaluator future re-run after its worker
+    # died commits its group a second time. Both copies reach the pool.
+    from nexrl.controller import Controller
+
+    cfg = TrajectoryPoolConfig(
+        store=str(tmp_path / "pool.zarr"), key_list=["group_id"], group_size=2, batch_size=4
+    )
+    pool = TrajectoryPool(cfg)
+    pool.writer().append([_traj(5, 0), _traj(5, 1)])
+    pool.writer().append([_traj(5, 0), _traj(5, 1)])  # the re-run's copy
+    batch = pool.get_batch()
+    assert batch is not None and len(batch) == 4
+    controller = Controller(load_recipe_checked(RECIPE, [f"output_dir={tmp_path / 'run'}"]))
+    kept = controller._first_copies(batch)
+    assert [(t.group_id, t.run_id) for t in kept] == [(5, 0), (5, 1)]
+    assert controller.counters["duplicate_trajectories_dropped"] == 2
+    # ... and a later batch carrying the group again is dropped whole.
+    pool.writer().append([_traj(5, 0), _traj(5, 1), _traj(6, 0), _traj(6, 1)])
+    later = pool.get_batch()
+    assert later is not None
+    assert [(t.group_id, t.run_id) for t in controller._first_copies(later)] == [(6, 0), (6, 1)]

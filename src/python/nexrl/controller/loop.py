@@ -64,6 +64,7 @@ class Controller:
         self.stop_reason: str | None = None
         self.counters: dict[str, float] = {
             "failed_groups": 0,
+            "duplicate_trajectories_dropped": 0,
             "evaluator_errors": 0,
             "groups_rolled_out": 0,
             "inference_restarts": 0,
@@ -71,6 +72,7 @@ class Controller:
         self._retry: list[tuple[list[dict[str, Any]], int]] = []  # (group items, attempts)
         self._attempts: dict[int, int] = {}
         self._skip: set[int] = set()
+        self.trained: dict[int, str] = {}  # group_id -> pool commit it was trained from
         self._last_failure: TaskFailure | None = None
         self._last_health = 0.0
         self._last_ckpt_step = -1
@@ -128,6 +130,7 @@ class Controller:
             c.pool.load_state_dict(state.pool)
         self._retry = [(g, 0) for g in state.pending]
         self.counters.update(state.counters)
+        self.trained = {int(k): v for k, v in state.trained.items()}
         self._skip = committed_group_ids(c.pool)
         self._last_ckpt_step = self.step
         logger.info(
@@ -161,6 +164,15 @@ class Controller:
             c.progress.update(self.step, row)
             if c.plot_every and self.step % c.plot_every == 0:
                 c.plot()
+        freq = int(self.cfg.validate.freq)
+        if (
+            c.val_groups
+            and freq
+            and self.step > 0
+            and self.step % freq
+            and self.stop_reason is None
+        ):
+            c.tracker.log(self.step, self._validate())  # the final policy is always validated
         if self.step > self._last_ckpt_step and self.step > 0:
             self._checkpoint()
         summary = c.finish()
@@ -170,16 +182,19 @@ class Controller:
     def _train_one_step(self) -> dict[str, Any] | None:
         c = self._c
         t0 = time.perf_counter()
-        batch = self._next_batch()
-        if batch is None:
-            return None
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return None
+            trajectories = self._first_copies(batch)
+            if trajectories:
+                break
         t_batch = time.perf_counter()
+        from nexrl.trainer.batch_io import save_batch
         from nexrl.types.batch import Batch
 
         path = c.run.batches / f"step_{self.step + 1}.pt"
-        from nexrl.trainer.batch_io import save_batch
-
-        save_batch(Batch.from_trajectories(batch.trajectories(), c.pad_token_id), path)
+        save_batch(Batch.from_trajectories(trajectories, c.pad_token_id), path)
         version_before = self.version
         pending = c.trainer.start("train_step", str(path))
         while not pending.done():
@@ -198,7 +213,7 @@ class Controller:
         t_train = time.perf_counter()
         self.step = int(metrics["trainer/global_step"])
         self.version = int(metrics["trainer/policy_version"])
-        row = self._step_row(batch, metrics, version_before)
+        row = self._step_row(batch, trajectories, metrics, version_before)
         if "weight/published_version" in metrics:
             row.update(self._sync_weights())
         t_sync = time.perf_counter()
@@ -217,14 +232,30 @@ class Controller:
                 "timing/train": t_train - t_batch,
                 "timing/weight_sync": t_sync - t_train,
                 "timing/step": end - t0,
-                "perf/trajectories_per_s": len(batch) / max(end - t0, 1e-9),
+                "perf/trajectories_per_s": len(trajectories) / max(end - t0, 1e-9),
             }
         )
         return row
 
-    def _step_row(self, batch: Any, metrics: dict[str, float], version_before: int) -> dict:
-        rewards = np.asarray(batch.columns.reward, dtype=np.float64)
-        versions = np.asarray(batch.columns.policy_version)
+    def _first_copies(self, batch: Any) -> list[Any]:
+        """The batch's trajectories minus second copies of a group (a future that Dask
+        ran twice committed its group twice): each group is trained from one commit."""
+        keep = []
+        for traj, (writer, commit, _) in zip(batch.trajectories(), batch.ids, strict=True):
+            origin = f"{writer}/{commit}"
+            if self.trained.setdefault(int(traj.group_id), origin) == origin:
+                keep.append(traj)
+        dropped = len(batch) - len(keep)
+        if dropped:
+            self.counters["duplicate_trajectories_dropped"] += dropped
+            logger.warning("dropped %d trajectories of groups already trained", dropped)
+        return keep
+
+    def _step_row(
+        self, batch: Any, trajectories: list[Any], metrics: dict[str, float], version_before: int
+    ) -> dict[str, Any]:
+        rewards = np.asarray([t.reward for t in trajectories], dtype=np.float64)
+        versions = np.asarray([t.policy_version for t in trajectories])
         row: dict[str, Any] = {
             "reward/mean": float(rewards.mean()),
             "reward/std": float(rewards.std()),
@@ -234,6 +265,9 @@ class Controller:
             "version/lag_max": int(version_before - versions.min()),
             "rollout/failed_groups": self.counters["failed_groups"],
             "rollout/evaluator_errors": self.counters["evaluator_errors"],
+            "rollout/duplicate_trajectories_dropped": self.counters[
+                "duplicate_trajectories_dropped"
+            ],
             "rollout/in_flight": self._c.dispatcher.running_trajectories("train"),
         }
         row.update(batch.metrics())
@@ -378,6 +412,7 @@ class Controller:
             pool=c.pool.state_dict(),
             pending=pending,
             counters=dict(self.counters),
+            trained=dict(self.trained),
         )
         try:
             c.trainer.save_checkpoint(state.to_extra_state())

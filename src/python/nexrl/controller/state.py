@@ -5,7 +5,15 @@ A checkpoint at step ``s`` holds, next to the trainer's weights and optimizer:
 * ``loader``: the data loader's position (which prompts were handed out);
 * ``pool``: the pool consumer's cursor generation after batch ``s``;
 * ``pending``: the groups handed out but not yet in the pool (in flight);
-* ``counters``: failure and throughput counters.
+* ``counters``: failure and throughput counters;
+* ``trained``: for each group trained so far, the pool commit it came from.
+
+Dask runs a future *at least* once: when a worker dies after an evaluator
+future committed its group but before its result reached the scheduler, the
+future runs again and the group is committed a second time (a second sample).
+The controller trains each group from the first commit it sees and drops the
+other copies (``rollout/duplicate_trajectories_dropped``), so no prompt group is
+trained twice.
 
 Resuming (``resume.mode: auto``) rewinds the pool cursor to ``pool`` (batches
 delivered after the checkpoint were never trained into these weights, so they
@@ -35,6 +43,7 @@ class ControllerState:
     pool: dict[str, Any] | None = None
     pending: list[list[dict[str, Any]]] = field(default_factory=list)
     counters: dict[str, float] = field(default_factory=dict)
+    trained: dict[int, str] = field(default_factory=dict)  # group_id -> commit trained on
 
     def to_extra_state(self) -> dict[str, Any]:
         return {STATE_KEY: asdict(self)}
