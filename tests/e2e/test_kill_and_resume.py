@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -23,7 +24,7 @@ from tests.e2e.test_train_run import delivered_pairs, processes_using
 DEADLINE_S = 600  # generous bound for a slow CI machine; a hang fails instead of blocking
 
 
-def wait_for_step(out: Path, step: int, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for_step(out: Path, step: int, proc: subprocess.Popen[Any] | None = None) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
         if any(r["step"] >= step for r in train_rows(out)):

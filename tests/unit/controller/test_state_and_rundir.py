@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from nexrl.config.recipe import load_recipe_checked
 from nexrl.config.sections.pool import TrajectoryPoolConfig
@@ -40,7 +40,7 @@ def test_committed_group_ids_lists_what_is_in_the_pool(tmp_path: Path) -> None:
     assert committed_group_ids(pool) == {3, 11}
 
 
-def _cfg(out: Path, mode: str):  # type: ignore[no-untyped-def]
+def _cfg(out: Path, mode: str) -> DictConfig:
     return load_recipe_checked(RECIPE, [f"output_dir={out}", f"resume.mode={mode}"]).cfg
 
 
