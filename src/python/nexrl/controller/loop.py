@@ -284,7 +284,7 @@ class Controller:
             self._service(dispatch=True)
             quiet = not c.dispatcher.running("train") and not self._retry
             batch = c.pool.get_batch(
-                current_version=self.version, loaded_batch_finished=quiet and c.loader_done
+                current_version=self.version, loaded_batch_finished=quiet
             )
             if batch is not None:
                 return batch
