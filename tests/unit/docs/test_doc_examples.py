@@ -27,3 +27,12 @@ def test_developer_guide_registers_an_advantage_estimator() -> None:
 def test_user_guide_shows_the_default_recipes_evaluator_verbatim() -> None:
     blocks = python_blocks("docs/user-guide.md")
     assert Path("recipes/max_digit/evaluator.py").read_text() in blocks
+
+
+def test_user_guide_shows_the_calculator_agent_config_and_tools_verbatim() -> None:
+    text = Path("docs/user-guide.md").read_text()
+    yaml_blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    assert Path("recipes/calculator/agent_config.yaml").read_text() in yaml_blocks
+    assert Path("recipes/calculator/custom_tools.py").read_text() in python_blocks(
+        "docs/user-guide.md"
+    )

@@ -161,6 +161,26 @@ def logger_backends(cfg: DictConfig, roots: list[Path]) -> list[str]:
     return out
 
 
+def agent_config(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """Type 'agent' needs an agent config that loads (its problems are listed)."""
+    rw = cfg.rollout_worker
+    if rw.type != "agent":
+        return []
+    if not rw.agent_config_path:
+        return ["rollout_worker.agent_config_path: required with rollout_worker.type: agent"]
+    from nexrl.config.modules import resolve_path
+    from nexrl.rollout_worker.agent.config import AgentConfigError, load_agent_config
+
+    path = resolve_path(str(rw.agent_config_path), roots)
+    if path is None:
+        return [f"rollout_worker.agent_config_path: '{rw.agent_config_path}' not found"]
+    try:
+        load_agent_config(path)
+    except AgentConfigError as exc:
+        return [f"rollout_worker.agent_config_path: {p} ({path})" for p in exc.problems]
+    return []
+
+
 RULES: tuple[Rule, ...] = (
     pool_grouping,
     sync_mode_settings,
@@ -169,4 +189,5 @@ RULES: tuple[Rule, ...] = (
     registered_algorithms,
     loadable_classes,
     logger_backends,
+    agent_config,
 )

@@ -283,9 +283,7 @@ class Controller:
         while self.stop_reason is None:
             self._service(dispatch=True)
             quiet = not c.dispatcher.running("train") and not self._retry
-            batch = c.pool.get_batch(
-                current_version=self.version, loaded_batch_finished=quiet and c.loader_done
-            )
+            batch = c.pool.get_batch(current_version=self.version, loaded_batch_finished=quiet)
             if batch is not None:
                 return batch
             if quiet and c.loader_done:

@@ -89,6 +89,10 @@ def rollout_spec(recipe: Recipe, pool: TrajectoryPoolConfig, base_urls: list[str
         timeout_s=float(rw.request_timeout_s),
         max_retries=int(rw.max_retries),
         prompt_key=str(cfg.data.prompt_key),
+        agent_config=(
+            str(recipe.resolve(str(rw.agent_config_path))) if rw.agent_config_path else None
+        ),
+        agent_trajectory=str(rw.agent_trajectory),
     )
 
 

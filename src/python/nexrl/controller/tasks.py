@@ -61,6 +61,8 @@ class RolloutSpec:
     timeout_s: float = 60.0
     max_retries: int = 2
     prompt_key: str = "prompt"
+    agent_config: str | None = None  # absolute path, for worker_type 'agent'
+    agent_trajectory: str = "per_call"
 
     def with_sampling(self, **overrides: Any) -> RolloutSpec:
         from dataclasses import replace
@@ -121,9 +123,13 @@ def worker_class(spec: RolloutSpec) -> type[BaseRolloutWorker]:
                 "of nexrl.rollout_worker.base.BaseRolloutWorker"
             )
         return cls
+    from nexrl.rollout_worker.agent import AgentRolloutWorker
     from nexrl.rollout_worker.simple import SimpleRolloutWorker
 
-    builtin: dict[str, type[BaseRolloutWorker]] = {"simple": SimpleRolloutWorker}
+    builtin: dict[str, type[BaseRolloutWorker]] = {
+        "simple": SimpleRolloutWorker,
+        "agent": AgentRolloutWorker,
+    }
     if spec.worker_type not in builtin:
         raise ValueError(
             f"rollout_worker.type: {spec.worker_type!r} is not available in this build "
@@ -142,6 +148,19 @@ def evaluator(spec: RolloutSpec) -> Any:
 
 def _worker(spec: RolloutSpec, client: Any) -> BaseRolloutWorker:
     cls = worker_class(spec)
+    if spec.worker_type == "agent" and spec.custom_worker is None:
+        from nexrl.rollout_worker.agent import AgentRolloutWorker, load_agent_config
+
+        assert spec.agent_config is not None
+        agent = _cached(("agent", spec.agent_config), lambda: load_agent_config(spec.agent_config))
+        return AgentRolloutWorker(
+            client,
+            evaluator(spec),
+            dict(spec.sampling),
+            spec.prompt_key,
+            agent=agent,
+            trajectory_mode=spec.agent_trajectory,
+        )
     return cls(client, evaluator(spec), dict(spec.sampling), spec.prompt_key)
 
 

@@ -29,7 +29,16 @@ class RolloutWorkerConfig:
         None, help="Class name in custom_rollout_worker_module_path."
     )
     agent_config_path: str | None = cfg_field(
-        None, help="agent_config.yaml for type 'agent'.", path=True
+        None,
+        help="agent_config.yaml for type 'agent' (system prompt, llm_config, tools with "
+        "bindings to Python functions next to it; see the user guide).",
+        path=True,
+    )
+    agent_trajectory: str = cfg_field(
+        "per_call",
+        help="Type 'agent': 'per_call' = one trajectory per model call (as NexRL), "
+        "'episode' = one trajectory per episode with tool results masked out of the loss.",
+        choices=("per_call", "episode"),
     )
     num_workers: int = cfg_field(
         64,

@@ -1,0 +1,174 @@
+"""``AgentRolloutWorker`` (``rollout_worker.type: agent``): a multi-turn tool-calling
+agent from ``agent_config.yaml``.
+
+One episode::
+
+    messages = [system_prompt] + format_task_query(row)
+    repeat up to max_turns:
+        reply = chat(messages, tools)                       # OpenAI API, token ids + log-probs
+        if reply has tool_calls:  run each tool (timeout; an error becomes the tool's
+                                  answer, so the model can react), append the results
+        else:                     final answer -> stop
+        stop when the next call could not fit max_context_tokens
+
+The evaluator gets ``final_answer`` (the last reply's text, "" if none) and the
+``observation`` (every message of the episode). Every model call is kept exactly
+as the service sampled it (token in, token out); ``score`` turns the calls into
+trajectories: one per call (``per_call``, as NexRL does; every call of the
+episode gets the episode's reward, and ``get_train_loss_mask`` can exclude
+calls) or one per episode (``episode``: the calls and the tokens between them
+— tool results, the template's role markers — in one sequence, those in-between
+tokens masked out of the loss). ``episode`` needs each call's prompt to extend
+the previous call's prompt + reply token for token; a chat template that
+re-renders earlier turns differently is reported, never silently re-tokenized.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from nexrl.rollout_worker.agent.config import AgentConfig, ToolSpec
+from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
+from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
+from nexrl.types import Trajectory
+
+__all__ = ["TRAJECTORY_MODES", "AgentRolloutWorker"]
+
+TRAJECTORY_MODES = ("per_call", "episode")
+# Tools run in their own threads: a hung tool only costs its thread, never the event loop.
+_TOOL_POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="nexrl-tool")
+
+
+class AgentRolloutWorker(BaseRolloutWorker):
+    """See the module doc."""
+
+    def __init__(
+        self,
+        client: Any,
+        evaluator: Any,
+        sampling: dict[str, Any],
+        prompt_key: str = "prompt",
+        *,
+        agent: AgentConfig,
+        trajectory_mode: str = "per_call",
+    ) -> None:
+        if trajectory_mode not in TRAJECTORY_MODES:
+            raise ValueError(f"trajectory_mode must be one of {TRAJECTORY_MODES}")
+        # the agent's llm_config overrides the recipe's sampling settings
+        super().__init__(client, evaluator, {**sampling, **agent.llm_config}, prompt_key)
+        self.agent = agent
+        self.trajectory_mode = trajectory_mode
+
+    # -- the episode ----------------------------------------------------------
+    async def run_agent(self, item: dict[str, Any]) -> Episode:
+        agent = self.agent
+        messages: list[dict[str, Any]] = []
+        if agent.system_prompt:
+            messages.append({"role": "system", "content": agent.system_prompt})
+        messages += self.format_task_query(item["data_item"])
+        tools = [t.openai() for t in agent.tools] or None
+        calls, infos = [], []
+        final, finish = "", "max_turns"
+        max_tokens = int(self.sampling.get("max_tokens", 64))
+        for turn in range(agent.max_turns):
+            (gen,) = await self.client.chat(messages, tools=tools, n=1, **self.sampling)
+            calls.append(gen)
+            used = len(gen.prompt_token_ids) + len(gen.token_ids)
+            info: dict[str, Any] = {"turn": turn, "tool_calls": gen.tool_calls, "tokens": used}
+            infos.append(info)
+            reply: dict[str, Any] = {"role": "assistant", "content": gen.text}
+            if not gen.tool_calls:
+                messages.append(reply)
+                final, finish = gen.text or "", "answer"
+                break
+            reply["tool_calls"] = gen.tool_calls
+            messages.append(reply)
+            for call in gen.tool_calls:
+                result = await self._run_tool(call)
+                messages.append(
+                    {"role": "tool", "tool_call_id": call.get("id", ""), "content": result}
+                )
+            info["tool_results"] = [m["content"] for m in messages[-len(gen.tool_calls) :]]
+            if used + max_tokens > agent.max_context_tokens:
+                finish = "context_limit"
+                break
+        target = BaseEvaluationTarget(final_answer=final, observation=messages)
+        for info in infos:
+            info["finish"] = finish
+        return Episode(item=item, target=target, calls=calls, infos=infos)
+
+    async def _run_tool(self, call: dict[str, Any]) -> str:
+        fn = call.get("function") or {}
+        name = str(fn.get("name", ""))
+        tool = self.agent.tool(name)
+        if tool is None:
+            names = ", ".join(t.name for t in self.agent.tools) or "none"
+            return f"error: unknown tool {name!r} (available: {names})"
+        raw = fn.get("arguments") or "{}"
+        try:
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            return f"error: arguments of {name} are not JSON: {raw!r}"
+        if not isinstance(args, dict):
+            return f"error: arguments of {name} must be a JSON object, got {raw!r}"
+        return await self._call_tool(tool, args)
+
+    async def _call_tool(self, tool: ToolSpec, args: dict[str, Any]) -> str:
+        loop = asyncio.get_running_loop()
+        timeout = self.agent.tool_timeout_s
+        try:
+            result = await asyncio.wait_for(
+                loop.run_in_executor(_TOOL_POOL, lambda: tool.function(**args)), timeout
+            )
+        except TimeoutError:
+            return f"error: tool {tool.name} did not answer within {timeout:g}s"
+        except Exception as exc:  # the tool's own error goes back to the model
+            return f"error: {tool.name} raised {type(exc).__name__}: {exc}"
+        return result if isinstance(result, str) else json.dumps(result)
+
+    # -- trajectories ---------------------------------------------------------
+    def score(self, episode: Episode) -> list[Trajectory]:
+        per_call = super().score(episode)
+        if self.trajectory_mode == "per_call" or len(per_call) <= 1:
+            return per_call
+        return [merge_episode(per_call, episode)]
+
+
+def merge_episode(parts: list[Trajectory], episode: Episode) -> Trajectory:
+    """One trajectory from the per-call trajectories of an episode (see the module doc)."""
+    first = parts[0]
+    response = list(first.response_ids)
+    mask, logprobs = list(first.loss_mask), list(first.logprobs)
+    seen = list(first.prompt_ids) + list(first.response_ids)
+    for k, part in enumerate(parts[1:], start=2):
+        prompt = list(part.prompt_ids)
+        if prompt[: len(seen)] != seen:
+            raise ValueError(
+                f"agent_trajectory 'episode': the prompt of model call {k} does not extend "
+                f"call {k - 1}'s prompt and reply token for token (the chat template renders "
+                "earlier turns differently from what was sampled); use 'per_call'"
+            )
+        between = prompt[len(seen) :]
+        response += between + list(part.response_ids)
+        mask += [0] * len(between) + list(part.loss_mask)
+        logprobs += [0.0] * len(between) + list(part.logprobs)
+        seen = prompt + list(part.response_ids)
+    metrics = dict(first.metrics)
+    metrics["model_calls"] = float(len(parts))
+    metrics["response_length"] = float(len(response))
+    return Trajectory(
+        prompt_ids=list(first.prompt_ids),
+        response_ids=response,
+        loss_mask=mask,
+        logprobs=logprobs,
+        reward=first.reward,
+        group_id=first.group_id,
+        run_id=first.run_id,
+        policy_version=min(p.policy_version for p in parts),
+        metrics=metrics,
+        extra_info={**first.extra_info, "finish": episode.infos[-1].get("finish")},
+        data_item=first.data_item,
+    )
