@@ -240,3 +240,22 @@ def test_cli_reports_mistakes_with_exit_2_and_no_traceback(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "problem" in err
     assert "Traceback" not in err
+
+
+def test_custom_worker_that_cannot_run_an_episode(tmp_path: Path) -> None:
+    path = write_recipe(tmp_path, "")
+    (tmp_path / "workers.py").write_text(
+        "from nexrl.rollout_worker.base import BaseRolloutWorker\n"
+        "class Empty(BaseRolloutWorker):\n    pass\n"
+        "class NotAWorker:\n    async def rollout(self, item):\n        return []\n"
+    )
+    for name, expected in (
+        ("Empty", "implements neither run_agent"),
+        ("NotAWorker", "is not a subclass of BaseRolloutWorker"),
+    ):
+        (p,) = problems_of(
+            path,
+            "+rollout_worker.custom_rollout_worker_module_path=workers.py",
+            f"+rollout_worker.custom_rollout_worker_class_name={name}",
+        )
+        assert p.startswith("rollout_worker.custom_rollout_worker_class_name:") and expected in p

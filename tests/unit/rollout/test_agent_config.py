@@ -95,3 +95,13 @@ def test_recipe_check_reports_agent_config_problems(
     assert "rollout_worker.agent_config_path" in err and "custom_tools" in err
     assert "Traceback" not in err
     assert main([recipe, "--check"]) == 0
+
+
+def test_a_worker_overriding_neither_episode_method_is_refused() -> None:
+    from nexrl.rollout_worker.base import BaseRolloutWorker
+
+    class Empty(BaseRolloutWorker):
+        pass
+
+    with pytest.raises(TypeError, match="Empty implements neither run_agent"):
+        Empty(None, None, {})  # type: ignore[arg-type]

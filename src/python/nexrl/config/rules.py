@@ -125,12 +125,23 @@ def loadable_classes(cfg: DictConfig, roots: list[Path]) -> list[str]:
     except RecipeError as exc:
         out.extend(exc.problems)
     if rw.custom_rollout_worker_module_path and rw.custom_rollout_worker_class_name:
-        check(
-            "rollout_worker.custom_rollout_worker_class_name",
-            rw.custom_rollout_worker_module_path,
-            rw.custom_rollout_worker_class_name,
-            "rollout",
-        )
+        field = "rollout_worker.custom_rollout_worker_class_name"
+        try:
+            cls = load_object(
+                rw.custom_rollout_worker_module_path,
+                rw.custom_rollout_worker_class_name,
+                roots,
+                field,
+            )
+        except RecipeError as exc:
+            out.extend(exc.problems)
+        else:
+            from nexrl.rollout_worker.base import BaseRolloutWorker, missing_episode_method
+
+            if not (isinstance(cls, type) and issubclass(cls, BaseRolloutWorker)):
+                out.append(f"{field}: {cls!r} is not a subclass of BaseRolloutWorker")
+            elif problem := missing_episode_method(cls):
+                out.append(f"{field}: {problem}")
     t = cfg.trainer
     if t.custom_trainer_module_path and t.custom_trainer_class_name:
         check(

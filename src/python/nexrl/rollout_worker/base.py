@@ -50,6 +50,18 @@ class Episode:
     infos: list[dict[str, Any]] = field(default_factory=list)
 
 
+def missing_episode_method(cls: type) -> str | None:
+    """Why ``cls`` cannot run an episode (it overrides neither ``run_agent`` nor
+    ``rollout``), or None."""
+    if cls.run_agent is BaseRolloutWorker.run_agent and cls.rollout is BaseRolloutWorker.rollout:
+        return (
+            f"{cls.__name__} implements neither run_agent (the model calls; scoring then "
+            "runs in an evaluator future) nor rollout (the whole scored episode); "
+            "override one of them"
+        )
+    return None
+
+
 class BaseRolloutWorker:
     """Shared plumbing: the inference client, the evaluator and sampling settings.
 
@@ -64,6 +76,9 @@ class BaseRolloutWorker:
         sampling: dict[str, Any],
         prompt_key: str = "prompt",
     ) -> None:
+        problem = missing_episode_method(type(self))
+        if problem:
+            raise TypeError(problem)
         self.client = client
         self.evaluator = evaluator
         self.sampling = dict(sampling)
@@ -81,7 +96,7 @@ class BaseRolloutWorker:
 
     async def run_agent(self, item: dict[str, Any]) -> Episode:
         """The model calls of one episode for ``item``, unscored (override this)."""
-        raise NotImplementedError(f"{type(self).__name__} implements neither run_agent nor rollout")
+        raise TypeError(missing_episode_method(type(self)) or "run_agent is not implemented")
 
     def score(self, episode: Episode) -> list[Trajectory]:
         """Evaluate the episode and turn each trained model call into a trajectory."""
