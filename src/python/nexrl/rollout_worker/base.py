@@ -50,7 +50,7 @@ class Episode:
     infos: list[dict[str, Any]] = field(default_factory=list)
 
 
-def missing_episode_method(cls: type) -> str | None:
+def missing_episode_method(cls: type[BaseRolloutWorker]) -> str | None:
     """Why ``cls`` cannot run an episode (it overrides neither ``run_agent`` nor
     ``rollout``), or None."""
     if cls.run_agent is BaseRolloutWorker.run_agent and cls.rollout is BaseRolloutWorker.rollout:
