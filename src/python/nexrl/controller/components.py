@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from nexrl.config.recipe import Recipe
 from nexrl.controller.dispatch import RolloutDispatcher
 from nexrl.controller.rundir import RunDir, prepare_model
@@ -22,6 +24,7 @@ from nexrl.controller.service import InferenceSupervisor
 from nexrl.controller.setup import (
     absolute_output_dir,
     data_config,
+    load_tokenizer,
     pad_token_id,
     pool_config,
     prompt_length_fn,
@@ -132,7 +135,8 @@ def _build(recipe: Recipe, progress: bool | None, closers: list[Any]) -> Compone
     closers.append(_log_to_file(run, str(cfg.logger.level)))
 
     model_dir, tok_dir = prepare_model(cfg, run)
-    length = prompt_length_fn(tok_dir)
+    tokenizer = load_tokenizer(tok_dir)
+    length = prompt_length_fn(tokenizer)
     loader = DataLoader(data_config(recipe), length)
     val_groups = validation_groups(recipe, length)
     repeat_n = int(cfg.data.rollout_repeat_n)
@@ -185,6 +189,7 @@ def _build(recipe: Recipe, progress: bool | None, closers: list[Any]) -> Compone
         list(cfg.logger.backends),
         out,
         run_name=str(cfg.experiment_name),
+        config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
         resume_step=step if resumed else None,
     )
     closers.append(tracker.close)
@@ -204,7 +209,7 @@ def _build(recipe: Recipe, progress: bool | None, closers: list[Any]) -> Compone
         progress=display,
         val_groups=val_groups,
         snapshot_dir=snapshot_dir,
-        pad_token_id=pad_token_id(tok_dir),
+        pad_token_id=pad_token_id(tokenizer),
         groups_per_batch=max(1, math.ceil(batch_size / repeat_n)),
         repeat_n=repeat_n,
         plot_every=int(cfg.logger.plot_every),

@@ -65,18 +65,19 @@ class Controller:
         self.counters: dict[str, float] = {
             "failed_groups": 0,
             "duplicate_trajectories_dropped": 0,
+            "delivered_trajectories": 0,
             "evaluator_errors": 0,
             "groups_rolled_out": 0,
             "inference_restarts": 0,
         }
-        self._retry: list[tuple[list[dict[str, Any]], int]] = []  # (group items, attempts)
+        self._retry: list[list[dict[str, Any]]] = []  # failed groups to roll out again
         self._attempts: dict[int, int] = {}
         self._skip: set[int] = set()
         self.trained: dict[int, str] = {}  # group_id -> pool commit it was trained from
         self._last_failure: TaskFailure | None = None
         self._last_health = 0.0
         self._last_ckpt_step = -1
-        self._step_rollouts: list[Any] = []
+        self._val_summaries: list[Any] = []  # validation results being collected
 
     # -- entry ------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -128,7 +129,7 @@ class Controller:
             c.loader.load_state_dict(state.loader)
         if state.pool is not None:
             c.pool.load_state_dict(state.pool)
-        self._retry = [(g, 0) for g in state.pending]
+        self._retry = list(state.pending)
         self.counters.update(state.counters)
         self.trained = {int(k): v for k, v in state.trained.items()}
         self._skip = committed_group_ids(c.pool)
@@ -186,9 +187,10 @@ class Controller:
             batch = self._next_batch()
             if batch is None:
                 return None
+            self.counters["delivered_trajectories"] += len(batch)
             trajectories = self._first_copies(batch)
             if trajectories:
-                break
+                break  # (a batch holding only second copies is skipped whole)
         t_batch = time.perf_counter()
         from nexrl.trainer.batch_io import save_batch
         from nexrl.types.batch import Batch
@@ -265,6 +267,9 @@ class Controller:
             "version/lag_max": int(version_before - versions.min()),
             "rollout/failed_groups": self.counters["failed_groups"],
             "rollout/evaluator_errors": self.counters["evaluator_errors"],
+            "rollout/groups_done": self.counters["groups_rolled_out"],
+            "pool/delivered_total": self.counters["delivered_trajectories"],
+            "inference/restarts": self.counters["inference_restarts"],
             "rollout/duplicate_trajectories_dropped": self.counters[
                 "duplicate_trajectories_dropped"
             ],
@@ -311,7 +316,7 @@ class Controller:
                 self.counters["groups_rolled_out"] += 1
                 self.counters["evaluator_errors"] += summary.evaluator_errors
             else:
-                self._step_rollouts.append(summary)
+                self._val_summaries.append(summary)
         limit = int(self.cfg.runtime_monitor.max_task_failures)
         for g, failure in h.failed:
             self.counters["failed_groups"] += 1
@@ -320,7 +325,7 @@ class Controller:
                 tries = self._attempts.get(g.group_id, 0) + 1
                 self._attempts[g.group_id] = tries
                 if tries <= int(self.cfg.rollout_worker.task_retries):
-                    self._retry.append((g.items, tries))
+                    self._retry.append(g.items)
             if self.counters["failed_groups"] > limit:
                 raise ControllerError(
                     f"{int(self.counters['failed_groups'])} rollout groups failed (limit "
@@ -332,11 +337,13 @@ class Controller:
         per_batch = c.groups_per_batch
         target = per_batch * (1 + c.policy.batches_ahead)
         running = len(c.dispatcher.running("train"))
-        outstanding = running + c.pending_groups()
         cap = int(self.cfg.rollout_worker.num_workers)
+        if running >= min(target, cap):
+            return  # nothing to dispatch: skip reading the pool's stats
+        outstanding = running + c.pending_groups()
         while outstanding < target and running < cap:
             if self._retry:
-                items, _ = self._retry.pop(0)
+                items = self._retry.pop(0)
             else:
                 groups = c.loader.next_batch(1)
                 if not groups:
@@ -383,12 +390,12 @@ class Controller:
             c.dispatcher.submit(
                 items[k : k + VAL_ITEMS_PER_TASK], commit=False, spec=spec, tag="val"
             )
-        self._step_rollouts = []
+        self._val_summaries = []
         failed_before = self.counters["failed_groups"]
         while c.dispatcher.running("val"):
             c.dispatcher.wait_any(0.2)
             self._service(dispatch=False)
-        rewards = [r for s in self._step_rollouts for r in s.rewards]
+        rewards = [r for s in self._val_summaries for r in s.rewards]
         out = {
             "val/reward/mean": float(np.mean(rewards)) if rewards else float("nan"),
             "val/num_samples": float(len(rewards)),
@@ -403,7 +410,7 @@ class Controller:
 
     def _checkpoint(self) -> None:
         c = self._c
-        pending = [g.items for g in c.dispatcher.running("train")] + [g for g, _ in self._retry]
+        pending = [g.items for g in c.dispatcher.running("train")] + list(self._retry)
         state = ControllerState(
             step=self.step,
             loader=c.loader.state_dict(),

@@ -30,15 +30,13 @@ class ServiceError(RuntimeError):
 
 
 def _cpu_threads_args() -> list[str]:
-    """On a machine without CUDA the server gets half the cores (the trainer the other
-    half; see ``nexrl.trainer.actor.cpu_threads``)."""
-    import os
-
+    """On a machine without CUDA the server gets the cores the trainer leaves it
+    (``nexrl.trainer.actor.cpu_threads``: half of them)."""
     import torch
 
-    if torch.cuda.is_available():
-        return []
-    return ["--torch-threads", str(max(1, (os.cpu_count() or 1) // 2))]
+    from nexrl.trainer.actor import cpu_threads
+
+    return [] if torch.cuda.is_available() else ["--torch-threads", str(cpu_threads(1))]
 
 
 class InferenceSupervisor:

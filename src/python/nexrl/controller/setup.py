@@ -23,6 +23,8 @@ from nexrl.controller.tasks import RolloutSpec
 __all__ = [
     "absolute_output_dir",
     "data_config",
+    "load_tokenizer",
+    "pad_token_id",
     "pool_config",
     "prompt_length_fn",
     "rollout_spec",
@@ -96,12 +98,15 @@ def rollout_spec(recipe: Recipe, pool: TrajectoryPoolConfig, base_urls: list[str
     )
 
 
-def prompt_length_fn(tokenizer_dir: Path) -> Any:
-    """Prompt length in tokens as the inference service will see it (chat template
-    applied); word count when the tokenizer has no chat template."""
+def load_tokenizer(tokenizer_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+
+
+def prompt_length_fn(tok: Any) -> Any:
+    """Prompt length in tokens as the inference service will see it (chat template
+    applied); None (the loader's word count) when the tokenizer has no chat template."""
     if not getattr(tok, "chat_template", None):
         return None
 
@@ -115,10 +120,7 @@ def prompt_length_fn(tokenizer_dir: Path) -> Any:
     return length
 
 
-def pad_token_id(tokenizer_dir: Path) -> int:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+def pad_token_id(tok: Any) -> int:
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     return int(pad or 0)
 

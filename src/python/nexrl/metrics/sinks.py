@@ -117,6 +117,11 @@ class MetricSink(ABC):
         self.config = config
         self.resume_step = resume_step
 
+    @property
+    def project(self) -> str:
+        """``config["project_name"]`` (the recipe's), default ``nexrl``."""
+        return str((self.config or {}).get("project_name") or "nexrl")
+
     @abstractmethod
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record ``metrics`` for ``step``."""
@@ -310,9 +315,8 @@ class MlflowSink(MetricSink):
         store = (self.output_dir / "mlruns").resolve()
         store.mkdir(parents=True, exist_ok=True)
         self._client = tracking.MlflowClient(tracking_uri=store.as_uri())
-        experiment = str((config or {}).get("project_name") or "nexrl")
-        found = self._client.get_experiment_by_name(experiment)
-        exp_id = found.experiment_id if found else self._client.create_experiment(experiment)
+        found = self._client.get_experiment_by_name(self.project)
+        exp_id = found.experiment_id if found else self._client.create_experiment(self.project)
         run = self._client.create_run(exp_id, run_name=run_name)
         self._run_id = run.info.run_id
         if config:
@@ -351,7 +355,7 @@ class WandbSink(MetricSink):
         wandb = self._import("wandb")
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self._run = wandb.init(
-            project=str((config or {}).get("project_name") or "nexrl"),
+            project=self.project,
             name=run_name,
             dir=str(self.output_dir),
             mode="offline",
