@@ -95,6 +95,7 @@ def rollout_spec(recipe: Recipe, pool: TrajectoryPoolConfig, base_urls: list[str
             str(recipe.resolve(str(rw.agent_config_path))) if rw.agent_config_path else None
         ),
         agent_trajectory=str(rw.agent_trajectory),
+        seed=int(cfg.seed) if rw.seeded_requests else None,
     )
 
 

@@ -63,6 +63,7 @@ class RolloutSpec:
     prompt_key: str = "prompt"
     agent_config: str | None = None  # absolute path, for worker_type 'agent'
     agent_trajectory: str = "per_call"
+    seed: int | None = None  # per-request sampling seeds (BaseRolloutWorker.request_seed)
 
     def with_sampling(self, **overrides: Any) -> RolloutSpec:
         from dataclasses import replace
@@ -160,8 +161,11 @@ def _worker(spec: RolloutSpec, client: Any) -> BaseRolloutWorker:
             spec.prompt_key,
             agent=agent,
             trajectory_mode=spec.agent_trajectory,
+            seed=spec.seed,
         )
-    return cls(client, evaluator(spec), dict(spec.sampling), spec.prompt_key)
+    worker = cls(client, evaluator(spec), dict(spec.sampling), spec.prompt_key)
+    worker.seed = spec.seed  # set after construction: custom __init__s need not forward it
+    return worker
 
 
 class _LoopThread:

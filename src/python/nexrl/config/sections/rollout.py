@@ -47,6 +47,12 @@ class RolloutWorkerConfig:
         minimum=1,
     )
     temperature: float = cfg_field(1.0, help="Sampling temperature.", minimum=0.0)
+    seeded_requests: bool = cfg_field(
+        True,
+        help="Send every model call a sampling seed mixed from (seed, group_id, run_id, call "
+        "index): the same recipe samples the same tokens however the server batches requests "
+        "(needs a server that honours 'seed': the embedded one and vLLM do).",
+    )
     top_p: float = cfg_field(1.0, help="Nucleus sampling probability mass (0, 1].", minimum=0.0)
     max_response_length: int = cfg_field(
         64, help="max_tokens per model call (response tokens).", minimum=1

@@ -54,11 +54,14 @@ class AgentRolloutWorker(BaseRolloutWorker):
         *,
         agent: AgentConfig,
         trajectory_mode: str = "per_call",
+        seed: int | None = None,
     ) -> None:
         if trajectory_mode not in TRAJECTORY_MODES:
             raise ValueError(f"trajectory_mode must be one of {TRAJECTORY_MODES}")
         # the agent's llm_config overrides the recipe's sampling settings
-        super().__init__(client, evaluator, {**sampling, **agent.llm_config}, prompt_key)
+        super().__init__(
+            client, evaluator, {**sampling, **agent.llm_config}, prompt_key, seed=seed
+        )
         self.agent = agent
         self.trajectory_mode = trajectory_mode
 
@@ -74,7 +77,9 @@ class AgentRolloutWorker(BaseRolloutWorker):
         final, finish = "", "max_turns"
         max_tokens = int(self.sampling.get("max_tokens", 64))
         for turn in range(agent.max_turns):
-            (gen,) = await self.client.chat(messages, tools=tools, n=1, **self.sampling)
+            (gen,) = await self.client.chat(
+                messages, tools=tools, n=1, **self.sampling, **self.request_seed(item, turn)
+            )
             calls.append(gen)
             used = len(gen.prompt_token_ids) + len(gen.token_ids)
             info: dict[str, Any] = {"turn": turn, "tool_calls": gen.tool_calls, "tokens": used}
