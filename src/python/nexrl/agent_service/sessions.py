@@ -128,26 +128,27 @@ class SessionStore:
                         "rewards (POST /v1/sessions/{id}/reward) or discard them first",
                         code="too_many_sessions",
                     )
-                now = self.clock()
-                s = self._open[sid] = Session(sid, created=now, last_used=now)
-            if s.closing:
-                raise ServiceError(
-                    409, f"session {sid!r} is being closed (its reward is being reported)"
-                )
-            if len(s.calls) + s.in_flight >= lim.max_calls:
-                raise ServiceError(
-                    413,
-                    f"session {sid!r} has {lim.max_calls} model calls (max_calls_per_session): "
-                    "report its reward and continue under a new session id",
-                    code="session_too_long",
-                )
-            if s.tokens >= lim.max_tokens:
-                raise ServiceError(
-                    413,
-                    f"session {sid!r} has recorded {s.tokens} tokens (max_tokens_per_session "
-                    f"{lim.max_tokens}): report its reward and continue under a new session id",
-                    code="session_too_long",
-                )
+            else:
+                if s.closing:
+                    raise ServiceError(
+                        409, f"session {sid!r} is being closed (its reward is being reported)"
+                    )
+                if len(s.calls) + s.in_flight >= lim.max_calls:
+                    raise ServiceError(
+                        413,
+                        f"session {sid!r} has {lim.max_calls} model calls "
+                        "(max_calls_per_session): report its reward and continue under a new "
+                        "session id",
+                        code="session_too_long",
+                    )
+                if s.tokens >= lim.max_tokens:
+                    raise ServiceError(
+                        413,
+                        f"session {sid!r} has recorded {s.tokens} tokens (max_tokens_per_session"
+                        f" {lim.max_tokens}): report its reward and continue under a new "
+                        "session id",
+                        code="session_too_long",
+                    )
             if self.total_tokens >= lim.max_total_tokens:
                 raise ServiceError(
                     503,
@@ -155,8 +156,11 @@ class SessionStore:
                     "report the rewards of finished sessions first",
                     code="service_full",
                 )
+            now = self.clock()
+            if s is None:  # created only once every check passed
+                s = self._open[sid] = Session(sid, created=now, last_used=now)
             s.in_flight += 1
-            s.last_used = self.clock()
+            s.last_used = now
             seq, s.next_seq = s.next_seq, s.next_seq + 1
             return s, seq
 
