@@ -59,9 +59,7 @@ class AgentRolloutWorker(BaseRolloutWorker):
         if trajectory_mode not in TRAJECTORY_MODES:
             raise ValueError(f"trajectory_mode must be one of {TRAJECTORY_MODES}")
         # the agent's llm_config overrides the recipe's sampling settings
-        super().__init__(
-            client, evaluator, {**sampling, **agent.llm_config}, prompt_key, seed=seed
-        )
+        super().__init__(client, evaluator, {**sampling, **agent.llm_config}, prompt_key, seed=seed)
         self.agent = agent
         self.trajectory_mode = trajectory_mode
 
