@@ -5,6 +5,7 @@ as Dask runs it), through the process's recording agent service."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,14 @@ def test_episode_is_what_the_server_sampled_for_the_agent(
 
     summary = evaluate_task(s, list(eps), commit=False)
     assert summary.rewards == [t.reward for t in trajectories]
+
+
+def test_the_recipes_agent_runs_as_the_user_guide_shows(server: EmbeddedServer) -> None:
+    s = replace(spec(server, "unused"), agent_entrypoint="recipes/openai_agent/agent.py:run")
+    for ep in episodes(s, group=4):
+        first, final = ep.calls  # a first attempt, then the answer
+        assert len(first.token_ids) == len(final.token_ids) == 1
+        assert ep.target.final_answer == (final.text or "")
 
 
 def test_episode_mode_merges_the_calls_of_an_episode(bigram_server: EmbeddedServer) -> None:
