@@ -7,7 +7,8 @@ from nexrl.pool import TrajectoryPool
 from nexrl.types import Trajectory
 
 
-def read_pool(store: str) -> list[Trajectory]:
+def read_pool(store: str | None) -> list[Trajectory]:
+    assert store is not None, "this agent service has no pool"
     pool = TrajectoryPool(
         TrajectoryPoolConfig(store=store, batch_readiness="loaded_batch_finished", consumer="test")
     )

@@ -107,7 +107,7 @@ class _State:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.sessions = SessionStore(config.limits)
-        self.writer = PoolWriter(config.pool, fsync=config.fsync)
+        self.writer = PoolWriter(config.pool, fsync=config.fsync) if config.pool else None
         self.upstream: Upstream | None = None
         self.counters = {
             "calls_recorded": 0,
@@ -118,6 +118,13 @@ class _State:
         }
 
     async def append(self, trajectories: list[Trajectory]) -> None:
+        if self.writer is None:
+            raise ServiceError(
+                409,
+                "this agent service has no trajectory pool (it only records model calls, "
+                "for nexrl train's openai_agent worker); start it with --pool to write",
+                code="no_pool",
+            )
         try:
             await asyncio.to_thread(self.writer.append, trajectories)
         except PoolDataError as exc:
@@ -176,6 +183,10 @@ def create_app(config: ServiceConfig) -> FastAPI:
         session, seq = state.sessions.begin_call(sid)
         call: Call | None = None
         try:
+            if config.request_seed is not None and body.get("seed") is None:
+                seed = config.request_seed(sid, seq)
+                if seed is not None:
+                    body["seed"] = seed
             reply = await upstream().request("POST", path, body)
             if reply.status != 200:
                 state.counters["calls_failed"] += 1

@@ -18,6 +18,7 @@ import uvicorn
 
 from nexrl.agent_service.app import create_app
 from nexrl.agent_service.config import ServiceConfig
+from nexrl.agent_service.sessions import SessionStore
 
 __all__ = ["AgentService"]
 
@@ -44,6 +45,12 @@ class AgentService:
     @property
     def openai_base_url(self) -> str:
         return f"{self.url}/v1"
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The recorded sessions (thread-safe), for in-process users."""
+        store: SessionStore = self.app.state.nexrl.sessions
+        return store
 
     def start(self) -> AgentService:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

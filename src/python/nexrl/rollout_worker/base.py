@@ -134,7 +134,7 @@ class BaseRolloutWorker:
         return cls.rollout is BaseRolloutWorker.rollout
 
     # -- helpers -------------------------------------------------------------
-    def request_seed(self, item: dict[str, Any], call_index: int = 0) -> dict[str, int]:
+    def request_seed(self, item: dict[str, Any], call_index: int = 0) -> dict[str, Any]:
         """``{"seed": s}`` for model call ``call_index`` of ``item``'s episode (splat it
         into the request), or ``{}`` when requests are not seeded.
 

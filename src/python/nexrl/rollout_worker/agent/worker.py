@@ -35,7 +35,7 @@ from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
 from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
 from nexrl.types import Trajectory
 
-__all__ = ["TRAJECTORY_MODES", "AgentRolloutWorker"]
+__all__ = ["TRAJECTORY_MODES", "AgentRolloutWorker", "merge_episode", "shape_trajectories"]
 
 TRAJECTORY_MODES = ("per_call", "episode")
 # Tools run in their own threads: a hung tool only costs its thread, never the event loop.
@@ -134,10 +134,15 @@ class AgentRolloutWorker(BaseRolloutWorker):
 
     # -- trajectories ---------------------------------------------------------
     def score(self, episode: Episode) -> list[Trajectory]:
-        per_call = super().score(episode)
-        if self.trajectory_mode == "per_call" or len(per_call) <= 1:
-            return per_call
-        return [merge_episode(per_call, episode)]
+        return shape_trajectories(super().score(episode), episode, self.trajectory_mode)
+
+
+def shape_trajectories(per_call: list[Trajectory], episode: Episode, mode: str) -> list[Trajectory]:
+    """``agent_trajectory``: the per-call trajectories as they are (``per_call``) or merged
+    into one (``episode``)."""
+    if mode == "per_call" or len(per_call) <= 1:
+        return per_call
+    return [merge_episode(per_call, episode)]
 
 
 def merge_episode(parts: list[Trajectory], episode: Episode) -> Trajectory:
