@@ -17,26 +17,23 @@ TOKEN_IDS = {"return_token_ids": True}
 def run(task: dict[str, Any], *, base_url: str, api_key: str, model: str) -> str:
     client = OpenAI(base_url=base_url, api_key=api_key)
     messages: list[Any] = [{"role": "user", "content": task["prompt"]}]
-    first = client.chat.completions.create(
-        model=model,
-        messages=messages,
-        max_tokens=1,
-        temperature=1.0,
-        logprobs=True,
-        extra_body=TOKEN_IDS,
-    )
+
+    def ask(messages: list[Any]) -> Any:
+        return client.chat.completions.create(
+            model=model,
+            messages=messages,
+            max_tokens=1,
+            temperature=1.0,
+            logprobs=True,
+            extra_body=TOKEN_IDS,
+        )
+
+    first = ask(messages)
     messages += [
         {"role": "assistant", "content": first.choices[0].message.content or ""},
         {"role": "user", "content": task["prompt"]},
     ]
-    final = client.chat.completions.create(
-        model=model,
-        messages=messages,
-        max_tokens=1,
-        temperature=1.0,
-        logprobs=True,
-        extra_body=TOKEN_IDS,
-    )
+    final = ask(messages)
     line = json.dumps({"session": api_key, "replies": [first.model_dump(), final.model_dump()]})
     with open(os.environ["NEXRL_TEST_AGENT_LOG"], "a") as f:
         f.write(line + "\n")

@@ -21,21 +21,17 @@ BIGRAM_REPLY = "The answer is 9"  # what the bigram model says after every gener
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     """A tiny model with random weights: replies are random text."""
-    srv = start_server(save_tiny_model(tmp_path_factory.mktemp("m") / "tiny", seed=1))
-    try:
+    with start_server(save_tiny_model(tmp_path_factory.mktemp("m") / "tiny", seed=1)) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
 def bigram_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     """A model that answers every turn with ``BIGRAM_REPLY``."""
-    srv = start_server(save_bigram_model(tmp_path_factory.mktemp("m") / "bigram", BIGRAM_REPLY))
-    try:
+    with start_server(
+        save_bigram_model(tmp_path_factory.mktemp("m") / "bigram", BIGRAM_REPLY)
+    ) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 ServiceFactory = Callable[..., AgentService]

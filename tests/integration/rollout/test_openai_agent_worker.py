@@ -30,22 +30,18 @@ ROW = {"prompt": "max 4 3 9", "answer": "9"}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     model = save_tiny_model(tmp_path_factory.mktemp("m") / "m", vocab=WORDS, seed=3)
-    srv = start_server(model)
-    try:
+    with start_server(model) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
 def bigram_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     """A model that says the same words after every prompt: its replies re-render as
     sampled, so an episode's calls chain token for token."""
-    srv = start_server(save_bigram_model(tmp_path_factory.mktemp("m") / "b", "The answer is 9"))
-    try:
+    with start_server(
+        save_bigram_model(tmp_path_factory.mktemp("m") / "b", "The answer is 9")
+    ) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def spec(server: EmbeddedServer, agent: str, **kw: Any) -> RolloutSpec:

@@ -24,11 +24,8 @@ ITEM = {"group_id": 7, "run_id": 2, "data_item": {"prompt": "max 4 3 9", "answer
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     model = save_tiny_model(tmp_path_factory.mktemp("m") / "m", vocab=WORDS, seed=3)
-    srv = start_server(model)
-    try:
+    with start_server(model) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def worker(server: EmbeddedServer, evaluator: Evaluator, **sampling: Any) -> SimpleRolloutWorker:
