@@ -42,12 +42,12 @@ def test_unknown_session_and_double_report(
 ) -> None:
     service = make_service(server.base_url)
     with pytest.raises(AgentServiceError, match="unknown session 'nobody'") as unknown:
-        report_reward(service.url, "nobody", 1.0, 1)
+        report_reward(service.base_url, "nobody", 1.0, 1)
     assert unknown.value.status_code == 404
     one_call(service.openai_base_url, "once")
-    report_reward(service.url, "once", 1.0, 1)
+    report_reward(service.base_url, "once", 1.0, 1)
     with pytest.raises(AgentServiceError, match="already ended: its reward was reported") as twice:
-        report_reward(service.url, "once", 1.0, 1)
+        report_reward(service.base_url, "once", 1.0, 1)
     assert twice.value.status_code == 409
     # a call under an ended session is refused too (one session id per episode)
     with pytest.raises(openai.ConflictError, match="already ended"):
@@ -76,14 +76,14 @@ def test_a_bad_reward_report_names_the_field_and_keeps_the_session(
 ) -> None:
     service = make_service(server.base_url)
     one_call(service.openai_base_url, "s1")
-    resp = post_reward(service.url, "s1", content)
+    resp = post_reward(service.base_url, "s1", content)
     err = resp.json()["error"]
     assert resp.status_code == (400 if field is None else 422)
     assert err["param"] == field and message in err["message"]
     if field:
         assert err["message"].startswith(f"{field}: ")
     assert read_pool(service.config.pool) == []
-    report_reward(service.url, "s1", 1.0, 1)  # the session is intact
+    report_reward(service.base_url, "s1", 1.0, 1)  # the session is intact
     assert len(read_pool(service.config.pool)) == 1
 
 
@@ -110,7 +110,7 @@ def test_a_call_without_a_session_id_is_refused(
         timeout=60,
     )
     assert resp.status_code == 200 and resp.headers["X-NexRL-Session"] == "by-header"
-    assert httpx.get(f"{service.url}/v1/sessions/by-header", timeout=10).json()["calls"] == 1
+    assert httpx.get(f"{service.base_url}/v1/sessions/by-header", timeout=10).json()["calls"] == 1
 
 
 def test_upstream_down_is_a_clear_502_not_a_hang(make_service: ServiceFactory) -> None:
@@ -121,7 +121,7 @@ def test_upstream_down_is_a_clear_502_not_a_hang(make_service: ServiceFactory) -
     with pytest.raises(openai.APIStatusError, match="cannot reach the inference service") as exc:
         one_call(service.openai_base_url, "s")
     assert exc.value.status_code == 502 and dead in exc.value.message
-    assert httpx.get(f"{service.url}/v1/sessions/s", timeout=10).status_code == 404
+    assert httpx.get(f"{service.base_url}/v1/sessions/s", timeout=10).status_code == 404
 
 
 def test_upstream_errors_pass_through_and_are_not_recorded(
@@ -134,7 +134,7 @@ def test_upstream_errors_pass_through_and_are_not_recorded(
             messages=MESSAGES,  # type: ignore[arg-type]
             max_tokens=2,
         )
-    assert httpx.get(f"{service.url}/v1/sessions/s", timeout=10).status_code == 404
+    assert httpx.get(f"{service.base_url}/v1/sessions/s", timeout=10).status_code == 404
     # --model rewrites the name an agent hard-codes
     renamed = make_service(server.base_url, model=SERVED_NAME)
     client(renamed.openai_base_url, "s").chat.completions.create(
@@ -156,7 +156,7 @@ def test_session_limits_refuse_calls_before_they_reach_the_server(
         one_call(service.openai_base_url, "another")
     assert too_many.value.status_code == 503
     # discarding frees the slot; nothing is written for a discarded session
-    resp = httpx.delete(f"{service.url}/v1/sessions/long", timeout=10)
+    resp = httpx.delete(f"{service.base_url}/v1/sessions/long", timeout=10)
     assert resp.json() == {"session": "long", "discarded": True, "model_calls": 2}
     one_call(service.openai_base_url, "another")
     assert read_pool(service.config.pool) == []
@@ -168,6 +168,6 @@ def test_episode_mode_refuses_calls_that_do_not_chain(
     service = make_service(server.base_url)
     one_call(service.openai_base_url, "two-choices", n=2)  # two replies to one prompt
     with pytest.raises(AgentServiceError, match=r"trajectory_mode 'episode'.*does not extend"):
-        report_reward(service.url, "two-choices", 1.0, 1, trajectory_mode="episode")
-    out = report_reward(service.url, "two-choices", 1.0, 1)  # auto: one per call
+        report_reward(service.base_url, "two-choices", 1.0, 1, trajectory_mode="episode")
+    out = report_reward(service.base_url, "two-choices", 1.0, 1)  # auto: one per call
     assert (out["trajectory_mode"], out["trajectories"]) == ("per_call", 2)

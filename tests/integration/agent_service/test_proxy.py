@@ -50,7 +50,7 @@ def test_recorded_tokens_are_what_the_server_sampled(
 ) -> None:
     service = make_service(server.base_url)
     replies = run_agent(service.openai_base_url, "episode-1", SERVED_NAME, TASK, seed=100)
-    out = report_reward(service.url, "episode-1", 1.0, "task-1", trajectory_mode="per_call")
+    out = report_reward(service.base_url, "episode-1", 1.0, "task-1", trajectory_mode="per_call")
     assert out["trajectories"] == out["model_calls"] == 3 and out["trajectory_mode"] == "per_call"
 
     trajectories = read_pool(service.config.pool)
@@ -93,7 +93,7 @@ def test_the_agent_gets_a_plain_openai_reply(
     completion = client.completions.create(model=SERVED_NAME, prompt="hi", max_tokens=3)
     assert completion.choices[0].logprobs is None and completion.choices[0].text is not None
     assert [m.id for m in client.models.list().data] == [SERVED_NAME]
-    session = httpx.get(f"{service.url}/v1/sessions/plain", timeout=10).json()
+    session = httpx.get(f"{service.base_url}/v1/sessions/plain", timeout=10).json()
     assert session["calls"] == 3 and session["state"] == "open"
 
 
@@ -103,7 +103,7 @@ def test_chained_calls_become_one_episode_with_tool_and_user_turns_masked(
     service = make_service(bigram_server.base_url)
     replies = run_agent(service.openai_base_url, "chained", SERVED_NAME, TASK)
     assert replies == [BIGRAM_REPLY] * 3
-    out = report_reward(service.url, "chained", 0.5, 7, data_item={"task": TASK})
+    out = report_reward(service.base_url, "chained", 0.5, 7, data_item={"task": TASK})
     assert (out["trajectory_mode"], out["trajectories"], out["model_calls"]) == ("episode", 1, 3)
 
     (traj,) = read_pool(service.config.pool)
@@ -132,7 +132,7 @@ def test_sessions_of_one_task_form_a_grpo_group_with_one_run_each(
     service = make_service(server.base_url)
     for sid, reward in (("try-a", 1.0), ("try-b", 0.0)):
         run_agent(service.openai_base_url, sid, SERVED_NAME, TASK, turns=2)
-        report_reward(service.url, sid, reward, "task-g", trajectory_mode="per_call")
+        report_reward(service.base_url, sid, reward, "task-g", trajectory_mode="per_call")
 
     trajectories = read_pool(service.config.pool)
     assert len(trajectories) == 4 and len({t.group_id for t in trajectories}) == 1
@@ -166,11 +166,11 @@ def test_train_calls_masks_whole_calls_and_a_bad_report_keeps_the_session(
     service = make_service(server.base_url)
     run_agent(service.openai_base_url, "partial", SERVED_NAME, TASK, turns=2)
     with pytest.raises(AgentServiceError, match="train_calls: 3 flag") as bad:
-        report_reward(service.url, "partial", 1.0, 1, train_calls=[True, False, True])
+        report_reward(service.base_url, "partial", 1.0, 1, train_calls=[True, False, True])
     assert bad.value.status_code == 422
     assert read_pool(service.config.pool) == []
     out = report_reward(
-        service.url, "partial", 1.0, 1, train_calls=[False, True], trajectory_mode="per_call"
+        service.base_url, "partial", 1.0, 1, train_calls=[False, True], trajectory_mode="per_call"
     )
     assert out["trajectories"] == 2
     first, second = read_pool(service.config.pool)

@@ -61,9 +61,9 @@ def test_pushed_trajectories_land_in_the_pool_in_one_commit(
         )
         for i, g in enumerate(gens)
     ]
-    out = push_trajectories(service.url, [record(g, i) for i, g in enumerate(gens)])
+    out = push_trajectories(service.base_url, [record(g, i) for i, g in enumerate(gens)])
     assert out["written"] == 2 and len(out["group_ids"]) == 1
-    assert push_trajectories(f"{service.url}/v1", objects) == {"written": 2, "group_ids": [11]}
+    assert push_trajectories(f"{service.base_url}/v1", objects) == {"written": 2, "group_ids": [11]}
 
     back = read_pool(service.config.pool)
     assert len(back) == 4
@@ -88,7 +88,7 @@ def test_one_bad_record_rejects_the_request_and_names_index_and_field(
         record(g, 3, response_ids=["a"]),
     ]
     with pytest.raises(AgentServiceError) as exc:
-        push_trajectories(service.url, records)
+        push_trajectories(service.base_url, records)
     assert exc.value.status_code == 422
     message = str(exc.value)
     assert "trajectories[1].loss_mask: has 1 entries for" in message
@@ -132,7 +132,7 @@ def test_bad_values_are_named(
     text = json.dumps({k: v for k, v in base.items() if k != key})
     content = text[:-1] + ", " + patch + "}"
     resp = httpx.post(
-        f"{service.url}/v1/trajectories",
+        f"{service.base_url}/v1/trajectories",
         content=b'{"trajectories": [' + content.encode() + b"]}",
         headers={"content-type": "application/json"},
         timeout=30,
@@ -147,5 +147,5 @@ def test_a_malformed_push_body_is_refused(
     server: EmbeddedServer, make_service: ServiceFactory, body: Any
 ) -> None:
     service = make_service(server.base_url)
-    resp = httpx.post(f"{service.url}/v1/trajectories", json=body, timeout=30)
+    resp = httpx.post(f"{service.base_url}/v1/trajectories", json=body, timeout=30)
     assert resp.status_code == 422 and "trajectories" in resp.json()["error"]["message"]

@@ -37,7 +37,7 @@ def test_the_guides_agent_and_wrapper_train_through_the_service(
     service = make_service(bigram_server.base_url)
     # the bigram model always says BIGRAM_REPLY: one attempt right, one wrong
     rewards = [
-        namespace["run_episode"](service.url, SERVED_NAME, "What is 4+5?", answer, "sum-4-5")
+        namespace["run_episode"](service.base_url, SERVED_NAME, "What is 4+5?", answer, "sum-4-5")
         for answer in ("9", "10")
     ]
     assert rewards == [1.0, 0.0] and BIGRAM_REPLY.endswith("9")
@@ -57,11 +57,13 @@ def test_the_guides_push_example_writes_its_record(
     (push,) = [b for b in section_blocks("python") if "push_trajectories(" in b]
     service = make_service(server.base_url)
     assert "http://127.0.0.1:8100" in push
-    exec(compile(push.replace("http://127.0.0.1:8100", service.url), str(GUIDE), "exec"), {})
+    exec(compile(push.replace("http://127.0.0.1:8100", service.base_url), str(GUIDE), "exec"), {})
     (t,) = read_pool(service.config.pool)
     assert (t.prompt_ids, t.response_ids, t.loss_mask) == ([5, 6, 7], [8, 9], [1, 1])
     assert t.extra_info["group"] == "task-7"
-    broken = push.replace("http://127.0.0.1:8100", service.url).replace('"loss_mask"', '"mask"')
+    broken = push.replace("http://127.0.0.1:8100", service.base_url).replace(
+        '"loss_mask"', '"mask"'
+    )
     with pytest.raises(AgentServiceError, match=r"trajectories\[0\]\.loss_mask: Field required"):
         exec(compile(broken, str(GUIDE), "exec"), {})
 

@@ -1,7 +1,7 @@
 """``AgentService``: run the service in this process (a uvicorn server on a thread).
 
 The listening socket is bound before the thread starts (port 0 = a free
-port), so ``url`` is known at once and there is no port race::
+port), so ``base_url`` is known at once and there is no port race::
 
     with AgentService(ServiceConfig(upstream=..., pool=...)) as service:
         client = openai.OpenAI(base_url=service.openai_base_url, api_key=session_id)
@@ -12,18 +12,18 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from types import TracebackType
 
 import uvicorn
 
 from nexrl.agent_service.app import create_app
 from nexrl.agent_service.config import ServiceConfig
 from nexrl.agent_service.sessions import SessionStore
+from nexrl.runtime.local_service import LocalService
 
 __all__ = ["AgentService"]
 
 
-class AgentService:
+class AgentService(LocalService):
     def __init__(
         self,
         config: ServiceConfig,
@@ -39,12 +39,8 @@ class AgentService:
         self._thread: threading.Thread | None = None
 
     @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def openai_base_url(self) -> str:
-        return f"{self.url}/v1"
+    def started(self) -> bool:
+        return self._server is not None
 
     @property
     def sessions(self) -> SessionStore:
@@ -67,7 +63,7 @@ class AgentService:
         while not server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"the agent service did not start on {self.url}")
+                raise RuntimeError(f"the agent service did not start on {self.base_url}")
             time.sleep(0.02)
         return self
 
@@ -77,14 +73,3 @@ class AgentService:
         if self._thread is not None:
             self._thread.join(timeout=15)
         self._server = self._thread = None
-
-    def __enter__(self) -> AgentService:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from nexrl.metrics.sinks import (
@@ -119,10 +118,5 @@ class MetricsTracker:
     def __enter__(self) -> MetricsTracker:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -24,10 +24,11 @@ import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import httpx
+
+from nexrl.runtime.local_service import LocalService
 
 if TYPE_CHECKING:
     # Never imported at run time (the child process runs them); listed so that
@@ -57,7 +58,7 @@ def _terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
         proc.wait(timeout=10)
 
 
-class EmbeddedServer:
+class EmbeddedServer(LocalService):
     """Start/stop ``python -m backends.inference.embedded`` and know its URLs.
 
     Example::
@@ -92,14 +93,10 @@ class EmbeddedServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
 
-    # -- urls -------------------------------------------------------------
+    # -- process ------------------------------------------------------------
     @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def openai_base_url(self) -> str:
-        return f"{self.base_url}/v1"
+    def started(self) -> bool:
+        return self._proc is not None
 
     @property
     def pid(self) -> int | None:
@@ -195,14 +192,3 @@ class EmbeddedServer:
         if self._proc is not None and self._proc.poll() is None:
             os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait(timeout=10)
-
-    def __enter__(self) -> EmbeddedServer:
-        return self.start() if self._proc is None else self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -35,7 +35,13 @@ from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
 from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
 from nexrl.types import Trajectory
 
-__all__ = ["TRAJECTORY_MODES", "AgentRolloutWorker", "merge_episode", "shape_trajectories"]
+__all__ = [
+    "TRAJECTORY_MODES",
+    "AgentRolloutWorker",
+    "check_trajectory_mode",
+    "merge_episode",
+    "shape_trajectories",
+]
 
 TRAJECTORY_MODES = ("per_call", "episode")
 # Tools run in their own threads: a hung tool only costs its thread, never the event loop.
@@ -56,12 +62,10 @@ class AgentRolloutWorker(BaseRolloutWorker):
         trajectory_mode: str = "per_call",
         seed: int | None = None,
     ) -> None:
-        if trajectory_mode not in TRAJECTORY_MODES:
-            raise ValueError(f"trajectory_mode must be one of {TRAJECTORY_MODES}")
+        self.trajectory_mode = check_trajectory_mode(trajectory_mode)
         # the agent's llm_config overrides the recipe's sampling settings
         super().__init__(client, evaluator, {**sampling, **agent.llm_config}, prompt_key, seed=seed)
         self.agent = agent
-        self.trajectory_mode = trajectory_mode
 
     # -- the episode ----------------------------------------------------------
     async def run_agent(self, item: dict[str, Any]) -> Episode:
@@ -135,6 +139,13 @@ class AgentRolloutWorker(BaseRolloutWorker):
     # -- trajectories ---------------------------------------------------------
     def score(self, episode: Episode) -> list[Trajectory]:
         return shape_trajectories(super().score(episode), episode, self.trajectory_mode)
+
+
+def check_trajectory_mode(mode: str) -> str:
+    """``mode`` if it is one of ``TRAJECTORY_MODES``, else a ValueError listing them."""
+    if mode not in TRAJECTORY_MODES:
+        raise ValueError(f"trajectory_mode must be one of {TRAJECTORY_MODES}, not {mode!r}")
+    return mode
 
 
 def shape_trajectories(per_call: list[Trajectory], episode: Episode, mode: str) -> list[Trajectory]:

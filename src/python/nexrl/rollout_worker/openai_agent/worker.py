@@ -26,7 +26,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from nexrl.rollout_worker.agent.worker import TRAJECTORY_MODES, shape_trajectories
+from nexrl.rollout_worker.agent.worker import check_trajectory_mode, shape_trajectories
 from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
 from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
 from nexrl.rollout_worker.openai_agent.entrypoint import AgentEntrypoint, AgentError
@@ -58,11 +58,10 @@ class OpenAIAgentWorker(BaseRolloutWorker):
         trajectory_mode: str = "per_call",
         seed: int | None = None,
     ) -> None:
-        if trajectory_mode not in TRAJECTORY_MODES:
-            raise ValueError(f"trajectory_mode must be one of {TRAJECTORY_MODES}")
+        self.trajectory_mode = check_trajectory_mode(trajectory_mode)
         super().__init__(client, evaluator, sampling, prompt_key, seed=seed)
         self.agent, self.recorder, self.model = agent, recorder, model
-        self.timeout_s, self.trajectory_mode = timeout_s, trajectory_mode
+        self.timeout_s = timeout_s
 
     async def run_agent(self, item: dict[str, Any]) -> Episode:
         recorder = self.recorder
