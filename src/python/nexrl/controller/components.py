@@ -134,7 +134,7 @@ def _build(recipe: Recipe, progress: bool | None, closers: list[Any]) -> Compone
     run.prepare(cfg, pool_cfg.store)
     closers.append(_log_to_file(run, str(cfg.logger.level)))
 
-    model_dir, tok_dir = prepare_model(cfg, run)
+    model_dir, tok_dir = prepare_model(cfg, run, recipe.roots, progress)
     tokenizer = load_tokenizer(tok_dir)
     length = prompt_length_fn(tokenizer)
     loader = DataLoader(data_config(recipe), length)

@@ -20,14 +20,17 @@ deleted) and the run starts over.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from nexrl.config.modules import resolve_path
 from nexrl.weights.checkpoint import CheckpointManager
 
 __all__ = ["RunDir", "RunDirError", "prepare_model"]
@@ -97,9 +100,14 @@ class RunDir:
         )
 
 
-def prepare_model(cfg: Any, run: RunDir) -> tuple[Path, Path]:
+def prepare_model(
+    cfg: Any, run: RunDir, roots: Sequence[Path] = (), progress: bool | None = None
+) -> tuple[Path, Path]:
     """``(model_dir, tokenizer_dir)`` of the initial policy: ``model.path`` as given, or
-    the tiny model of ``model.tiny`` written to ``<output_dir>/model`` (once)."""
+    the tiny model of ``model.tiny`` (warm-started on ``model.tiny.warm_start`` demos if
+    any) written to ``<output_dir>/model`` once. It is built in a temporary folder and
+    renamed when complete, so a run killed while building never finds half a model.
+    Relative demonstration paths are looked up in ``roots`` (default: the working dir)."""
     if cfg.model.path:
         model = Path(cfg.model.path)
         if not (model / "config.json").is_file():
@@ -117,15 +125,53 @@ def prepare_model(cfg: Any, run: RunDir) -> tuple[Path, Path]:
             "tiny model's vocabulary"
         )
     out = run.root / "model"
-    if not (out / "config.json").is_file():
-        save_tiny_model(
-            out,
-            vocab=list(tiny.vocab),
+    if (out / "config.json").is_file():
+        return out, out
+    demos = _demo_files(tiny.warm_start.data_files, roots or [Path.cwd()])
+    tmp = run.root / f"model.building-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_tiny_model(
+        tmp,
+        vocab=list(tiny.vocab),
+        seed=int(tiny.seed),
+        byte_fallback=bool(tiny.byte_fallback),
+        added_tokens=[str(t) for t in tiny.added_tokens],
+        init_std=float(tiny.init_std),
+        hidden_size=int(tiny.hidden_size),
+        num_layers=int(tiny.num_layers),
+        num_heads=int(tiny.num_heads),
+    )
+    if demos:
+        from nexrl.modeling.warm_start import warm_start_dir
+
+        ws = tiny.warm_start
+        losses = warm_start_dir(
+            tmp,
+            demos,
+            steps=int(ws.steps),
+            lr=float(ws.lr),
+            batch_size=int(ws.batch_size),
             seed=int(tiny.seed),
-            byte_fallback=bool(tiny.byte_fallback),
-            init_std=float(tiny.init_std),
-            hidden_size=int(tiny.hidden_size),
-            num_layers=int(tiny.num_layers),
-            num_heads=int(tiny.num_heads),
+            progress=progress,
+            field="model.tiny.warm_start.data_files",
         )
+        logger.info(
+            "warm start: %d steps on %s, loss %.3f -> %.3f",
+            len(losses),
+            ", ".join(map(str, demos)),
+            losses[0],
+            losses[-1],
+        )
+    shutil.rmtree(out, ignore_errors=True)  # a folder without config.json is unfinished
+    tmp.rename(out)
     return out, out
+
+
+def _demo_files(files: Sequence[str], roots: Sequence[Path]) -> list[Path]:
+    out = []
+    for f in files:
+        path = resolve_path(str(f), roots)
+        if path is None:
+            raise RunDirError(f"model.tiny.warm_start.data_files: '{f}' not found")
+        out.append(path)
+    return out
