@@ -23,7 +23,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,13 +101,18 @@ class RunDir:
 
 
 def prepare_model(
-    cfg: Any, run: RunDir, roots: Sequence[Path] = (), progress: bool | None = None
+    cfg: Any,
+    run: RunDir,
+    roots: Sequence[Path] = (),
+    progress: bool | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[Path, Path]:
     """``(model_dir, tokenizer_dir)`` of the initial policy: ``model.path`` as given, or
     the tiny model of ``model.tiny`` (warm-started on ``model.tiny.warm_start`` demos if
     any) written to ``<output_dir>/model`` once. It is built in a temporary folder and
     renamed when complete, so a run killed while building never finds half a model.
-    Relative demonstration paths are looked up in ``roots`` (default: the working dir)."""
+    Relative demonstration paths are looked up in ``roots`` (default: the working dir);
+    ``should_stop`` can interrupt the warm start (``KeyboardInterrupt``; nothing kept)."""
     if cfg.model.path:
         model = Path(cfg.model.path)
         if not (model / "config.json").is_file():
@@ -116,8 +121,6 @@ def prepare_model(
             )
         tok = Path(cfg.model.tokenizer_path) if cfg.model.tokenizer_path else model
         return model, tok
-    from nexrl.modeling import save_tiny_model
-
     tiny = cfg.model.tiny
     if not tiny.vocab:
         raise RunDirError(
@@ -130,6 +133,26 @@ def prepare_model(
     demos = _demo_files(tiny.warm_start.data_files, roots or [Path.cwd()])
     tmp = run.root / f"model.building-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _build_tiny(tiny, tmp, demos, progress, should_stop)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(out, ignore_errors=True)  # a folder without config.json is unfinished
+    tmp.rename(out)
+    return out, out
+
+
+def _build_tiny(
+    tiny: Any,
+    tmp: Path,
+    demos: list[Path],
+    progress: bool | None,
+    should_stop: Callable[[], bool] | None,
+) -> None:
+    from nexrl.modeling import save_tiny_model
+    from nexrl.modeling.warm_start import WarmStartError, warm_start_dir
+
     save_tiny_model(
         tmp,
         vocab=list(tiny.vocab),
@@ -141,10 +164,15 @@ def prepare_model(
         num_layers=int(tiny.num_layers),
         num_heads=int(tiny.num_heads),
     )
-    if demos:
-        from nexrl.modeling.warm_start import warm_start_dir
-
-        ws = tiny.warm_start
+    if not demos:
+        return
+    ws = tiny.warm_start
+    logger.info(
+        "warm start of the tiny model: %d steps on %s",
+        int(ws.steps),
+        ", ".join(map(str, demos)),
+    )
+    try:
         losses = warm_start_dir(
             tmp,
             demos,
@@ -154,17 +182,11 @@ def prepare_model(
             seed=int(tiny.seed),
             progress=progress,
             field="model.tiny.warm_start.data_files",
+            should_stop=should_stop,
         )
-        logger.info(
-            "warm start: %d steps on %s, loss %.3f -> %.3f",
-            len(losses),
-            ", ".join(map(str, demos)),
-            losses[0],
-            losses[-1],
-        )
-    shutil.rmtree(out, ignore_errors=True)  # a folder without config.json is unfinished
-    tmp.rename(out)
-    return out, out
+    except WarmStartError as exc:
+        raise RunDirError(str(exc)) from None
+    logger.info("warm start: %d steps, loss %.3f -> %.3f", len(losses), losses[0], losses[-1])
 
 
 def _demo_files(files: Sequence[str], roots: Sequence[Path]) -> list[Path]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,12 +174,39 @@ def warm_start(
     seed: int = 0,
     pad_id: int = 0,
     progress: bool | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[float]:
     """Train ``model`` in place on ``encoded`` (ids, loss mask) rows; the loss per step.
 
     Adam, cosine-decayed ``lr``, mean cross-entropy over the masked tokens,
-    batches drawn with a ``seed``-ed generator (same inputs -> same weights).
+    batches drawn with a ``seed``-ed generator (same inputs -> same weights). On
+    CPU it uses half the cores, as a trainer rank does (``cpu_threads``).
+    ``should_stop`` is asked before every step; True raises ``KeyboardInterrupt``
+    (a stop asked for by SIGTERM/Ctrl-C is not delayed by the warm start).
     """
+    import torch
+
+    from nexrl.trainer.actor import cpu_threads
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cpu_threads(1))  # more threads than free cores: 10-20x slower
+    try:
+        return _train(model, encoded, steps, lr, batch_size, seed, pad_id, progress, should_stop)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(
+    model: PreTrainedModel,
+    encoded: list[tuple[list[int], list[int]]],
+    steps: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    pad_id: int,
+    progress: bool | None,
+    should_stop: Callable[[], bool] | None,
+) -> list[float]:
     import torch
     from tqdm import tqdm
 
@@ -198,6 +225,8 @@ def warm_start(
         leave=False,
     )
     for _ in bar:
+        if should_stop is not None and should_stop():
+            raise KeyboardInterrupt("stopped during the warm start")
         ids, mask, attn = _batch(rng.sample(encoded, min(batch_size, len(encoded))), pad_id)
         logits = shared_prefix_logits(model, ids, attn)[:, :-1]
         ce = torch.nn.functional.cross_entropy(
@@ -225,6 +254,7 @@ def warm_start_dir(
     seed: int = 0,
     progress: bool | None = None,
     field: str = "data_files",
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[float]:
     """Warm-start the model saved in ``model_dir`` (tokenizer alongside) on the
     demonstrations of ``files`` and save it back; the loss per step."""
@@ -246,6 +276,7 @@ def warm_start_dir(
         seed=seed,
         pad_id=int(pad or 0),
         progress=progress,
+        should_stop=should_stop,
     )
     model.save_pretrained(model_dir, safe_serialization=True)
     return losses
