@@ -3,15 +3,16 @@ demonstrations, then GRPO through the controller (embedded inference server,
 agent rollouts that call a real Python tool, DeepSpeed trainer) — and the reward
 rises because the policy learns to call the tool.
 
-The margin is below every measured run of this short version (docs/benchmarks.md
-lists them): the first-5-step mean reward is about a quarter (the warm-started
-policy calls the tool in ~30% of episodes, like its demonstrations), the
-last-5-step mean is far higher."""
+The warm-started policy calls the tool in about half of its episodes (like its
+demonstrations) and is right almost only when it does; RL raises both. The
+margins are below every measured run (docs/benchmarks.md lists them)."""
 
 from __future__ import annotations
 
 import statistics
 from pathlib import Path
+
+import numpy as np
 
 from nexrl.config.recipe import load_recipe_checked
 from nexrl.config.sections.pool import TrajectoryPoolConfig
@@ -20,8 +21,29 @@ from nexrl.pool import TrajectoryPool
 from tests.e2e._recipe import train_rows
 
 RECIPE = "recipes/calculator/calculator_agent_tiny.yaml"
-STEPS = 20
-MARGIN = 0.3
+STEPS = 30  # the recipe as shipped
+REWARD_MARGIN = 0.15  # metrics.jsonl reward/mean (per trajectory), last 5 - first 5 steps
+EPISODE_MARGIN = 0.25  # share of episodes that call the tool / are right, same windows
+
+
+def episodes(out: Path, versions: range) -> tuple[float, float, float]:
+    """(share calling the tool, mean reward, reward when calling the tool) of the
+    episodes sampled by policy ``versions`` (an episode = a group id and run id)."""
+    pool = TrajectoryPool(TrajectoryPoolConfig(store=str(out / "pool.zarr"), key_list=[]))
+    ds = pool.to_xarray()
+    keep = np.isin(ds["policy_version"].values, list(versions))
+    seen: dict[tuple[int, int], tuple[float, float]] = {}
+    for g, r, used, reward in zip(
+        ds["group_id"].values[keep],
+        ds["run_id"].values[keep],
+        ds["metric_used_tool"].values[keep],
+        ds["reward"].values[keep],
+        strict=True,
+    ):
+        seen[(int(g), int(r))] = (float(used), float(reward))
+    used = np.array([u for u, _ in seen.values()])
+    reward = np.array([w for _, w in seen.values()])
+    return float(used.mean()), float(reward.mean()), float(reward[used == 1].mean())
 
 
 def test_calculator_agent_learns_to_call_the_tool(tmp_path: Path) -> None:
@@ -39,19 +61,13 @@ def test_calculator_agent_learns_to_call_the_tool(tmp_path: Path) -> None:
     )
     assert Controller(recipe, progress=False).run().steps == STEPS
 
-    rows = train_rows(out)
-    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
-    reward = [r["reward/mean"] for r in rows]
-    first, last = statistics.mean(reward[:5]), statistics.mean(reward[-5:])
-    assert last - first >= MARGIN, reward
+    reward = [r["reward/mean"] for r in train_rows(out)]
+    assert len(reward) == STEPS
+    assert statistics.mean(reward[-5:]) - statistics.mean(reward[:5]) >= REWARD_MARGIN, reward
 
-    # The reward comes from real tool-calling episodes, and more of them as RL goes
-    # on: each trajectory in the pool records whether its episode called the tool.
-    pool = TrajectoryPool(TrajectoryPoolConfig(store=str(out / "pool.zarr"), key_list=[]))
-    ds = pool.to_xarray()
-    version = ds["policy_version"].values
-    used = ds["metric_used_tool"].values == 1.0
-    rewarded = ds["reward"].values == 1.0
-    assert rewarded.sum() > 0 and used[rewarded].mean() >= 0.9
-    early, late = used[version < 5].mean(), used[version >= STEPS - 5].mean()
-    assert late - early >= MARGIN, (early, late)
+    # Real tool-calling episodes, more of them as RL goes on, and they are the right ones.
+    used_0, reward_0, right_when_used_0 = episodes(out, range(5))
+    used_1, reward_1, right_when_used_1 = episodes(out, range(STEPS - 5, STEPS))
+    assert used_1 - used_0 >= EPISODE_MARGIN, (used_0, used_1)
+    assert reward_1 - reward_0 >= EPISODE_MARGIN, (reward_0, reward_1)
+    assert min(right_when_used_0, right_when_used_1) >= 0.8  # the warm start taught the call

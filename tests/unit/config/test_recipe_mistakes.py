@@ -272,5 +272,5 @@ def test_bad_warm_start_demonstrations_name_the_field_file_and_line(tmp_path: Pa
     assert p.startswith(f"{field}: ") and "demos.jsonl:2: no assistant message" in p
     (p,) = problems_of(recipe, f"{field}=[nowhere.jsonl]")
     assert p.startswith(f"{field}: 'nowhere.jsonl' does not exist")
-    (p,) = problems_of(recipe, f"{field}=[{tmp_path / 'demos.jsonl'}]", f"model.path={tmp_path}")
-    assert p.startswith(f"{field}: a warm start is for the tiny model only")
+    # with model.path the tiny model is not built: its warm start is not checked (or run)
+    load_recipe_checked(recipe, [f"{field}=[{tmp_path / 'demos.jsonl'}]", f"model.path={tmp_path}"])

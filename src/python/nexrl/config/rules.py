@@ -199,7 +199,7 @@ def warm_start_demos(cfg: DictConfig, roots: list[Path]) -> list[str]:
         return []
     field = "model.tiny.warm_start.data_files"
     if cfg.model.path:
-        return [f"{field}: a warm start is for the tiny model only; leave it empty with model.path"]
+        return []  # the tiny model is not built: nothing to warm-start (prepare_model says so)
     from nexrl.config.modules import resolve_path
     from nexrl.modeling.warm_start import WarmStartError, load_demos
 

@@ -120,6 +120,8 @@ def prepare_model(
                 f"model.path: {model} has no config.json; point it at a Hugging Face model folder"
             )
         tok = Path(cfg.model.tokenizer_path) if cfg.model.tokenizer_path else model
+        if cfg.model.tiny.warm_start.data_files:
+            logger.warning("model.path is set: model.tiny.warm_start (tiny model only) is ignored")
         return model, tok
     tiny = cfg.model.tiny
     if not tiny.vocab:
