@@ -4,15 +4,16 @@ and the warm-start demonstrations.
     python recipes/calculator/make_data.py   # rewrites data/{train,test,demos}.jsonl
 
 8100 pairs (a, b in 10..99), shuffled: 200 held-out test prompts, the rest for
-training. Two-digit sums are beyond what the tiny model can compute by itself,
-so a right answer needs the calculator tool.
+training. Two-digit sums are mostly beyond what the tiny model can compute by
+itself, so a right answer needs the calculator tool.
 
 ``demos.jsonl`` (model.tiny.warm_start.data_files) holds DEMOS conversations
 on training prompts, rendered with the agent's system prompt and tools. They
 teach the format, not the policy: a share TOOL_SHARE of them call
 ``calculator`` with the prompt's numbers and copy its result as the answer;
-the others answer directly (the right sum, which the tiny model cannot learn
-to compute). The warm-started model therefore calls the tool only sometimes;
+the others answer directly (the right sum; the tiny model mostly cannot learn
+to compute it, but with model.tiny.seed=2 it learnt ~60% of them: answers that
+are guesses would keep the tool the only way to be right, docs/benchmarks.md). The warm-started model therefore calls the tool only sometimes;
 RL (reward 1 for the right final answer) has to find out that calling it pays.
 """
 
