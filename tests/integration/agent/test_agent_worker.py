@@ -46,11 +46,8 @@ class Recorder(Evaluator):
 @pytest.fixture(scope="module")
 def calling_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     """A model that answers every turn with a call of tool ``f``."""
-    srv = start_server(save_bigram_model(tmp_path_factory.mktemp("m") / "call", CALL))
-    try:
+    with start_server(save_bigram_model(tmp_path_factory.mktemp("m") / "call", CALL)) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def agent_yaml(tmp_path: Path, tool: str = "f", **settings: Any) -> Path:

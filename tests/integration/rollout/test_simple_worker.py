@@ -24,11 +24,8 @@ ITEM = {"group_id": 7, "run_id": 2, "data_item": {"prompt": "max 4 3 9", "answer
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     model = save_tiny_model(tmp_path_factory.mktemp("m") / "m", vocab=WORDS, seed=3)
-    srv = start_server(model)
-    try:
+    with start_server(model) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def worker(server: EmbeddedServer, evaluator: Evaluator, **sampling: Any) -> SimpleRolloutWorker:
@@ -98,3 +95,31 @@ def test_hooks_shape_the_query_and_the_loss_mask(server: EmbeddedServer) -> None
     (a,), (b,) = asyncio.run(both())
     assert len(b.prompt_ids) > len(a.prompt_ids)  # the system message is in the prompt
     assert b.loss_mask == [0] * len(b.response_ids)
+
+
+def test_seeded_requests_repeat_a_sample_and_differ_between_samples(
+    server: EmbeddedServer,
+) -> None:
+    """With a seed, a rollout re-samples exactly the same tokens (a retried or
+    re-run group is repeatable), while the samples of one group stay distinct
+    streams; without a seed no seed is sent."""
+    w = worker(server, max_digit(), temperature=1.0, max_tokens=6)
+    w.seed = 11
+
+    async def sample(items: list[dict[str, Any]]) -> list[list[int]]:
+        trajs = await asyncio.gather(*(w.rollout(i) for i in items))
+        return [t.response_ids for (t,) in trajs]
+
+    async def twice() -> tuple[list[list[int]], list[list[int]]]:
+        # the second time in the other order: other server batches
+        return await sample(group), (await sample(group[::-1]))[::-1]
+
+    group = [dict(ITEM, run_id=r) for r in range(8)]
+    first, again = asyncio.run(twice())
+    assert first == again
+    assert len({tuple(ids) for ids in first}) > 1  # the 8 samples are not one stream
+    seeds = [w.request_seed(item)["seed"] for item in group]
+    assert len(set(seeds)) == 8 and all(0 <= s < 2**63 for s in seeds)
+    assert w.request_seed(ITEM, 1) != w.request_seed(ITEM, 0)  # each call of an episode
+    w.seed = None
+    assert w.request_seed(ITEM) == {}

@@ -36,3 +36,11 @@ def test_user_guide_shows_the_calculator_agent_config_and_tools_verbatim() -> No
     assert Path("recipes/calculator/custom_tools.py").read_text() in python_blocks(
         "docs/user-guide.md"
     )
+
+
+def test_user_guide_shows_the_openai_agent_recipe_and_function_verbatim() -> None:
+    text = Path("docs/user-guide.md").read_text()
+    section = text[text.index("### Or let `nexrl train` run the agent") :]
+    (recipe_block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)[:1]
+    assert recipe_block in Path("recipes/openai_agent/openai_agent_tiny.yaml").read_text()
+    assert Path("recipes/openai_agent/agent.py").read_text() in python_blocks("docs/user-guide.md")

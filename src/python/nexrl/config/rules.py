@@ -213,6 +213,37 @@ def warm_start_demos(cfg: DictConfig, roots: list[Path]) -> list[str]:
     return []
 
 
+def openai_agent_entrypoint(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """Type 'openai_agent' needs an agent function that loads and has the right signature."""
+    from nexrl.rollout_worker.openai_agent.entrypoint import ENTRYPOINT_FIELD, load_entrypoint
+
+    rw = cfg.rollout_worker
+    if rw.type != "openai_agent":
+        if rw.agent_entrypoint and not rw.custom_rollout_worker_module_path:
+            return [
+                f"{ENTRYPOINT_FIELD}: set, but rollout_worker.type is '{rw.type}'; use "
+                "rollout_worker.type: openai_agent to run the agent function"
+            ]
+        return []
+    if not rw.agent_entrypoint:
+        return [
+            f"{ENTRYPOINT_FIELD}: required with rollout_worker.type: openai_agent "
+            "('path/to/agent.py:function')"
+        ]
+    out = []
+    if rw.agent_timeout_s >= cfg.runtime_monitor.task_timeout_s:
+        out.append(
+            f"rollout_worker.agent_timeout_s ({rw.agent_timeout_s:g}) must be below "
+            f"runtime_monitor.task_timeout_s ({cfg.runtime_monitor.task_timeout_s:g}), or "
+            "the rollout future is cancelled before the agent's own timeout can name it"
+        )
+    try:
+        load_entrypoint(str(rw.agent_entrypoint), roots)
+    except RecipeError as exc:
+        out.extend(exc.problems)
+    return out
+
+
 RULES: tuple[Rule, ...] = (
     pool_grouping,
     sync_mode_settings,
@@ -223,4 +254,5 @@ RULES: tuple[Rule, ...] = (
     logger_backends,
     agent_config,
     warm_start_demos,
+    openai_agent_entrypoint,
 )

@@ -199,6 +199,8 @@ class Controller:
         from nexrl.trainer.batch_io import save_batch
         from nexrl.types.batch import Batch
 
+        # commit order depends on timing; (group, run) order makes a seeded run repeatable
+        trajectories.sort(key=lambda t: (int(t.group_id), int(t.run_id)))
         path = c.run.batches / f"step_{self.step + 1}.pt"
         save_batch(Batch.from_trajectories(trajectories, c.pad_token_id), path)
         version_before = self.version

@@ -95,6 +95,9 @@ def rollout_spec(recipe: Recipe, pool: TrajectoryPoolConfig, base_urls: list[str
             str(recipe.resolve(str(rw.agent_config_path))) if rw.agent_config_path else None
         ),
         agent_trajectory=str(rw.agent_trajectory),
+        agent_entrypoint=str(rw.agent_entrypoint) if rw.agent_entrypoint else None,
+        agent_timeout_s=float(rw.agent_timeout_s),
+        seed=int(cfg.seed) if rw.seeded_requests else None,
     )
 
 

@@ -37,7 +37,7 @@ class RolloutSpec:
     """Everything a rollout or evaluator future needs (small and picklable).
 
     Attributes:
-        worker_type: built-in worker ('simple').
+        worker_type: built-in worker ('simple', 'agent', 'openai_agent').
         custom_worker: ``(file, class)`` of a custom rollout worker, or None.
         evaluator: ``(file, class)`` of the recipe's evaluator.
         roots: folders relative recipe paths are searched in (absolute).
@@ -63,6 +63,9 @@ class RolloutSpec:
     prompt_key: str = "prompt"
     agent_config: str | None = None  # absolute path, for worker_type 'agent'
     agent_trajectory: str = "per_call"
+    agent_entrypoint: str | None = None  # 'file.py:function', for worker_type 'openai_agent'
+    agent_timeout_s: float = 300.0
+    seed: int | None = None  # per-request sampling seeds (BaseRolloutWorker.request_seed)
 
     def with_sampling(self, **overrides: Any) -> RolloutSpec:
         from dataclasses import replace
@@ -124,11 +127,13 @@ def worker_class(spec: RolloutSpec) -> type[BaseRolloutWorker]:
             )
         return cls
     from nexrl.rollout_worker.agent import AgentRolloutWorker
+    from nexrl.rollout_worker.openai_agent import OpenAIAgentWorker
     from nexrl.rollout_worker.simple import SimpleRolloutWorker
 
     builtin: dict[str, type[BaseRolloutWorker]] = {
         "simple": SimpleRolloutWorker,
         "agent": AgentRolloutWorker,
+        "openai_agent": OpenAIAgentWorker,
     }
     if spec.worker_type not in builtin:
         raise ValueError(
@@ -146,8 +151,29 @@ def evaluator(spec: RolloutSpec) -> Any:
     )
 
 
-def _worker(spec: RolloutSpec, client: Any) -> BaseRolloutWorker:
+def _worker(spec: RolloutSpec, client: Any, recorder: Any = None) -> BaseRolloutWorker:
     cls = worker_class(spec)
+    if _runs_openai_agent(spec):
+        from nexrl.rollout_worker.openai_agent import OpenAIAgentWorker, load_entrypoint
+
+        entry = spec.agent_entrypoint
+        assert entry is not None
+        agent_fn = _cached(
+            ("openai_agent", entry, *spec.roots),
+            lambda: load_entrypoint(entry, [Path(r) for r in spec.roots]),
+        )
+        return OpenAIAgentWorker(
+            client,
+            evaluator(spec),
+            dict(spec.sampling),
+            spec.prompt_key,
+            agent=agent_fn,
+            recorder=recorder,
+            model=spec.served_model_name,
+            timeout_s=spec.agent_timeout_s,
+            trajectory_mode=spec.agent_trajectory,
+            seed=spec.seed,
+        )
     if spec.worker_type == "agent" and spec.custom_worker is None:
         from nexrl.rollout_worker.agent import AgentRolloutWorker, load_agent_config
 
@@ -160,8 +186,11 @@ def _worker(spec: RolloutSpec, client: Any) -> BaseRolloutWorker:
             spec.prompt_key,
             agent=agent,
             trajectory_mode=spec.agent_trajectory,
+            seed=spec.seed,
         )
-    return cls(client, evaluator(spec), dict(spec.sampling), spec.prompt_key)
+    worker = cls(client, evaluator(spec), dict(spec.sampling), spec.prompt_key)
+    worker.seed = spec.seed  # set after construction: custom __init__s need not forward it
+    return worker
 
 
 class _LoopThread:
@@ -213,6 +242,26 @@ class _LoopThread:
             )
         return self.clients[key]
 
+    def recorder(self, spec: RolloutSpec) -> Any:
+        """The process's recording agent service for ``spec``'s inference service
+        (``openai_agent``); started on first use, from the calling (task) thread."""
+        from nexrl.rollout_worker.openai_agent.recorder import Recorder
+
+        key = ("recorder", spec.base_urls, spec.served_model_name, spec.timeout_s, spec.max_retries)
+        with _CACHE_LOCK:
+            if key not in self.clients:
+                self.clients[key] = Recorder(
+                    spec.base_urls,
+                    spec.served_model_name,
+                    timeout_s=spec.timeout_s,
+                    max_retries=spec.max_retries,
+                )
+            return self.clients[key]
+
+
+def _runs_openai_agent(spec: RolloutSpec) -> bool:
+    return spec.worker_type == "openai_agent" and spec.custom_worker is None
+
 
 _LOOP: _LoopThread | None = None
 
@@ -229,17 +278,22 @@ def rollout_task(spec: RolloutSpec, items: list[dict[str, Any]]) -> list[Episode
     """Run every item of a group; episodes (or, for a worker that only overrides
     ``rollout``, already scored trajectories)."""
     runner = _loop()
+    recorder = runner.recorder(spec) if _runs_openai_agent(spec) else None
 
     async def run() -> list[Any]:
-        worker = _worker(spec, runner.client(spec))
+        worker = _worker(spec, runner.client(spec), recorder)
         if type(worker).scores_separately():
             return list(await asyncio.gather(*(worker.run_agent(i) for i in items)))
         scored = await asyncio.gather(*(worker.rollout(i) for i in items))
         return [t for ts in scored for t in ts]
 
     # Each model call is bounded by timeout_s (retries included); the margin covers
-    # multi-call episodes queued behind each other on a busy service.
-    out: list[Episode | Trajectory] = runner.run(run(), timeout_s=spec.timeout_s * 4 + 30.0)
+    # multi-call episodes queued behind each other on a busy service. An agent
+    # function's episode is bounded by agent_timeout_s (its own AgentError first).
+    limit = spec.timeout_s * 4 + 30.0
+    if recorder is not None:
+        limit = max(limit, spec.agent_timeout_s + 30.0)
+    out: list[Episode | Trajectory] = runner.run(run(), timeout_s=limit)
     return out
 
 

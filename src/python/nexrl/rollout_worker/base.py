@@ -18,10 +18,16 @@ Hooks a custom worker overrides (load one with
 
 Token ids and log-probs come from the inference service's reply: never from
 re-tokenizing text.
+
+Seeded requests: with a ``seed`` every model call carries its own sampling seed,
+mixed from (seed, group_id, run_id, call index) by ``request_seed``, so the
+same recipe samples the same tokens whatever order or batch the server sees
+the requests in (a retried rollout re-samples the same episode).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +81,8 @@ class BaseRolloutWorker:
         evaluator: Evaluator,
         sampling: dict[str, Any],
         prompt_key: str = "prompt",
+        *,
+        seed: int | None = None,
     ) -> None:
         problem = missing_episode_method(type(self))
         if problem:
@@ -83,6 +91,7 @@ class BaseRolloutWorker:
         self.evaluator = evaluator
         self.sampling = dict(sampling)
         self.prompt_key = prompt_key
+        self.seed = seed
 
     # -- hooks ---------------------------------------------------------------
     def format_task_query(self, data_item: dict[str, Any]) -> list[dict[str, Any]]:
@@ -125,6 +134,19 @@ class BaseRolloutWorker:
         return cls.rollout is BaseRolloutWorker.rollout
 
     # -- helpers -------------------------------------------------------------
+    def request_seed(self, item: dict[str, Any], call_index: int = 0) -> dict[str, Any]:
+        """``{"seed": s}`` for model call ``call_index`` of ``item``'s episode (splat it
+        into the request), or ``{}`` when requests are not seeded.
+
+        ``s = blake2b(f"{seed}/{group_id}/{run_id}/{call_index}")`` as a 63-bit
+        integer: distinct for every sample of a group, stable across processes.
+        """
+        if self.seed is None:
+            return {}
+        key = f"{self.seed}/{item.get('group_id')}/{item.get('run_id')}/{call_index}"
+        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+        return {"seed": int.from_bytes(digest, "big") & 0x7FFF_FFFF_FFFF_FFFF}
+
     def evaluate(
         self, data_item: dict[str, Any], target: BaseEvaluationTarget
     ) -> EvaluationRunResult:

@@ -12,7 +12,7 @@ class SimpleRolloutWorker(BaseRolloutWorker):
     async def run_agent(self, item: dict[str, Any]) -> Episode:
         """Ask the model once; the answer is the final answer."""
         messages = self.format_task_query(item["data_item"])
-        (gen,) = await self.client.chat(messages, n=1, **self.sampling)
+        (gen,) = await self.client.chat(messages, n=1, **self.sampling, **self.request_seed(item))
         text = gen.text or ""
         reply = {"role": "assistant", "content": text}
         return Episode(

@@ -11,9 +11,11 @@ from nexrl.config.fields import MISSING, cfg_field
 class RolloutWorkerConfig:
     type: str = cfg_field(
         "simple",
-        help="Built-in worker: 'simple' (one chat completion per sample) or 'agent' "
-        "(multi-turn tool-calling agent from agent_config_path).",
-        choices=("simple", "agent"),
+        help="Built-in worker: 'simple' (one chat completion per sample), 'agent' "
+        "(multi-turn tool-calling agent from agent_config_path) or 'openai_agent' (an "
+        "unmodified OpenAI-API agent function, agent_entrypoint, run against a recording "
+        "agent service).",
+        choices=("simple", "agent", "openai_agent"),
     )
     evaluator_module_path: str = cfg_field(
         MISSING,
@@ -34,10 +36,25 @@ class RolloutWorkerConfig:
         "bindings to Python functions next to it; see the user guide).",
         path=True,
     )
+    agent_entrypoint: str | None = cfg_field(
+        None,
+        help="Type 'openai_agent': the agent function as 'path/to/agent.py:function', "
+        "sync or async, called as function(task, base_url=..., api_key=..., model=...) with the "
+        "data row; it uses only the openai client and returns the final answer (a str). Its "
+        "model calls are recorded and trained on; it chooses its own sampling settings "
+        "(temperature, top_p, max_response_length do not apply).",
+    )
+    agent_timeout_s: float = cfg_field(
+        300.0,
+        help="Type 'openai_agent': one episode (one call of the agent function) running "
+        "longer fails its rollout.",
+        minimum=0.001,
+    )
     agent_trajectory: str = cfg_field(
         "per_call",
-        help="Type 'agent': 'per_call' = one trajectory per model call (as NexRL), "
-        "'episode' = one trajectory per episode with tool results masked out of the loss.",
+        help="Types 'agent' and 'openai_agent': 'per_call' = one trajectory per model call "
+        "(as NexRL), 'episode' = one trajectory per episode with the tokens between calls "
+        "(tool results, user turns) masked out of the loss.",
         choices=("per_call", "episode"),
     )
     num_workers: int = cfg_field(
@@ -47,6 +64,12 @@ class RolloutWorkerConfig:
         minimum=1,
     )
     temperature: float = cfg_field(1.0, help="Sampling temperature.", minimum=0.0)
+    seeded_requests: bool = cfg_field(
+        True,
+        help="Send every model call a sampling seed mixed from (seed, group_id, run_id, call "
+        "index): the same recipe samples the same tokens however the server batches requests "
+        "(needs a server that honours 'seed': the embedded one and vLLM do).",
+    )
     top_p: float = cfg_field(1.0, help="Nucleus sampling probability mass (0, 1].", minimum=0.0)
     max_response_length: int = cfg_field(
         64, help="max_tokens per model call (response tokens).", minimum=1

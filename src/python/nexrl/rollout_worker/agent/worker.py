@@ -35,7 +35,7 @@ from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
 from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
 from nexrl.types import Trajectory
 
-__all__ = ["TRAJECTORY_MODES", "AgentRolloutWorker"]
+__all__ = ["TRAJECTORY_MODES", "AgentRolloutWorker", "merge_episode", "shape_trajectories"]
 
 TRAJECTORY_MODES = ("per_call", "episode")
 # Tools run in their own threads: a hung tool only costs its thread, never the event loop.
@@ -54,11 +54,12 @@ class AgentRolloutWorker(BaseRolloutWorker):
         *,
         agent: AgentConfig,
         trajectory_mode: str = "per_call",
+        seed: int | None = None,
     ) -> None:
         if trajectory_mode not in TRAJECTORY_MODES:
             raise ValueError(f"trajectory_mode must be one of {TRAJECTORY_MODES}")
         # the agent's llm_config overrides the recipe's sampling settings
-        super().__init__(client, evaluator, {**sampling, **agent.llm_config}, prompt_key)
+        super().__init__(client, evaluator, {**sampling, **agent.llm_config}, prompt_key, seed=seed)
         self.agent = agent
         self.trajectory_mode = trajectory_mode
 
@@ -74,7 +75,9 @@ class AgentRolloutWorker(BaseRolloutWorker):
         final, finish = "", "max_turns"
         max_tokens = int(self.sampling.get("max_tokens", 64))
         for turn in range(agent.max_turns):
-            (gen,) = await self.client.chat(messages, tools=tools, n=1, **self.sampling)
+            (gen,) = await self.client.chat(
+                messages, tools=tools, n=1, **self.sampling, **self.request_seed(item, turn)
+            )
             calls.append(gen)
             used = len(gen.prompt_token_ids) + len(gen.token_ids)
             info: dict[str, Any] = {"turn": turn, "tool_calls": gen.tool_calls, "tokens": used}
@@ -131,10 +134,15 @@ class AgentRolloutWorker(BaseRolloutWorker):
 
     # -- trajectories ---------------------------------------------------------
     def score(self, episode: Episode) -> list[Trajectory]:
-        per_call = super().score(episode)
-        if self.trajectory_mode == "per_call" or len(per_call) <= 1:
-            return per_call
-        return [merge_episode(per_call, episode)]
+        return shape_trajectories(super().score(episode), episode, self.trajectory_mode)
+
+
+def shape_trajectories(per_call: list[Trajectory], episode: Episode, mode: str) -> list[Trajectory]:
+    """``agent_trajectory``: the per-call trajectories as they are (``per_call``) or merged
+    into one (``episode``)."""
+    if mode == "per_call" or len(per_call) <= 1:
+        return per_call
+    return [merge_episode(per_call, episode)]
 
 
 def merge_episode(parts: list[Trajectory], episode: Episode) -> Trajectory:

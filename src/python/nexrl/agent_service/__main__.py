@@ -1,0 +1,3 @@
+from nexrl.agent_service.cli import main
+
+raise SystemExit(main())

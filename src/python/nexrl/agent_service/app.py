@@ -1,0 +1,286 @@
+"""The agent service's HTTP app (FastAPI).
+
+Routes:
+
+* ``POST /v1/chat/completions``, ``POST /v1/completions``: forwarded to the
+  inference service; each call's token ids, log-probs, policy version and
+  finish reason are recorded under the session id (``X-NexRL-Session`` header,
+  else the API key). The agent gets a plain OpenAI reply. ``stream: true`` is
+  refused (400). An upstream error reply is passed through unchanged (and not
+  recorded).
+* ``GET /v1/models``: forwarded.
+* ``POST /v1/sessions/{id}/reward``: ends the session; its calls become
+  trajectories, appended to the pool in one commit (``RewardReport``).
+* ``GET /v1/sessions/{id}``, ``DELETE /v1/sessions/{id}``: look at / discard a session.
+* ``POST /v1/trajectories``: push already built trajectories (validated, one commit).
+* ``GET /health``.
+
+Every error is ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from nexrl.agent_service.config import ServiceConfig
+from nexrl.agent_service.errors import ServiceError
+from nexrl.agent_service.recording import (
+    POLICY_VERSION_HEADER,
+    parse_reply,
+    prepare_request,
+    restore_reply,
+)
+from nexrl.agent_service.records import validate_records
+from nexrl.agent_service.rewards import RewardReport, session_trajectories
+from nexrl.agent_service.sessions import Call, Session, SessionStore, check_session_id
+from nexrl.agent_service.upstream import Upstream
+from nexrl.pool import PoolDataError, PoolWriter
+from nexrl.types import Trajectory
+
+__all__ = ["SESSION_HEADER", "create_app"]
+
+log = logging.getLogger(__name__)
+SESSION_HEADER = "X-NexRL-Session"
+
+
+def session_id(request: Request) -> str:
+    """The session of a model call: the ``X-NexRL-Session`` header, else the API key."""
+    header = request.headers.get(SESSION_HEADER)
+    if header is not None:
+        return check_session_id(header.strip(), SESSION_HEADER)
+    auth = request.headers.get("authorization", "")
+    scheme, _, key = auth.partition(" ")
+    if scheme.lower() == "bearer" and key.strip():
+        return check_session_id(key.strip(), "api_key")
+    raise ServiceError(
+        400,
+        f"no session id: send the {SESSION_HEADER} header or use the session id as the "
+        "API key (OpenAI(api_key=session_id, base_url=...))",
+        param=SESSION_HEADER,
+        code="missing_session",
+    )
+
+
+async def _json(request: Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError as exc:
+        raise ServiceError(
+            400, f"request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+
+
+def _report(body: Any) -> RewardReport:
+    try:
+        return RewardReport.model_validate(body)
+    except ValidationError as exc:
+        errs = exc.errors(include_url=False)
+        first = errs[0]
+        param = ".".join(str(p) for p in first.get("loc", ())) or None
+        msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        if first.get("type") == "extra_forbidden":
+            msg = f"unknown field; the fields are {', '.join(RewardReport.model_fields)}"
+        elif first.get("type") == "missing":
+            msg = "required"
+        raise ServiceError(
+            422,
+            f"{param}: {msg}" if param else msg,
+            param=param,
+            code="invalid_reward",
+            details=[
+                {"param": ".".join(str(p) for p in e.get("loc", ())), "message": e.get("msg")}
+                for e in errs
+            ],
+        ) from None
+
+
+class _State:
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.sessions = SessionStore(config.limits)
+        self.writer = PoolWriter(config.pool, fsync=config.fsync) if config.pool else None
+        self.upstream: Upstream | None = None
+        self.counters = {
+            "calls_recorded": 0,
+            "calls_failed": 0,
+            "sessions_rewarded": 0,
+            "trajectories_written": 0,
+            "trajectories_pushed": 0,
+        }
+
+    async def append(self, trajectories: list[Trajectory]) -> None:
+        if self.writer is None:
+            raise ServiceError(
+                409,
+                "this agent service has no trajectory pool (it only records model calls, "
+                "for nexrl train's openai_agent worker); start it with --pool to write",
+                code="no_pool",
+            )
+        try:
+            await asyncio.to_thread(self.writer.append, trajectories)
+        except PoolDataError as exc:
+            raise ServiceError(422, f"trajectories: {exc}", code="invalid_trajectory") from None
+        except OSError as exc:
+            raise ServiceError(
+                503,
+                f"could not write to the trajectory pool {self.config.pool}: {exc}; nothing "
+                "was written, retry",
+                code="pool_unavailable",
+                type="server_error",
+            ) from None
+
+
+def create_app(config: ServiceConfig) -> FastAPI:
+    """The agent service for ``config`` (its lifespan opens and closes the upstream client)."""
+    state = _State(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        state.upstream = Upstream(
+            config.upstream,
+            timeout_s=config.upstream_timeout_s,
+            max_retries=config.upstream_max_retries,
+        )
+        try:
+            yield
+        finally:
+            await state.upstream.aclose()
+
+    app = FastAPI(title="nexrl agent service", lifespan=lifespan)
+    app.state.nexrl = state
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        err = ServiceError(exc.status_code, str(exc.detail))
+        return JSONResponse(err.body(), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _crash(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("agent service: internal error")
+        err = ServiceError(500, f"internal error: {exc!r}", type="server_error")
+        return JSONResponse(err.body(), status_code=500)
+
+    def upstream() -> Upstream:
+        assert state.upstream is not None, "the app's lifespan has not started"
+        return state.upstream
+
+    async def proxy(request: Request, path: str, chat: bool) -> JSONResponse:
+        body, asked = prepare_request(await _json(request), chat=chat, model=config.model)
+        sid = session_id(request)
+        session, seq = state.sessions.begin_call(sid)
+        call: Call | None = None
+        try:
+            if config.request_seed is not None and body.get("seed") is None:
+                seed = config.request_seed(sid, seq)
+                if seed is not None:
+                    body["seed"] = seed
+            reply = await upstream().request("POST", path, body)
+            if reply.status != 200:
+                state.counters["calls_failed"] += 1
+                content = reply.body if reply.body is not None else {"error": {"message": ""}}
+                return JSONResponse(content, status_code=reply.status)
+            gens = parse_reply(reply.body, reply.headers, chat=chat)
+            call = Call(seq, "chat" if chat else "completions", tuple(gens))
+        finally:
+            state.sessions.end_call(session, call)
+        state.counters["calls_recorded"] += 1
+        headers = {SESSION_HEADER: sid}
+        version = reply.headers.get(POLICY_VERSION_HEADER)
+        if version is not None:
+            headers[POLICY_VERSION_HEADER] = version
+        return JSONResponse(restore_reply(reply.body, asked), headers=headers)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> JSONResponse:
+        return await proxy(request, "/v1/chat/completions", chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> JSONResponse:
+        return await proxy(request, "/v1/completions", chat=False)
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        reply = await upstream().request("GET", "/v1/models")
+        return JSONResponse(reply.body, status_code=reply.status)
+
+    @app.post("/v1/sessions/{sid}/reward")
+    async def reward(sid: str, request: Request) -> dict[str, Any]:
+        report = _report(await _json(request))
+        session = state.sessions.begin_close(sid)
+        try:
+            trajectories, mode = session_trajectories(session, report)
+        except BaseException:
+            state.sessions.finish_close(session, None)
+            raise
+        await _commit(session, trajectories)
+        state.counters["sessions_rewarded"] += 1
+        state.counters["trajectories_written"] += len(trajectories)
+        first = trajectories[0]
+        return {
+            "session": sid,
+            "trajectories": len(trajectories),
+            "trajectory_mode": mode,
+            "model_calls": sum(len(c.generations) for c in session.calls),
+            "group_id": first.group_id,
+            "run_id": first.run_id,
+            "reward": first.reward,
+        }
+
+    async def _commit(session: Session, trajectories: list[Trajectory]) -> None:
+        # The session's fate follows the write, even if this request is cancelled
+        # meanwhile: written -> ended; failed -> open again (the report may be retried).
+        task = asyncio.ensure_future(state.append(trajectories))
+
+        def settle(t: asyncio.Future[None]) -> None:
+            ok = not t.cancelled() and t.exception() is None
+            state.sessions.finish_close(session, "rewarded" if ok else None)
+
+        task.add_done_callback(settle)
+        await asyncio.shield(task)
+
+    @app.get("/v1/sessions/{sid}")
+    async def get_session(sid: str) -> dict[str, Any]:
+        return state.sessions.get(sid).summary()
+
+    @app.delete("/v1/sessions/{sid}")
+    async def discard(sid: str) -> dict[str, Any]:
+        session = state.sessions.begin_close(sid)
+        state.sessions.finish_close(session, "discarded")
+        return {"session": sid, "discarded": True, "model_calls": len(session.calls)}
+
+    @app.post("/v1/trajectories")
+    async def push(request: Request) -> dict[str, Any]:
+        trajectories = validate_records(await _json(request))
+        await state.append(trajectories)
+        state.counters["trajectories_pushed"] += len(trajectories)
+        return {
+            "written": len(trajectories),
+            "group_ids": sorted({t.group_id for t in trajectories}),
+        }
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "upstream": upstream().urls,
+            "pool": config.pool,
+            "open_sessions": len(state.sessions),
+            "recorded_tokens": state.sessions.total_tokens,
+            "sessions_expired": state.sessions.expired,
+            **state.counters,
+        }
+
+    return app

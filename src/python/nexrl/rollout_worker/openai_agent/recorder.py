@@ -1,0 +1,97 @@
+"""``Recorder``: one in-process agent service per worker process, recording only.
+
+It forwards to the recipe's inference service (its replicas, its timeout and
+retries) and replaces the model name an agent sends by the served one. It has
+no pool: the worker takes a session's recorded calls itself (``take``) and the
+evaluator future scores and commits them like any rollout. A session whose
+agent sends no ``seed`` gets ``request_seed``-style seeds from the function the
+worker registered for it (``open``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+
+from nexrl.inference import Generation
+from nexrl.rollout_worker.openai_agent.entrypoint import AgentError
+
+__all__ = ["Recorder"]
+
+SeedFn = Callable[[int], int | None]
+
+
+class Recorder:
+    def __init__(
+        self,
+        base_urls: Sequence[str],
+        model: str,
+        *,
+        timeout_s: float = 60.0,
+        max_retries: int = 2,
+    ) -> None:
+        from nexrl.agent_service.config import ServiceConfig
+        from nexrl.agent_service.server import AgentService
+
+        self._seeds: dict[str, SeedFn] = {}
+        self._lock = threading.Lock()
+        config = ServiceConfig(
+            upstream=list(base_urls),
+            pool=None,
+            model=model,
+            upstream_timeout_s=timeout_s,
+            upstream_max_retries=max_retries,
+            request_seed=self._seed,
+        )
+        self.service = AgentService(config).start()
+
+    @property
+    def base_url(self) -> str:
+        """What the agent gets as its OpenAI ``base_url``."""
+        return self.service.openai_base_url
+
+    def open(self, sid: str, seed: SeedFn | None = None) -> None:
+        """Expect session ``sid`` (its calls are seeded by ``seed(call_index)``)."""
+        if seed is not None:
+            with self._lock:
+                self._seeds[sid] = seed
+
+    def close(self, sid: str) -> None:
+        with self._lock:
+            self._seeds.pop(sid, None)
+
+    def _seed(self, sid: str, seq: int) -> int | None:
+        with self._lock:
+            fn = self._seeds.get(sid)
+        return fn(seq) if fn is not None else None
+
+    def take(self, sid: str, agent: str) -> list[Generation]:
+        """End session ``sid`` and return its model calls' generations, in call order."""
+        from nexrl.agent_service.errors import ServiceError
+
+        store = self.service.sessions
+        try:
+            session = store.begin_close(sid)
+        except ServiceError as exc:
+            if exc.status == 404:
+                raise AgentError(
+                    f"agent {agent} made no model call through the base_url and api_key it "
+                    "was given (nothing to train on); it must create its client as "
+                    "OpenAI(base_url=base_url, api_key=api_key)"
+                ) from None
+            raise AgentError(f"agent {agent}: {exc.message}") from None
+        store.finish_close(session, "taken")
+        return [g for c in session.ordered_calls() for g in c.generations]
+
+    def discard(self, sid: str) -> None:
+        """Drop what ``sid`` recorded (best effort: a call still running keeps it open
+        until the service's session ttl)."""
+        from nexrl.agent_service.errors import ServiceError
+
+        store = self.service.sessions
+        with contextlib.suppress(ServiceError):
+            store.finish_close(store.begin_close(sid), "discarded")
+
+    def stop(self) -> None:
+        self.service.stop()
