@@ -11,10 +11,14 @@ itself, so a right answer needs the calculator tool.
 on training prompts, rendered with the agent's system prompt and tools. They
 teach the format, not the policy: a share TOOL_SHARE of them call
 ``calculator`` with the prompt's numbers and copy its result as the answer;
-the others answer directly (the right sum; the tiny model mostly cannot learn
-to compute it, but with model.tiny.seed=2 it learnt ~60% of them: answers that
-are guesses would keep the tool the only way to be right, docs/benchmarks.md). The warm-started model therefore calls the tool only sometimes;
-RL (reward 1 for the right final answer) has to find out that calling it pays.
+the others answer directly, and wrongly: with the first number (``add 53 98``
+-> ``53``), as a model that cannot add in its head might. So the
+warm-started model calls the tool in about half of its episodes and is right
+almost only when it does; RL (reward 1 for the right final answer) has to
+find out that calling it pays. Measured alternatives (docs/benchmarks.md):
+right sums as direct answers taught some init seeds to compute sums
+themselves, leaving RL little to learn; random guesses added noise that kept
+some init seeds from learning to copy numbers at all.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 import yaml
 
 HERE = Path(__file__).resolve().parent
-TEST, DEMOS, TOOL_SHARE = 200, 1000, 0.5
+TEST, DEMOS, TOOL_SHARE = 200, 4000, 0.5
 
 
 def agent_prompt_and_tools() -> tuple[str, list[dict[str, Any]]]:
@@ -48,7 +52,10 @@ def agent_prompt_and_tools() -> tuple[str, list[dict[str, Any]]]:
     return str(cfg["system_prompt"]), tools
 
 
-def demo(a: int, b: int, use_tool: bool, system: str, tools: list[dict[str, Any]]) -> dict:
+def demo(
+    a: int, b: int, answer: int, use_tool: bool, system: str, tools: list[dict[str, Any]]
+) -> dict:
+    """A conversation: the tool call and its result (when ``use_tool``), then ``answer``."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system},
         {"role": "user", "content": f"add {a} {b}"},
@@ -63,7 +70,7 @@ def demo(a: int, b: int, use_tool: bool, system: str, tools: list[dict[str, Any]
             },
             {"role": "tool", "content": str(a + b)},
         ]
-    messages.append({"role": "assistant", "content": str(a + b)})
+    messages.append({"role": "assistant", "content": str(answer)})
     return {"messages": messages, "tools": tools}
 
 
@@ -86,7 +93,9 @@ def main() -> None:
     rng = random.Random(1)
     with open(out / "demos.jsonl", "w") as f:
         for a, b in train[:DEMOS]:
-            f.write(json.dumps(demo(a, b, rng.random() < TOOL_SHARE, system, tools)) + "\n")
+            use_tool = rng.random() < TOOL_SHARE
+            answer = a + b if use_tool else a  # never right without the tool: b >= 10
+            f.write(json.dumps(demo(a, b, answer, use_tool, system, tools)) + "\n")
 
 
 if __name__ == "__main__":

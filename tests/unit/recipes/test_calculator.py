@@ -30,11 +30,11 @@ def test_shipped_prompts_are_two_digit_sums_held_out() -> None:
         assert r["answer"] == str(int(a) + int(b))
 
 
-def test_demos_use_the_agents_prompt_and_tools_and_call_the_tool_half_of_the_time() -> None:
+def test_demos_call_the_tool_half_of_the_time_and_are_right_only_when_they_do() -> None:
     agent = load_agent_config(HERE / "agent_config.yaml")
     demos = rows("demos")
     train = {r["prompt"] for r in rows("train")}
-    assert len(demos) == 1000
+    assert len(demos) == 4000
     with_tool = 0
     for d in demos:
         m = d["messages"]
@@ -42,16 +42,19 @@ def test_demos_use_the_agents_prompt_and_tools_and_call_the_tool_half_of_the_tim
         assert m[0] == {"role": "system", "content": agent.system_prompt}
         assert m[1]["content"] in train  # no test prompt is demonstrated
         _, a, b = m[1]["content"].split()
-        assert m[-1] == {"role": "assistant", "content": str(int(a) + int(b))}
+        assert m[-1]["role"] == "assistant"
+        answer = int(m[-1]["content"])
         if len(m) == 5:  # call the tool with the prompt's numbers, copy its result
             with_tool += 1
             (call,) = m[2]["tool_calls"]
             assert call["function"]["name"] == "calculator"
             assert json.loads(call["function"]["arguments"]) == {"a": int(a), "b": int(b)}
             assert m[3] == {"role": "tool", "content": str(int(a) + int(b))}
-        else:
+            assert answer == int(a) + int(b)
+        else:  # without the tool the demonstrations answer wrongly: the first number
             assert len(m) == 3
-    assert with_tool == 473  # make_data.py: TOOL_SHARE 0.5 of 1000, seeded
+            assert answer == int(a) != int(a) + int(b)
+    assert with_tool == 1973  # make_data.py: TOOL_SHARE 0.5 of 4000, seeded
 
 
 def test_the_tiny_tokenizer_sees_a_short_prompt_and_an_eight_token_tool_call() -> None:
