@@ -4,10 +4,9 @@ agent rollouts that call a real Python tool, DeepSpeed trainer) — and the rewa
 rises because the policy learns to call the tool.
 
 The warm-started policy calls the tool in about half of its episodes (like its
-demonstrations) and is right almost only when it does; RL raises both. The
-margins are below both measured runs of the recipe as shipped and a run with
-model.tiny.seed=1 (docs/benchmarks.md lists them, and a seed-2 run that would
-not pass: its warm start learnt to compute many sums without the tool)."""
+demonstrations) and is right almost only when it does; RL raises the share.
+The margins are well below all five measured runs (the recipe's seeds and
+init seeds 1-4, docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -24,12 +23,15 @@ from tests.e2e._recipe import train_rows
 
 RECIPE = "recipes/calculator/calculator_agent_tiny.yaml"
 STEPS = 30  # the recipe as shipped
-# Measured (docs/benchmarks.md), last 5 - first 5 steps, as shipped (2 runs) / seed 1:
-# reward/mean per trajectory +0.27, +0.22 / +0.15; share of episodes calling the tool
-# +0.43, +0.38 / +0.37; episode reward +0.39, +0.32 / +0.21.
+# Measured (docs/benchmarks.md), last 5 - first 5 steps, over 5 runs (as shipped, and
+# init seeds 1-4): reward/mean per trajectory +0.20..+0.36; share of episodes calling
+# the tool +0.34..+0.53; episode reward +0.33..+0.52, ending at 0.96..0.99; right after
+# calling the tool >= 0.98.
 REWARD_MARGIN = 0.1
-TOOL_SHARE_MARGIN = 0.25
-EPISODE_REWARD_MARGIN = 0.15
+TOOL_SHARE_MARGIN = 0.2
+EPISODE_REWARD_MARGIN = 0.2
+FINAL_EPISODE_REWARD = 0.8
+RIGHT_AFTER_A_CALL = 0.8
 
 
 def episodes(out: Path, versions: range) -> tuple[float, float, float]:
@@ -76,5 +78,6 @@ def test_calculator_agent_learns_to_call_the_tool(tmp_path: Path) -> None:
     used_1, reward_1, right_when_used_1 = episodes(out, range(STEPS - 5, STEPS))
     assert used_1 - used_0 >= TOOL_SHARE_MARGIN, (used_0, used_1)
     assert reward_1 - reward_0 >= EPISODE_REWARD_MARGIN, (reward_0, reward_1)
-    # the warm start taught the call (measured 0.58-0.97 right after calling the tool)
-    assert min(right_when_used_0, right_when_used_1) >= 0.5
+    assert reward_1 >= FINAL_EPISODE_REWARD, reward_1
+    # the warm start taught the call and the copy of its result, and RL kept them
+    assert min(right_when_used_0, right_when_used_1) >= RIGHT_AFTER_A_CALL
