@@ -259,3 +259,18 @@ def test_custom_worker_that_cannot_run_an_episode(tmp_path: Path) -> None:
             f"+rollout_worker.custom_rollout_worker_class_name={name}",
         )
         assert p.startswith("rollout_worker.custom_rollout_worker_class_name:") and expected in p
+
+
+def test_bad_warm_start_demonstrations_name_the_field_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "demos.jsonl").write_text(
+        '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]}\n'
+        '{"messages": [{"role": "user", "content": "hi"}]}\n'
+    )
+    field = "model.tiny.warm_start.data_files"
+    recipe = write_recipe(tmp_path, "")
+    (p,) = problems_of(recipe, f"{field}=[{tmp_path / 'demos.jsonl'}]")
+    assert p.startswith(f"{field}: ") and "demos.jsonl:2: no assistant message" in p
+    (p,) = problems_of(recipe, f"{field}=[nowhere.jsonl]")
+    assert p.startswith(f"{field}: 'nowhere.jsonl' does not exist")
+    # with model.path the tiny model is not built: its warm start is not checked (or run)
+    load_recipe_checked(recipe, [f"{field}=[{tmp_path / 'demos.jsonl'}]", f"model.path={tmp_path}"])

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 
 from nexrl.algorithms import ADVANTAGE_ESTIMATORS
+from nexrl.config.recipe import load_recipe_checked
 
 
 def python_blocks(doc: str) -> list[str]:
@@ -36,6 +40,18 @@ def test_user_guide_shows_the_calculator_agent_config_and_tools_verbatim() -> No
     assert Path("recipes/calculator/custom_tools.py").read_text() in python_blocks(
         "docs/user-guide.md"
     )
+
+
+def test_user_guide_shows_the_calculator_recipes_warm_start_settings() -> None:
+    text = Path("docs/user-guide.md").read_text()
+    blocks: list[Any] = [
+        OmegaConf.to_container(OmegaConf.create(textwrap.dedent(b)))
+        for b in re.findall(r"```yaml\n(.*?)```", text, re.S)
+        if "warm_start:" in b
+    ]
+    (shown,) = [b["model"]["tiny"]["warm_start"] for b in blocks]
+    shipped = load_recipe_checked("recipes/calculator/calculator_agent_tiny.yaml").cfg
+    assert shown == OmegaConf.to_container(shipped.model.tiny.warm_start)
 
 
 def test_user_guide_shows_the_openai_agent_recipe_and_function_verbatim() -> None:

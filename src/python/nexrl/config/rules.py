@@ -192,6 +192,27 @@ def agent_config(cfg: DictConfig, roots: list[Path]) -> list[str]:
     return []
 
 
+def warm_start_demos(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """Warm-start demonstrations are for the tiny model and must be well formed."""
+    files = list(cfg.model.tiny.warm_start.data_files)
+    if not files:
+        return []
+    field = "model.tiny.warm_start.data_files"
+    if cfg.model.path:
+        return []  # the tiny model is not built: nothing to warm-start (prepare_model says so)
+    from nexrl.config.modules import resolve_path
+    from nexrl.modeling.warm_start import WarmStartError, load_demos
+
+    paths = [resolve_path(str(f), roots) for f in files]
+    if any(p is None for p in paths):
+        return []  # the path check of the field already reports it
+    try:
+        load_demos([p for p in paths if p is not None], field)
+    except WarmStartError as exc:
+        return [str(exc)]
+    return []
+
+
 def openai_agent_entrypoint(cfg: DictConfig, roots: list[Path]) -> list[str]:
     """Type 'openai_agent' needs an agent function that loads and has the right signature."""
     from nexrl.rollout_worker.openai_agent.entrypoint import ENTRYPOINT_FIELD, load_entrypoint
@@ -232,5 +253,6 @@ RULES: tuple[Rule, ...] = (
     loadable_classes,
     logger_backends,
     agent_config,
+    warm_start_demos,
     openai_agent_entrypoint,
 )

@@ -43,14 +43,20 @@ def check_structure(cls: type, node: DictConfig, roots: list[Path]) -> list[str]
     return problems
 
 
+def _depth(path: str) -> int:
+    return path.count(".")
+
+
 def _suggest(key: str, prefix: str, siblings: list[str], all_paths: list[str]) -> str:
     close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
     if close:
         return f"; did you mean '{prefix}{close[0]}'?"
     # The same name in another section ("lr" written under algorithm).
-    elsewhere = [p for p in all_paths if p.rsplit(".", 1)[-1] == key]
+    # The shallowest first: 'trainer.lr' before 'model.tiny.warm_start.lr'.
+    elsewhere = sorted((p for p in all_paths if p.rsplit(".", 1)[-1] == key), key=_depth)
     if elsewhere:
-        return f"; did you mean '{elsewhere[0]}'?"
+        more = "".join(f" (or '{p}')" for p in elsewhere[1:3])
+        return f"; did you mean '{elsewhere[0]}'{more}?"
     return f"; valid keys here: {', '.join(siblings)}"
 
 

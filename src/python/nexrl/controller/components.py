@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -107,10 +108,15 @@ def _log_to_file(run: RunDir, level: str) -> Any:
     return stop
 
 
-def build_components(recipe: Recipe, *, progress: bool | None = None) -> Components:
+def build_components(
+    recipe: Recipe,
+    *,
+    progress: bool | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Components:
     closers: list[Any] = []
     try:
-        return _build(recipe, progress, closers)
+        return _build(recipe, progress, closers, should_stop)
     except BaseException:
         for close in reversed(closers):
             with contextlib.suppress(Exception):
@@ -118,7 +124,12 @@ def build_components(recipe: Recipe, *, progress: bool | None = None) -> Compone
         raise
 
 
-def _build(recipe: Recipe, progress: bool | None, closers: list[Any]) -> Components:
+def _build(
+    recipe: Recipe,
+    progress: bool | None,
+    closers: list[Any],
+    should_stop: Callable[[], bool] | None = None,
+) -> Components:
     from nexrl.data import DataLoader
     from nexrl.metrics import MetricsTracker, ProgressDisplay
     from nexrl.pool import TrajectoryPool
@@ -134,7 +145,7 @@ def _build(recipe: Recipe, progress: bool | None, closers: list[Any]) -> Compone
     run.prepare(cfg, pool_cfg.store)
     closers.append(_log_to_file(run, str(cfg.logger.level)))
 
-    model_dir, tok_dir = prepare_model(cfg, run)
+    model_dir, tok_dir = prepare_model(cfg, run, recipe.roots, progress, should_stop)
     tokenizer = load_tokenizer(tok_dir)
     length = prompt_length_fn(tokenizer)
     loader = DataLoader(data_config(recipe), length)

@@ -83,7 +83,11 @@ class Controller:
     def run(self) -> RunResult:
         previous = self._install_signals()
         try:
-            self.c = build_components(self.recipe, progress=self.show_progress)
+            self.c = build_components(
+                self.recipe,
+                progress=self.show_progress,
+                should_stop=lambda: self.stop_reason is not None,
+            )
             self._resume()
             return self._loop()
         finally:

@@ -207,13 +207,19 @@ def build_vocab(
 
 
 def build_tokenizer(
-    words: Sequence[str] = DEFAULT_WORDS, *, byte_fallback: bool = True
+    words: Sequence[str] = DEFAULT_WORDS,
+    *,
+    byte_fallback: bool = True,
+    added_tokens: Sequence[str] = (),
 ) -> Qwen2Tokenizer:
     """A Qwen2 (byte-level BPE) tokenizer whose vocabulary is ``words``.
 
     Any text encodes (unknown words fall back to bytes; without ``byte_fallback``
     unknown characters become ``<|endoftext|>``); each vocabulary word is one
-    token per Qwen2 pre-token. ``AutoTokenizer`` reloads it unchanged.
+    token per Qwen2 pre-token. ``added_tokens`` are whole strings that become
+    single non-special tokens, matched in text before BPE (the longest match
+    wins, like Qwen's ``<tool_call>``): e.g. tool-call markup, so a tiny model
+    writes a call in a few tokens. ``AutoTokenizer`` reloads it unchanged.
     """
     from tokenizers import AddedToken
     from transformers import Qwen2Tokenizer
@@ -229,7 +235,12 @@ def build_tokenizer(
         clean_up_tokenization_spaces=False,
         model_max_length=4096,
     )
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in MARKER_TOKENS])
+    extra = [t for t in dict.fromkeys(added_tokens) if t not in MARKER_TOKENS]
+    if any(not t for t in extra):
+        raise ValueError("added tokens must be non-empty strings")
+    tok.add_tokens(
+        [AddedToken(t, special=False, normalized=False) for t in [*MARKER_TOKENS, *extra]]
+    )
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
@@ -290,6 +301,7 @@ def save_tiny_model(
     vocab: Sequence[str] = DEFAULT_WORDS,
     seed: int = 0,
     byte_fallback: bool = True,
+    added_tokens: Sequence[str] = (),
     **model_kwargs: Any,
 ) -> Path:
     """Write tokenizer + seeded tiny model (safetensors) to ``out_dir``."""
@@ -297,7 +309,7 @@ def save_tiny_model(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(vocab, byte_fallback=byte_fallback)
+    tokenizer = build_tokenizer(vocab, byte_fallback=byte_fallback, added_tokens=added_tokens)
     eos_ids = [int(cast(int, tokenizer.convert_tokens_to_ids(t))) for t in (EOS_TOKEN, IM_END)]
     model = build_tiny_model(
         len(tokenizer),

@@ -98,6 +98,24 @@ class ResumeConfig:
 
 
 @dataclass
+class WarmStartConfig:
+    data_files: list[str] = cfg_field(
+        default_factory=list,
+        help="Demonstration conversations (JSON lines with 'messages' and optional 'tools', "
+        "as in chat fine-tuning data) the tiny model is fine-tuned on, with cross-entropy on the assistant "
+        "turns, when it is built (before RL; the result is output_dir/model); empty = no "
+        "warm start. The analogue of starting RL from an instruct model: it teaches a format "
+        "(e.g. tool calls) RL alone would have to discover token by token.",
+        path=True,
+    )
+    steps: int = cfg_field(300, help="Optimizer steps of the warm start.", minimum=1)
+    lr: float = cfg_field(
+        3e-3, help="Adam learning rate of the warm start (cosine-decayed to 0).", minimum=0.0
+    )
+    batch_size: int = cfg_field(16, help="Conversations per warm-start step.", minimum=1)
+
+
+@dataclass
 class TinyModelConfig:
     vocab: list[str] = cfg_field(
         default_factory=list, help="Symbols of the tiny word-level tokenizer."
@@ -118,6 +136,18 @@ class TinyModelConfig:
         "vocab and the chat roles (a far smaller output space, so a tiny policy starts "
         "with a fair chance of a right answer; other characters are dropped: plain-text "
         "tasks only, not tool calling).",
+    )
+    added_tokens: list[str] = cfg_field(
+        default_factory=list,
+        help="Whole strings that become single tokens, matched in text before BPE (the "
+        "longest match wins), like Qwen's tool-call marker: e.g. tool-call markup and the tools "
+        "block the chat template writes, so a tiny model's context and tool calls are a few "
+        "tokens long.",
+    )
+    warm_start: WarmStartConfig = cfg_field(
+        default_factory=WarmStartConfig,
+        help="Supervised warm start on demonstrations, once, when the tiny model is built "
+        "(seeded by seed).",
     )
 
 
