@@ -9,12 +9,13 @@ port) and ``stop``.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Self
 
 __all__ = ["LocalService"]
 
 
-class LocalService:
+class LocalService(ABC):
     host: str
     port: int
 
@@ -28,14 +29,17 @@ class LocalService:
         return f"{self.base_url}/v1"
 
     @property
+    @abstractmethod
     def started(self) -> bool:
-        raise NotImplementedError
+        """Whether ``start`` has run (and ``stop`` has not)."""
 
+    @abstractmethod
     def start(self) -> Self:
-        raise NotImplementedError
+        """Bind ``port`` (0 = a free one), start serving, return self."""
 
+    @abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """Stop serving; idempotent."""
 
     def __enter__(self) -> Self:
         return self if self.started else self.start()
