@@ -61,3 +61,28 @@ def test_pex_cli_pin_agrees_with_pants_toml() -> None:
 
 def test_script_is_executable() -> None:
     assert os.access(ROOT / "pants", os.X_OK)
+
+
+def test_pants_processes_read_no_pip_config() -> None:
+    # pex runs pip with --isolated, which still reads the global pip config
+    # files; PIP_CONFIG_FILE=/dev/null is what makes pip skip every file.
+    toml = tomllib.loads((ROOT / "pants.toml").read_text())
+    assert "PIP_CONFIG_FILE=/dev/null" in toml["subprocess-environment"]["env_vars"]
+
+
+def test_every_bootstrap_pip_call_ignores_the_host_pip_config() -> None:
+    script = (ROOT / "pants").read_text()
+    pip_calls = [line for line in script.splitlines() if "bin/pip\" install" in line or "-m pex " in line]
+    assert len(pip_calls) == 2, pip_calls
+    for line in pip_calls:
+        assert line.lstrip().startswith(("PIP_CONFIG_FILE=/dev/null", "if ! PIP_CONFIG_FILE=/dev/null")), line
+    assert "hermetic_pip_args=(--isolated" in script
+
+
+def test_ci_runs_the_cold_path_check() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    cold = (ROOT / ".ci" / "cold").read_text()
+    assert ci.index(".ci/cold") < ci.index("./pants test ::")
+    assert "pants run src/python/nexrl:train -- recipes/max_digit/max_digit_tiny.yaml" in cold
+    assert 'mount --bind "$tmp/cache" "$HOME/.cache"' in cold
+    assert 'mount --bind "$tmp/pex" "$HOME/.pex"' in cold
