@@ -18,10 +18,22 @@ def python_blocks(doc: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", Path(doc).read_text(), re.S)
 
 
-def test_developer_guide_registers_an_advantage_estimator() -> None:
+def test_developer_guide_registers_an_advantage_estimator_in_a_plugin(tmp_path: Path) -> None:
     (block,) = [b for b in python_blocks("docs/developer-guide.md") if "register(" in b]
-    exec(compile(block, "docs/developer-guide.md", "exec"), {})
-    fn = ADVANTAGE_ESTIMATORS.get("reward_minus_batch_mean")
+    text = Path("docs/developer-guide.md").read_text()
+    (lines,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "plugins:" in b]
+    shown: Any = OmegaConf.to_container(OmegaConf.create(lines))
+    # The recipe lines, on a copy of the default recipe next to the plugin file.
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(Path("recipes/max_digit/max_digit_tiny.yaml").read_text())
+    ((file,),) = [shown["plugins"]]
+    (tmp_path / file).write_text(block)
+    estimator = shown["algorithm"]["advantage_estimator"]
+    checked = load_recipe_checked(
+        recipe, [f"plugins=[{file}]", f"algorithm.advantage_estimator={estimator}"]
+    )
+    assert checked.plugins == (str(tmp_path / file),)
+    fn = ADVANTAGE_ESTIMATORS.get(estimator)
     rewards = torch.tensor([[0.0, 1.0], [0.0, 3.0]])  # scores 1 and 3, mean 2
     mask = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
     adv, _ = fn(rewards, mask, torch.tensor([0, 0]))

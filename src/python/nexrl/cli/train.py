@@ -68,6 +68,9 @@ def run(recipe: Recipe) -> int:
     except (RunDirError, DataError) as exc:
         print(f"error: {recipe.path}: {exc}", file=sys.stderr)
         return 2
+    except RecipeError as exc:  # e.g. a Dask worker that cannot import the recipe's plugins
+        print(f"error: {recipe.path}: {exc.render()}", file=sys.stderr)
+        return 2
     except ControllerError as exc:
         logging.getLogger(__name__).debug("run failed", exc_info=True)
         print(f"error: the run stopped: {exc}", file=sys.stderr)

@@ -10,6 +10,11 @@ class RecipeError(Exception):
         self.problems = list(problems)
         super().__init__(self.render())
 
+    def __reduce__(self) -> tuple[type[RecipeError], tuple[list[str]]]:
+        # Rebuilt from its problems when it travels between processes (a Dask worker's
+        # plugin import that fails reaches the driver as the same error).
+        return (type(self), (self.problems,))
+
     def render(self) -> str:
         n = len(self.problems)
         head = f"recipe has {n} problem{'s' if n != 1 else ''}:"

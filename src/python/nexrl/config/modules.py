@@ -1,4 +1,8 @@
-"""Resolve recipe paths and load user classes named as ``path/to/file.py:ClassName``."""
+"""Resolve recipe paths and load user classes named as ``path/to/file.py:ClassName``.
+
+A user file is imported once per process, under a module name derived from its
+absolute path (``import_file``), however many fields name it.
+"""
 
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ def load_object(file: str, name: str, roots: Sequence[Path], field: str) -> Any:
     if path is None or not path.is_file():
         tried = ", ".join(str(r / file) for r in roots)
         raise RecipeError([f"{field}: file '{file}' not found (looked in: {tried})"])
-    module = _import_file(path, field)
+    module = import_file(path, field)
     if not hasattr(module, name):
         found = sorted(
             n
@@ -56,7 +60,13 @@ def load_object(file: str, name: str, roots: Sequence[Path], field: str) -> Any:
     return getattr(module, name)
 
 
-def _import_file(path: Path, field: str) -> Any:
+def import_file(path: Path, field: str) -> Any:
+    """The module of the Python file ``path`` (absolute), imported on first use.
+
+    The module is named ``nexrl_user_<stem>_<hash of the path>`` so every field
+    (and every process) naming the file gets the same module; a file that fails
+    to import raises a one-line ``RecipeError`` naming ``field``, the file and the cause.
+    """
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     mod_name = f"nexrl_user_{path.stem}_{digest}"
     if mod_name in sys.modules:
@@ -76,6 +86,11 @@ def _import_file(path: Path, field: str) -> Any:
     except Exception as exc:
         del sys.modules[mod_name]
         raise RecipeError(
-            [f"{field}: importing {path} failed: {type(exc).__name__}: {exc}"]
+            [f"{field}: importing {path} failed: {type(exc).__name__}: {_first_line(exc)}"]
         ) from None
     return module
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""

@@ -35,6 +35,12 @@ class RecipeConfig:
         help="Run folder: pool.zarr, snapshots, checkpoints, metrics.jsonl, plots.",
     )
     seed: int = cfg_field(42, help="Global seed (data order, sampling, init).")
+    plugins: list[str] = cfg_field(
+        default_factory=list,
+        help="Python files (path/to/file.py, a recipe path) or modules (package.module) "
+        "imported in the driver before the recipe check and in every Dask worker, so what "
+        "they register (e.g. @ADVANTAGE_ESTIMATORS.register('name')) can be named here.",
+    )
     model: ModelConfig = cfg_field(default_factory=ModelConfig, help="The policy model.")
     data: DataConfig = cfg_field(default_factory=DataConfig, help="Training data.")
     rollout_worker: RolloutWorkerConfig = cfg_field(

@@ -153,7 +153,10 @@ def _build(
     repeat_n = int(cfg.data.rollout_repeat_n)
 
     cluster = start_cluster(
-        cfg.cluster, str(cfg.experiment_name), max(1, int(cfg.resource.trainer_gpus))
+        cfg.cluster,
+        str(cfg.experiment_name),
+        max(1, int(cfg.resource.trainer_gpus)),
+        plugins=recipe.plugins,  # imported in every worker before any task or actor
     )
     closers.append(cluster.close)
     logger.info("Dask dashboard: %s", cluster.dashboard_link)

@@ -10,6 +10,9 @@
 * ``slurm``: a dask-jobqueue ``SLURMCluster`` (one worker per job).
 * ``kubernetes``: a dask-kubernetes ``KubeCluster`` from a cluster spec.
 
+Whatever the type, a recipe's ``plugins:`` are imported in every worker, present and
+future (``nexrl.runtime.worker_plugin``), before ``start_cluster`` returns.
+
 The builders for Slurm and Kubernetes return the keyword arguments / spec so
 that they can be inspected (and tested) without a scheduler.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,12 +108,21 @@ def kubernetes_cluster_spec(cfg: KubernetesConfig, name: str) -> dict[str, Any]:
     return spec
 
 
-def start_cluster(cfg: ClusterConfig, experiment: str, gpus_per_worker: int = 1) -> ClusterHandle:
-    """Start (or connect to) the cluster and return a connected client."""
+def start_cluster(
+    cfg: ClusterConfig,
+    experiment: str,
+    gpus_per_worker: int = 1,
+    plugins: Sequence[str] = (),
+) -> ClusterHandle:
+    """Start (or connect to) the cluster and return a connected client.
+
+    ``plugins`` (resolved by ``nexrl.plugins.resolve_plugins``) are imported in
+    every worker, present and future, before the client is returned.
+    """
     from distributed import Client
 
     if cfg.type == "address":
-        return ClusterHandle(Client(cfg.address, timeout="60s"), None)
+        return _with_plugins(ClusterHandle(Client(cfg.address, timeout="60s"), None), plugins)
     cluster: Any
     if cfg.type == "local":
         from distributed import LocalCluster
@@ -125,4 +138,17 @@ def start_cluster(cfg: ClusterConfig, experiment: str, gpus_per_worker: int = 1)
 
         spec = kubernetes_cluster_spec(cfg.kubernetes, name=f"nexrl-{experiment}")
         cluster = KubeCluster(custom_cluster_spec=spec, namespace=cfg.kubernetes.namespace)
-    return ClusterHandle(Client(cluster, timeout="120s"), cluster)
+    return _with_plugins(ClusterHandle(Client(cluster, timeout="120s"), cluster), plugins)
+
+
+def _with_plugins(handle: ClusterHandle, plugins: Sequence[str]) -> ClusterHandle:
+    if not plugins:
+        return handle
+    from nexrl.runtime.worker_plugin import install_plugins
+
+    try:
+        install_plugins(handle.client, plugins)
+    except BaseException:
+        handle.close()
+        raise
+    return handle
