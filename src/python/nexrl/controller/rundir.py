@@ -31,6 +31,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from nexrl.config.modules import resolve_path
+from nexrl.util.files import replace_dir
 from nexrl.weights.checkpoint import CheckpointManager
 
 __all__ = ["RunDir", "RunDirError", "prepare_model"]
@@ -140,8 +141,7 @@ def prepare_model(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(out, ignore_errors=True)  # a folder without config.json is unfinished
-    tmp.rename(out)
+    replace_dir(tmp, out)  # (an existing folder without config.json is unfinished)
     return out, out
 
 

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from nexrl.weights.fsutil import atomic_write_bytes, fsync_tree, remove_tree, replace_dir
+from nexrl.util.files import atomic_write_bytes, fsync_tree, remove_tree, replace_dir
 
 __all__ = [
     "CheckpointError",

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from nexrl.weights.fsutil import atomic_symlink, fsync_dir, fsync_tree, remove_tree, replace_dir
+from nexrl.util.files import atomic_symlink, fsync_dir, fsync_tree, remove_tree, replace_dir
 
 __all__ = [
     "LATEST_NAME",
