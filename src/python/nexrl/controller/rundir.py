@@ -31,6 +31,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from nexrl.config.modules import resolve_path
+from nexrl.errors import NexrlError
 from nexrl.util.files import replace_dir
 from nexrl.weights.checkpoint import CheckpointManager
 
@@ -39,7 +40,7 @@ __all__ = ["RunDir", "RunDirError", "prepare_model"]
 logger = logging.getLogger(__name__)
 
 
-class RunDirError(RuntimeError):
+class RunDirError(RuntimeError, NexrlError):
     """The run folder cannot be used as asked (the message says what to do)."""
 
 

@@ -25,6 +25,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
+from nexrl.errors import NexrlError
 from nexrl.util.files import atomic_write_text
 
 __all__ = [
@@ -47,7 +48,7 @@ RESERVED_KEYS = ("step", "time")
 log = logging.getLogger("nexrl.metrics")
 
 
-class MetricSinkError(RuntimeError):
+class MetricSinkError(RuntimeError, NexrlError):
     """A sink cannot be built (unknown name, missing package)."""
 
 

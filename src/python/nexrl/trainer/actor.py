@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from nexrl.errors import NexrlError
 from nexrl.trainer.spec import TrainerSpec
 from nexrl.util.net import free_port
 
@@ -51,7 +52,7 @@ _GRACE_S = 10.0
 logger = logging.getLogger(__name__)
 
 
-class TrainerGroupError(RuntimeError):
+class TrainerGroupError(RuntimeError, NexrlError):
     """Trainer actors could not be placed, or a collective call failed on some rank."""
 
 
