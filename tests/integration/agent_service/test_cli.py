@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 
 from backends.inference.embedded import EmbeddedServer
 from nexrl.agent_service import report_reward
+from nexrl.util.net import free_port
 from tests.integration.agent_service._plain_agent import run_agent
 from tests.integration.agent_service._pool import read_pool
 from tests.integration.inference._helpers import SERVED_NAME
@@ -34,15 +34,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def service_process(server: EmbeddedServer, tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    port = _free_port()
+    port = free_port()
     pool = tmp_path / "pool"
     proc = subprocess.Popen(
         [sys.executable, "-m", "nexrl.agent_service", "--pool", str(pool),

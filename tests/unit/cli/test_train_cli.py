@@ -68,3 +68,38 @@ def test_fresh_run_never_overwrites_an_existing_run(
     assert "already holds a run" in err and "resume.mode=auto" in err
     assert "Traceback" not in err
     assert (out / "metrics.jsonl").read_text() == '{"step": 1}\n'
+
+
+def test_a_trainer_world_size_the_cluster_cannot_place_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The local cluster has 2 workers offering GPU units; 3 data-parallel ranks cannot
+    # be placed. TrainerGroupError (a NexrlError) must be one line, not a traceback.
+    code = main(
+        [
+            RECIPE,
+            f"output_dir={tmp_path / 'run'}",
+            "cluster.n_workers=2",
+            "cluster.dashboard_address=:0",
+            "trainer.world_size=3",
+        ]
+    )
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    # (progress bars of the tiny model's build may come first; the error is one line, last)
+    lines = [line for line in err.split("\n") if "\r" not in line and line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert errors == lines[-1:], lines
+    assert errors[0].startswith("error: trainer.world_size=3 needs 3 Dask workers")
+    assert "lower trainer.world_size" in errors[0]
+
+
+def test_one_line_joins_a_message_that_spans_lines() -> None:
+    from nexrl.cli.train import one_line
+    from nexrl.pool import PoolStoreError
+
+    assert one_line(PoolStoreError("pool.zarr: not a pool\n  fix: point at a pool")) == (
+        "pool.zarr: not a pool | fix: point at a pool"
+    )
+    assert one_line(PoolStoreError()) == "PoolStoreError"

@@ -47,10 +47,11 @@ from typing import Any, ClassVar
 
 import httpx
 
+from nexrl.errors import NexrlError
 from nexrl.inference.balance import RoundRobin, normalize_base_urls
 
 
-class ReloadError(RuntimeError):
+class ReloadError(RuntimeError, NexrlError):
     """Reload failed on at least one replica; ``failures`` maps base URL -> reason."""
 
     def __init__(self, message: str, failures: dict[str, str]) -> None:

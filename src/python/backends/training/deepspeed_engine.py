@@ -27,13 +27,13 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
 from datetime import timedelta
 from typing import Any
 
 import torch
 
 from nexrl.trainer.schedule import lr_lambda
+from nexrl.util.net import free_port
 
 if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
     os.environ["DS_ACCELERATOR"] = "cpu"
@@ -94,12 +94,6 @@ def ds_config(cfg: Any, *, world_size: int, on_gpu: bool) -> dict[str, Any]:
     return config
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, int]:
     """Join (or create) the process group; returns ``(rank, world_size, local_rank)``."""
     import deepspeed
@@ -110,7 +104,7 @@ def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, int]:
         os.environ.setdefault("RANK", "0")
         os.environ.setdefault("LOCAL_RANK", "0")
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
     os.environ.setdefault("WORLD_SIZE", str(world))
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:

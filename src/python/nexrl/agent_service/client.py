@@ -21,10 +21,12 @@ from typing import Any
 
 import httpx
 
+from nexrl.errors import NexrlError
+
 __all__ = ["AgentServiceError", "push_trajectories", "report_reward"]
 
 
-class AgentServiceError(RuntimeError):
+class AgentServiceError(RuntimeError, NexrlError):
     """The service refused the request or could not be reached."""
 
     def __init__(self, message: str, *, status_code: int | None = None, body: Any = None) -> None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from nexrl.errors import NexrlError
+
 __all__ = ["ServiceError"]
 
 
-class ServiceError(Exception):
+class ServiceError(NexrlError):
     """An error the service answers with ``status`` and a message naming the field/fix."""
 
     def __init__(

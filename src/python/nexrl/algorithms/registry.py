@@ -31,6 +31,8 @@ import difflib
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar, cast
 
+from nexrl.errors import NexrlError
+
 T = TypeVar("T")
 _Obj = TypeVar("_Obj")
 
@@ -44,7 +46,7 @@ __all__ = [
 ]
 
 
-class UnknownNameError(KeyError, ValueError):
+class UnknownNameError(KeyError, ValueError, NexrlError):
     """A name that is not registered; both a ``KeyError`` and a ``ValueError``."""
 
     def __init__(self, kind: str, name: str, valid: list[str]) -> None:

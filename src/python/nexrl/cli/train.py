@@ -6,7 +6,9 @@ The recipe is composed with the overrides and validated against the typed
 schema before any cluster starts; user mistakes are reported as a list of
 problems (exit 2), never as a traceback. A run that fails later exits 1 with
 a message naming the failing component (the traceback is in
-``<output_dir>/logs/driver.log``); Ctrl-C checkpoints and exits 130.
+``<output_dir>/logs/driver.log``); any other ``NexrlError`` (e.g. a
+``trainer.world_size`` the cluster cannot place) is one ``error:`` line, exit 1.
+Ctrl-C checkpoints and exits 130.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from omegaconf import OmegaConf
 
 from nexrl.config.errors import RecipeError
 from nexrl.config.recipe import Recipe, load_recipe_checked
+from nexrl.errors import NexrlError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     except RecipeError as exc:
         print(f"error: {args.recipe}: {exc.render()}", file=sys.stderr)
         return 2
+    except NexrlError as exc:
+        logging.getLogger(__name__).debug("recipe check failed", exc_info=True)
+        print(f"error: {args.recipe}: {one_line(exc)}", file=sys.stderr)
+        return 2
     if args.print_config:
         print(OmegaConf.to_yaml(recipe.cfg, resolve=True), end="")
     if args.check:
@@ -48,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config or args.check:
         return 0
     return run(recipe)
+
+
+def one_line(exc: BaseException) -> str:
+    """``str(exc)`` on one line (a message that spans lines has them joined with " | ")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return " | ".join(lines) or type(exc).__name__
 
 
 def run(recipe: Recipe) -> int:
@@ -75,6 +88,10 @@ def run(recipe: Recipe) -> int:
         logging.getLogger(__name__).debug("run failed", exc_info=True)
         print(f"error: the run stopped: {exc}", file=sys.stderr)
         print(f"(details: {recipe.cfg.output_dir}/logs/driver.log)", file=sys.stderr)
+        return 1
+    except NexrlError as exc:  # e.g. TrainerGroupError: trainer.world_size > GPU workers
+        logging.getLogger(__name__).debug("run failed", exc_info=True)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

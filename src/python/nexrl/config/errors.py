@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from nexrl.errors import NexrlError
 
-class RecipeError(Exception):
+
+class RecipeError(NexrlError):
     """A recipe has one or more problems; each names the field or file and the fix."""
 
     def __init__(self, problems: list[str]):

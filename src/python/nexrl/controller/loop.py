@@ -30,6 +30,7 @@ from nexrl.config.recipe import Recipe
 from nexrl.controller.components import Components, build_components
 from nexrl.controller.dispatch import Harvest, TaskFailure
 from nexrl.controller.state import ControllerState, committed_group_ids
+from nexrl.errors import NexrlError
 from nexrl.weights.snapshot import latest_snapshot
 
 __all__ = ["Controller", "ControllerError", "RunResult"]
@@ -39,7 +40,7 @@ POLL_S = 0.05
 VAL_ITEMS_PER_TASK = 16
 
 
-class ControllerError(RuntimeError):
+class ControllerError(RuntimeError, NexrlError):
     """The run stopped on an error; the message names the failing component."""
 
 

@@ -31,6 +31,8 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from nexrl.config.modules import resolve_path
+from nexrl.errors import NexrlError
+from nexrl.util.files import replace_dir
 from nexrl.weights.checkpoint import CheckpointManager
 
 __all__ = ["RunDir", "RunDirError", "prepare_model"]
@@ -38,7 +40,7 @@ __all__ = ["RunDir", "RunDirError", "prepare_model"]
 logger = logging.getLogger(__name__)
 
 
-class RunDirError(RuntimeError):
+class RunDirError(RuntimeError, NexrlError):
     """The run folder cannot be used as asked (the message says what to do)."""
 
 
@@ -140,8 +142,7 @@ def prepare_model(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(out, ignore_errors=True)  # a folder without config.json is unfinished
-    tmp.rename(out)
+    replace_dir(tmp, out)  # (an existing folder without config.json is unfinished)
     return out, out
 
 

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from nexrl.config.sections.runtime import InferenceServiceConfig
+from nexrl.errors import NexrlError
 
 __all__ = ["InferenceSupervisor", "ServiceError"]
 
 logger = logging.getLogger(__name__)
 
 
-class ServiceError(RuntimeError):
+class ServiceError(RuntimeError, NexrlError):
     """The inference service could not be started, reached or reloaded."""
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from nexrl.errors import NexrlError
 
-class DataError(Exception):
+
+class DataError(NexrlError):
     """A data file or row is unusable; the message names the file (and row) and the fix."""

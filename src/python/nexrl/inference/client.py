@@ -24,6 +24,7 @@ from typing import Any
 
 import openai
 
+from nexrl.errors import NexrlError
 from nexrl.inference.balance import RoundRobin, normalize_base_urls
 
 POLICY_VERSION_HEADER = "x-policy-version"
@@ -44,7 +45,7 @@ ENGINE_EXTRA_PARAMS = frozenset(
 )
 
 
-class InferenceError(RuntimeError):
+class InferenceError(RuntimeError, NexrlError):
     """Inference failed: unreachable, timed out, refused the request, or replied badly."""
 
     def __init__(

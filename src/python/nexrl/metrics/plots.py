@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
+
+from nexrl.util.files import atomic_path
 
 __all__ = ["plot_reward_curve"]
 
@@ -60,10 +61,6 @@ def plot_reward_curve(
 
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_png.with_name(f".{out_png.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(out_png, fsync=False, fsync_parent=False) as tmp:
         fig.savefig(tmp, format="png")
-        os.replace(tmp, out_png)
-    finally:
-        tmp.unlink(missing_ok=True)
     return out_png

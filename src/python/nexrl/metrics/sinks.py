@@ -20,11 +20,13 @@ import importlib.util
 import json
 import logging
 import math
-import os
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import IO, Any, ClassVar
+
+from nexrl.errors import NexrlError
+from nexrl.util.files import atomic_write_text
 
 __all__ = [
     "METRICS_FILE",
@@ -46,7 +48,7 @@ RESERVED_KEYS = ("step", "time")
 log = logging.getLogger("nexrl.metrics")
 
 
-class MetricSinkError(RuntimeError):
+class MetricSinkError(RuntimeError, NexrlError):
     """A sink cannot be built (unknown name, missing package)."""
 
 
@@ -195,16 +197,8 @@ class JsonlSink(MetricSink):
             self._rewrite(kept)
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        try:
-            with tmp.open("w", encoding="utf-8") as f:
-                for row in rows:
-                    f.write(json.dumps(row, allow_nan=False) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
+        atomic_write_text(self.path, text, fsync=True, fsync_parent=False)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if self._file is None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
+
+from nexrl.util.files import atomic_write_text
 
 __all__ = ["SUMMARY_FILE", "format_summary", "summarize", "write_summary"]
 
@@ -119,10 +120,6 @@ def write_summary(output_dir: str | Path, rows: list[dict[str, Any]]) -> str:
     summary = summarize(rows)
     out = Path(output_dir) / SUMMARY_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    text = json.dumps(summary, indent=2, allow_nan=False) + "\n"
+    atomic_write_text(out, text, fsync=False, fsync_parent=False)
     return format_summary(summary)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nexrl.errors import NexrlError
+
 if TYPE_CHECKING:  # heavy imports stay lazy: importing nexrl stays cheap
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -43,7 +45,7 @@ __all__ = [
 ROLES = ("system", "user", "assistant", "tool")
 
 
-class WarmStartError(ValueError):
+class WarmStartError(ValueError, NexrlError):
     """The demonstrations cannot be used (the message names the field, file and line)."""
 
 

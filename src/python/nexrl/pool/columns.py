@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nexrl.errors import NexrlError
+
 if TYPE_CHECKING:
     from nexrl.types.trajectory import Trajectory
 
@@ -43,7 +45,7 @@ SCALAR_DTYPES: dict[str, np.dtype] = {
 }
 
 
-class PoolDataError(ValueError):
+class PoolDataError(ValueError, NexrlError):
     """Trajectory data handed to the pool is malformed; the message names the field."""
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from nexrl.errors import NexrlError
 from nexrl.pool.kv import KVStore
 from nexrl.pool.layout import CONSUMERS
 
@@ -31,7 +32,7 @@ __all__ = ["ConsumerConflictError", "Cursor", "CursorStore", "ranges_of"]
 Ranges = list[list[int]]
 
 
-class ConsumerConflictError(RuntimeError):
+class ConsumerConflictError(RuntimeError, NexrlError):
     """Another process advanced this consumer's cursor (two trainers on one consumer name)."""
 
 

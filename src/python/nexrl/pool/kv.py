@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from pathlib import Path
 from typing import Any, Protocol
+
+from nexrl.util.files import atomic_write_bytes
 
 __all__ = ["FsspecKV", "KVStore", "LocalKV", "is_local", "local_path", "open_kv"]
 
@@ -71,25 +72,9 @@ class LocalKV:
     def put(self, key: str, data: bytes, *, exclusive: bool = False, fsync: bool = True) -> bool:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                if fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            if exclusive:
-                try:
-                    os.link(tmp, path)  # atomic and fails if the name exists
-                except FileExistsError:
-                    return False
-            else:
-                os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        return True
+        return atomic_write_bytes(
+            path, data, fsync=fsync, fsync_parent=False, exclusive=exclusive, mode=0o644
+        )
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -111,18 +96,11 @@ class LocalKV:
     def put_many(self, items: dict[str, bytes], *, fsync: bool = False) -> None:
         root = str(self.root)
         for key, data in items.items():
-            folder, _, name = key.rpartition("/")
+            folder = key.rpartition("/")[0]
             if folder not in self._dirs:
                 os.makedirs(os.path.join(root, folder), exist_ok=True)
                 self._dirs.add(folder)
-            path = os.path.join(root, key)
-            tmp = os.path.join(root, folder, f".{name}.{uuid.uuid4().hex}.tmp")
-            with open(tmp, "wb") as f:
-                f.write(data)
-                if fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
+            atomic_write_bytes(os.path.join(root, key), data, fsync=fsync, fsync_parent=False)
 
     def get_many(self, keys: list[str]) -> dict[str, bytes]:
         out: dict[str, bytes] = {}

@@ -26,6 +26,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from nexrl.errors import NexrlError
 from nexrl.pool.kv import KVStore, is_local, local_path
 
 __all__ = [
@@ -68,7 +69,7 @@ ROW_COLUMNS: tuple[str, ...] = (
 COL = {name: i for i, name in enumerate(ROW_COLUMNS)}
 
 
-class PoolStoreError(RuntimeError):
+class PoolStoreError(RuntimeError, NexrlError):
     """The store is not a trajectory pool, or is from an incompatible version."""
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from nexrl.config.sections.pool import TrajectoryPoolConfig, validate_pool_config
+from nexrl.errors import NexrlError
 from nexrl.pool.batch import PoolBatch, PoolStats
 from nexrl.pool.commits import CommitLog
 from nexrl.pool.cursor import Cursor, CursorStore, ranges_of
@@ -32,7 +33,7 @@ from nexrl.pool.writer import WEIGHT_SYNC_KEY, PoolWriter, read_weight_sync
 __all__ = ["PoolConfigError", "TrajectoryPool"]
 
 
-class PoolConfigError(ValueError):
+class PoolConfigError(ValueError, NexrlError):
     """The pool configuration is invalid; ``problems`` lists every issue."""
 
     def __init__(self, problems: list[str]) -> None:

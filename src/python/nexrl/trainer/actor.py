@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from nexrl.errors import NexrlError
 from nexrl.trainer.spec import TrainerSpec
+from nexrl.util.net import free_port
 
 __all__ = [
     "PendingCall",
@@ -50,7 +52,7 @@ _GRACE_S = 10.0
 logger = logging.getLogger(__name__)
 
 
-class TrainerGroupError(RuntimeError):
+class TrainerGroupError(RuntimeError, NexrlError):
     """Trainer actors could not be placed, or a collective call failed on some rank."""
 
 
@@ -149,12 +151,6 @@ def cpu_threads(local_world_size: int) -> int:
     return max(1, (os.cpu_count() or 1) // (2 * max(1, local_world_size)))
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
 def _host(addr: str) -> str:
     return urlparse(addr).hostname or addr
 
@@ -244,7 +240,7 @@ class TrainerGroup:
         addrs = list(workers) if workers else pick_workers(client, world, gpus_per_rank)
         if len(set(addrs)) != world:
             raise TrainerGroupError(f"need {world} distinct workers, got {addrs}")
-        port = client.run(_free_port, workers=[addrs[0]])[addrs[0]]
+        port = client.run(free_port, "", workers=[addrs[0]])[addrs[0]]
         hosts = [_host(a) for a in addrs]
         infos = [
             RankInfo(

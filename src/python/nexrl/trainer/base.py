@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from nexrl.algorithms import KL_CONTROLLERS, KL_PENALTIES, POLICY_LOSSES, agg_loss
+from nexrl.errors import NexrlError
 from nexrl.trainer.batch_io import load_batch
 from nexrl.trainer.engine import TrainingEngine, load_backend
 from nexrl.trainer.ops import (
@@ -66,7 +67,7 @@ from nexrl.weights.snapshot import PublishedSnapshot, SnapshotPublisher, list_sn
 __all__ = ["SelfHostedTrainer", "TrainerError", "call_with_options"]
 
 
-class TrainerError(RuntimeError):
+class TrainerError(RuntimeError, NexrlError):
     """A trainer was misused or got a batch it cannot train on; the message says why."""
 
 

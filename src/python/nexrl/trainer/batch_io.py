@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from nexrl.types.batch import Batch
-from nexrl.weights.fsutil import atomic_write_bytes
+from nexrl.util.files import atomic_write_bytes
 
 __all__ = ["load_batch", "save_batch"]
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from nexrl.errors import NexrlError
 from nexrl.types.trajectory import Trajectory
 
 __all__ = ["Batch", "BatchError"]
@@ -43,7 +44,7 @@ _ID_KEYS = ("input_ids", "prompts", "responses")  # padded with pad_token_id, ot
 Index = int | slice | Sequence[int] | torch.Tensor
 
 
-class BatchError(ValueError):
+class BatchError(ValueError, NexrlError):
     """A batch is inconsistent or misused; the message names the tensor or meta key."""
 
 

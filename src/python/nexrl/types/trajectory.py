@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from nexrl.errors import NexrlError
 
-class TrajectoryError(ValueError):
+
+class TrajectoryError(ValueError, NexrlError):
     """A trajectory (or a record of one) is malformed; the message names the field."""
 
 

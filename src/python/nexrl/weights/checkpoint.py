@@ -40,7 +40,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from nexrl.weights.fsutil import atomic_write_bytes, fsync_tree, remove_tree, replace_dir
+from nexrl.errors import NexrlError
+from nexrl.util.files import atomic_write_bytes, fsync_tree, remove_tree, replace_dir
 
 __all__ = [
     "CheckpointError",
@@ -59,7 +60,7 @@ _STEP_RE = re.compile(r"^step_(\d+)$")
 RESUME_MODES = ("disable", "auto", "from_path")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RuntimeError, NexrlError):
     """A checkpoint could not be written or read; the message names the path and the fix."""
 
 

@@ -47,7 +47,8 @@ from typing import Any
 
 import torch
 
-from nexrl.weights.fsutil import atomic_symlink, fsync_dir, fsync_tree, remove_tree, replace_dir
+from nexrl.errors import NexrlError
+from nexrl.util.files import atomic_symlink, fsync_dir, fsync_tree, remove_tree, replace_dir
 
 __all__ = [
     "LATEST_NAME",
@@ -82,7 +83,7 @@ _TOKENIZER_PREFIXES = (
 DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
 
 
-class SnapshotError(RuntimeError):
+class SnapshotError(RuntimeError, NexrlError):
     """A snapshot could not be published or read; the message names the path."""
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from nexrl.errors import NexrlError
 from nexrl.runtime.local_service import LocalService
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     import backends.inference.embedded.cli  # noqa: F401
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(RuntimeError, NexrlError):
     """The server exited or did not become healthy in time; the message has its log tail."""
 
 

@@ -17,8 +17,10 @@ from typing import Any
 
 import torch
 
+from nexrl.errors import NexrlError
 
-class SnapshotError(ValueError):
+
+class SnapshotError(ValueError, NexrlError):
     """The snapshot directory is missing, incomplete or does not fit the served model."""
 
 

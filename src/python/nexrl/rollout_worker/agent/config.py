@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nexrl.errors import NexrlError
+
 __all__ = ["AgentConfig", "AgentConfigError", "ToolSpec", "load_agent_config"]
 
 SAMPLING_KEYS = {"temperature", "top_p", "max_tokens", "stop", "seed", "top_k", "min_p"}
@@ -45,7 +47,7 @@ TOP_KEYS = {
 }
 
 
-class AgentConfigError(ValueError):
+class AgentConfigError(ValueError, NexrlError):
     """The agent config is wrong; ``problems`` lists each mistake with its field."""
 
     def __init__(self, path: Path, problems: list[str]) -> None:

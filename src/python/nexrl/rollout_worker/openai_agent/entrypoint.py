@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nexrl.config.errors import RecipeError
+from nexrl.errors import NexrlError
 
 __all__ = ["ENTRYPOINT_FIELD", "AgentEntrypoint", "AgentError", "load_entrypoint"]
 
@@ -23,7 +24,7 @@ KEYWORDS = ("base_url", "api_key", "model")
 CONTRACT = "run(task, *, base_url, api_key, model) -> str"
 
 
-class AgentError(RuntimeError):
+class AgentError(RuntimeError, NexrlError):
     """The agent function failed an episode (raised, timed out, returned no answer,
     made no model call); the message names the function."""
 

@@ -1,0 +1,209 @@
+"""Atomic, durable file-system steps (files, symlinks, directories).
+
+The pattern every writer here follows: write into a temporary name in the same
+folder (so on the same file system), optionally ``fsync`` the data, then
+``rename`` over the final name (POSIX ``rename`` is atomic: a reader sees the
+old entry or the new one, never a mixture), optionally ``fsync`` the folder so
+the new name survives a machine crash. A writer that fails removes its
+temporary entry; a killed one leaves at worst a stray hidden ``.NAME.tmp-*``
+entry, never a half-written ``NAME``.
+
+``fsync`` (the data) and ``fsync_parent`` (the folder entry) are separate
+choices: a file that only has to be whole (a plot, a summary) skips both; a
+file that has to survive a power loss (weights metadata, consumer cursors)
+pays for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+__all__ = [
+    "atomic_path",
+    "atomic_symlink",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "fsync_dir",
+    "fsync_file",
+    "fsync_tree",
+    "remove_tree",
+    "replace_dir",
+]
+
+
+def fsync_file(path: str | Path) -> None:
+    """Flush ``path``'s data to stable storage."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Flush a directory's entries (new names, renames) to stable storage."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # platforms without directory fds: nothing more to do
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: str | Path) -> int:
+    """``fsync`` every regular file and directory under ``root``; returns the bytes seen.
+
+    The files are flushed concurrently (a journaling file system then commits
+    them together instead of once per file), the directories after them.
+    """
+    files, folders, total = [], [], 0
+    for folder, _dirs, names in os.walk(root):
+        folders.append(folder)
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                total += os.path.getsize(path)
+                files.append(path)
+    if len(files) > 1:
+        with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
+            list(pool.map(fsync_file, files))
+    elif files:
+        fsync_file(files[0])
+    for folder in reversed(folders):
+        fsync_dir(folder)
+    return total
+
+
+def _temp_name(path: str) -> str:
+    """A fresh hidden name next to ``path`` (unique across processes and threads)."""
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex}")
+
+
+def _discard(tmp: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+
+
+def atomic_write_bytes(
+    path: str | Path,
+    data: bytes,
+    *,
+    fsync: bool = True,
+    fsync_parent: bool = True,
+    exclusive: bool = False,
+    mode: int = 0o666,
+) -> bool:
+    """Replace ``path`` with ``data`` atomically; its folder must exist.
+
+    ``fsync`` flushes the data before the rename, ``fsync_parent`` the folder
+    after it. With ``exclusive`` the name must not exist yet: the file is
+    published with ``os.link`` (atomic, and fails if the name exists) and
+    False is returned when it already existed (nothing is changed then).
+    ``mode`` is the new file's permission bits before the umask (as ``open``).
+    """
+    path = os.fspath(path)
+    tmp = _temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        if exclusive:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        _discard(tmp)
+        raise
+    if fsync_parent:
+        fsync_dir(os.path.dirname(path) or ".")
+    return True
+
+
+def atomic_write_text(
+    path: str | Path,
+    text: str,
+    *,
+    encoding: str = "utf-8",
+    fsync: bool = True,
+    fsync_parent: bool = True,
+) -> None:
+    """:func:`atomic_write_bytes` for ``text`` encoded with ``encoding``."""
+    atomic_write_bytes(path, text.encode(encoding), fsync=fsync, fsync_parent=fsync_parent)
+
+
+@contextlib.contextmanager
+def atomic_path(
+    path: str | Path, *, fsync: bool = True, fsync_parent: bool = True
+) -> Iterator[Path]:
+    """Yield a temporary path next to ``path`` for the block to create; when the block
+    ends normally the temporary entry replaces ``path`` atomically, when it raises the
+    temporary entry is removed and ``path`` is left as it was.
+
+    For writers that want a path rather than bytes (``savefig``, ``os.symlink``).
+    ``fsync`` flushes a regular file's data before the rename, ``fsync_parent`` the
+    folder after it.
+    """
+    target = os.fspath(path)
+    tmp = _temp_name(target)
+    try:
+        yield Path(tmp)
+        if fsync:
+            fsync_file(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        _discard(tmp)
+        raise
+    if fsync_parent:
+        fsync_dir(os.path.dirname(target) or ".")
+
+
+def atomic_symlink(target: str, link: str | Path) -> None:
+    """Point the symlink ``link`` at ``target`` atomically (new link + rename over)."""
+    with atomic_path(link, fsync=False) as tmp:
+        os.symlink(target, tmp)
+
+
+def remove_tree(path: str | Path) -> None:
+    """Delete a directory tree (or file/link) if it exists."""
+    p = Path(path)
+    if p.is_symlink() or p.is_file():
+        p.unlink(missing_ok=True)
+    elif p.exists():
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def replace_dir(src: str | Path, dst: str | Path) -> None:
+    """Move the finished directory ``src`` to ``dst`` (replacing an existing ``dst``).
+
+    A fresh ``dst`` appears in one ``rename``. An existing ``dst`` is first
+    renamed aside, so ``dst`` is missing (never partial) for the instant in
+    between, then deleted.
+    """
+    src, dst = Path(src), Path(dst)
+    trash: Path | None = None
+    if dst.exists() or dst.is_symlink():
+        trash = dst.with_name(f".trash-{dst.name}-{uuid.uuid4().hex[:8]}")
+        os.rename(dst, trash)
+    os.rename(src, dst)
+    fsync_dir(dst.parent)
+    if trash is not None:
+        remove_tree(trash)

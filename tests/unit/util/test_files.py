@@ -1,0 +1,118 @@
+"""nexrl.util.files: a file appears whole or not at all, and no temporary entry stays."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from nexrl.util.files import (
+    atomic_path,
+    atomic_symlink,
+    atomic_write_bytes,
+    atomic_write_text,
+    replace_dir,
+)
+
+
+class Boom(Exception):
+    pass
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(os.listdir(folder))
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_write_bytes_replaces_the_file(tmp_path: Path, fsync: bool) -> None:
+    out = tmp_path / "f.bin"
+    out.write_bytes(b"old")
+    assert atomic_write_bytes(out, b"new", fsync=fsync, fsync_parent=fsync) is True
+    assert out.read_bytes() == b"new"
+    assert _names(tmp_path) == ["f.bin"]
+
+
+def test_write_text_encodes(tmp_path: Path) -> None:
+    out = tmp_path / "f.txt"
+    atomic_write_text(out, "héllo\n", fsync=False, fsync_parent=False)
+    assert out.read_bytes() == "héllo\n".encode()
+    assert _names(tmp_path) == ["f.txt"]
+
+
+def test_exclusive_never_replaces_an_existing_name(tmp_path: Path) -> None:
+    out = tmp_path / "marker"
+    assert atomic_write_bytes(out, b"first", exclusive=True) is True
+    assert atomic_write_bytes(out, b"second", exclusive=True) is False
+    assert out.read_bytes() == b"first"
+    assert _names(tmp_path) == ["marker"]
+
+
+def test_mode_is_the_new_files_permissions(tmp_path: Path) -> None:
+    old = os.umask(0o002)
+    try:
+        atomic_write_bytes(tmp_path / "a", b"", mode=0o644)
+        atomic_write_bytes(tmp_path / "b", b"")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "b").stat().st_mode & 0o777 == 0o664  # as open(): 0o666 less umask
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+    out = tmp_path / "f.bin"
+    out.write_bytes(b"old")
+    # The temporary file exists by the time write() refuses a str.
+    with pytest.raises(TypeError):
+        atomic_write_bytes(out, "not bytes")  # type: ignore[arg-type]
+    assert out.read_bytes() == b"old"
+    assert _names(tmp_path) == ["f.bin"]
+
+
+def test_atomic_path_publishes_what_the_block_wrote(tmp_path: Path) -> None:
+    out = tmp_path / "plot.png"
+    out.write_bytes(b"old")
+    with atomic_path(out) as tmp:
+        assert tmp.parent == tmp_path and tmp.name.startswith(".plot.png.tmp-")
+        tmp.write_bytes(b"new, part 1;")
+        assert out.read_bytes() == b"old"  # not visible before the block ends
+        with tmp.open("ab") as f:
+            f.write(b" part 2")
+    assert out.read_bytes() == b"new, part 1; part 2"
+    assert _names(tmp_path) == ["plot.png"]
+
+
+@pytest.mark.parametrize("existed", [True, False])
+def test_a_writer_that_raises_midway_leaves_the_old_state_and_no_temporary(
+    tmp_path: Path, existed: bool
+) -> None:
+    out = tmp_path / "summary.json"
+    if existed:
+        out.write_text('{"old": true}\n')
+    with pytest.raises(Boom), atomic_path(out, fsync=False, fsync_parent=False) as tmp:
+        tmp.write_text('{"half": ')
+        raise Boom("writer died")
+    if existed:
+        assert out.read_text() == '{"old": true}\n'
+        assert _names(tmp_path) == ["summary.json"]
+    else:
+        assert _names(tmp_path) == []
+
+
+def test_atomic_symlink_repoints(tmp_path: Path) -> None:
+    link = tmp_path / "latest"
+    atomic_symlink("v1", link)
+    atomic_symlink("v2", link)
+    assert os.readlink(link) == "v2"
+    assert _names(tmp_path) == ["latest"]
+
+
+def test_replace_dir_swaps_a_whole_folder(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "half").write_text("unfinished")
+    new = tmp_path / "model.building"
+    new.mkdir()
+    (new / "config.json").write_text("{}")
+    replace_dir(new, tmp_path / "model")
+    assert _names(tmp_path) == ["model"]
+    assert _names(tmp_path / "model") == ["config.json"]
