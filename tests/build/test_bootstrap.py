@@ -72,10 +72,14 @@ def test_pants_processes_read_no_pip_config() -> None:
 
 def test_every_bootstrap_pip_call_ignores_the_host_pip_config() -> None:
     script = (ROOT / "pants").read_text()
-    pip_calls = [line for line in script.splitlines() if "bin/pip\" install" in line or "-m pex " in line]
+    pip_calls = [
+        line for line in script.splitlines() if 'bin/pip" install' in line or "-m pex " in line
+    ]
     assert len(pip_calls) == 2, pip_calls
     for line in pip_calls:
-        assert line.lstrip().startswith(("PIP_CONFIG_FILE=/dev/null", "if ! PIP_CONFIG_FILE=/dev/null")), line
+        assert line.lstrip().startswith(
+            ("PIP_CONFIG_FILE=/dev/null", "if ! PIP_CONFIG_FILE=/dev/null")
+        ), line
     assert "hermetic_pip_args=(--isolated" in script
 
 
