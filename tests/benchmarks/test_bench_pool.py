@@ -29,7 +29,7 @@ from typing import Any
 import psutil
 import pytest
 
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.pool.config import PoolConfig
 from nexrl.pool import TrajectoryPool
 from tests.benchmarks._pool_bench import appender, build_pool
 
@@ -207,7 +207,7 @@ def pool_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def test_fetch_batch(benchmark: Any, pool_store: Any, size: int, block: int) -> None:
     store, build_s = pool_store(size, block)
     proc = psutil.Process()
-    cfg = TrajectoryPoolConfig(store=store, batch_size=256, group_size=8, key_list=["group_id"])
+    cfg = PoolConfig(store=store, batch_size=256, group_size=8, key_list=["group_id"])
     rss0 = proc.memory_info().rss
     t0 = time.perf_counter()
     first = TrajectoryPool(dataclasses.replace(cfg, consumer="cold")).get_batch()
@@ -267,7 +267,7 @@ def test_chunking(benchmark: Any, tmp_path: Path, name: str, block: int) -> None
     app.close()
     append_s = app.results[0][0]
     store = tmp_path / "data" / f"pool-{app.round}" / "pool.zarr"
-    cfg = TrajectoryPoolConfig(
+    cfg = PoolConfig(
         store=str(store), batch_size=256, group_size=8, key_list=["group_id"], chunking=chunking
     )
     pool = TrajectoryPool(cfg)

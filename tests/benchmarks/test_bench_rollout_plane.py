@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.pool.config import PoolConfig
 from nexrl.controller.dispatch import RolloutDispatcher
 from nexrl.controller.tasks import RolloutSpec, evaluator
 from nexrl.inference import InferenceClient
@@ -70,7 +70,7 @@ def _spec(server: EmbeddedServer, store: Path) -> RolloutSpec:
         base_urls=(server.base_url,),
         served_model_name=NAME,
         sampling=(("temperature", 1.0), ("max_tokens", 1)),
-        pool=TrajectoryPoolConfig(store=str(store), key_list=["group_id"], group_size=GROUP_SIZE),
+        pool=PoolConfig(store=str(store), key_list=["group_id"], group_size=GROUP_SIZE),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.recipe import load_recipe_checked
 from nexrl.controller import Controller
 from tests.e2e._recipe import train_rows
 from tests.integration.inference._known_model import save_bigram_model

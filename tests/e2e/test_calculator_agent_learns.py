@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nexrl.config.recipe import load_recipe_checked
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.recipe import load_recipe_checked
+from nexrl.pool.config import PoolConfig
 from nexrl.controller import Controller
 from nexrl.pool import TrajectoryPool
 from tests.e2e._recipe import train_rows
@@ -37,7 +37,7 @@ RIGHT_AFTER_A_CALL = 0.8
 def episodes(out: Path, versions: range) -> tuple[float, float, float]:
     """(share calling the tool, mean reward, reward when calling the tool) of the
     episodes sampled by policy ``versions`` (an episode = a group id and run id)."""
-    pool = TrajectoryPool(TrajectoryPoolConfig(store=str(out / "pool.zarr"), key_list=[]))
+    pool = TrajectoryPool(PoolConfig(store=str(out / "pool.zarr"), key_list=[]))
     ds = pool.to_xarray()
     keep = np.isin(ds["policy_version"].values, list(versions))
     seen: dict[tuple[int, int], tuple[float, float]] = {}

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.recipe import load_recipe_checked
 from nexrl.controller import Controller
 from nexrl.controller.setup import data_config
 from nexrl.data import DataLoader

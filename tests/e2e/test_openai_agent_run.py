@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.config.recipe import load_recipe_checked
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.recipe import load_recipe_checked
+from nexrl.pool.config import PoolConfig
 from nexrl.controller import Controller
 from nexrl.inference import Generation, parse_chat_completion
 from nexrl.pool import TrajectoryPool
@@ -24,7 +24,7 @@ RECORDING_AGENT = "tests/e2e/_recording_agent.py:run"
 
 def pool_trajectories(out: Path) -> list[Trajectory]:
     pool = TrajectoryPool(
-        TrajectoryPoolConfig(
+        PoolConfig(
             store=str(out / "pool.zarr"),
             batch_readiness="loaded_batch_finished",
             consumer="test",

@@ -7,7 +7,7 @@ import os
 import textwrap
 from pathlib import Path
 
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.recipe import load_recipe_checked
 from nexrl.controller import Controller
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 

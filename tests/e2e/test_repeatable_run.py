@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nexrl.config.recipe import load_recipe_checked
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.recipe import load_recipe_checked
+from nexrl.pool.config import PoolConfig
 from nexrl.controller import Controller
 from nexrl.pool import TrajectoryPool
 from tests.e2e._recipe import RECIPE, overrides, train_rows
@@ -17,7 +17,7 @@ Sample = tuple[tuple[int, ...], tuple[int, ...], float]
 
 def pool_samples(out: Path) -> dict[tuple[int, int], Sample]:
     """Every trajectory in the run's pool, read back from disk by a second consumer."""
-    cfg = TrajectoryPoolConfig(
+    cfg = PoolConfig(
         store=str(out / "pool.zarr"),
         key_list=["group_id"],
         group_size=8,

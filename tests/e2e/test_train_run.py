@@ -10,8 +10,8 @@ import numpy as np
 import psutil
 import pytest
 
-from nexrl.config.recipe import load_recipe_checked
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.recipe import load_recipe_checked
+from nexrl.pool.config import PoolConfig
 from nexrl.controller import Controller
 from nexrl.pool import TrajectoryPool
 from nexrl.weights.checkpoint import CheckpointManager
@@ -21,7 +21,7 @@ from tests.e2e._recipe import DATA, RECIPE, overrides, read_rows, train_rows
 
 def pool_of(out: Path) -> TrajectoryPool:
     return TrajectoryPool(
-        TrajectoryPoolConfig(
+        PoolConfig(
             store=str(out / "pool.zarr"), key_list=["group_id"], group_size=8, batch_size=32
         )
     )
@@ -129,7 +129,7 @@ def test_evaluator_that_raises_counts_errors_and_the_run_goes_on(tmp_path: Path)
     out = tmp_path / "run"
     recipe = load_recipe_checked(
         RECIPE,
-        overrides(out, f"rollout_worker.evaluator_module_path={evaluator}:Flaky", steps=2),
+        overrides(out, f"rollout_worker.evaluator={evaluator}:Flaky", steps=2),
     )
     assert Controller(recipe, progress=False).run().steps == 2
     ds = pool_of(out).to_xarray()
@@ -164,7 +164,7 @@ def test_hung_evaluator_is_cancelled_and_named(tmp_path: Path) -> None:
         RECIPE,
         overrides(
             out,
-            f"rollout_worker.evaluator_module_path={evaluator}:Hangs",
+            f"rollout_worker.evaluator={evaluator}:Hangs",
             "runtime_monitor.task_timeout_s=30",  # rollouts finish well within it, even on a busy machine
             "runtime_monitor.max_task_failures=0",
         ),

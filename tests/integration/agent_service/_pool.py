@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.pool.config import PoolConfig
 from nexrl.pool import TrajectoryPool
 from nexrl.types import Trajectory
 
@@ -10,7 +10,7 @@ from nexrl.types import Trajectory
 def read_pool(store: str | None) -> list[Trajectory]:
     assert store is not None, "this agent service has no pool"
     pool = TrajectoryPool(
-        TrajectoryPoolConfig(store=store, batch_readiness="loaded_batch_finished", consumer="test")
+        PoolConfig(store=store, batch_readiness="loaded_batch_finished", consumer="test")
     )
     out: list[Trajectory] = []
     while (batch := pool.get_batch(loaded_batch_finished=True)) is not None:

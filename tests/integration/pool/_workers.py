@@ -7,14 +7,14 @@ import sys
 
 import numpy as np
 
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.pool.config import PoolConfig
 from nexrl.pool import PoolWriter, TrajectoryPool, get_writer
 from tests.unit.pool._data import check_columns, fast_columns, make_columns
 
 
 def write_uids(store: str, uids: list[int], block: int, group_size: int) -> int:
     """Rollout-task body: append ``uids`` in blocks through the per-process writer."""
-    w = get_writer(TrajectoryPoolConfig(store=store))
+    w = get_writer(PoolConfig(store=store))
     for i in range(0, len(uids), block):
         w.append(make_columns(uids[i : i + block], group_size=group_size))
     return len(uids)
@@ -36,7 +36,7 @@ def writer_loop(store: str, first_uid: int, block: int) -> None:
 
 def consumer_loop(store: str, batch_size: int, log_path: str, resume: bool) -> None:
     """Consume batches, logging (uids, state_dict) after each as a trainer checkpoint would."""
-    pool = TrajectoryPool(TrajectoryPoolConfig(store=store, batch_size=batch_size))
+    pool = TrajectoryPool(PoolConfig(store=store, batch_size=batch_size))
     if resume:  # keep the complete checkpoint lines (the kill may have cut the last one)
         complete = []
         with open(log_path) as f:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.pool.config import PoolConfig
 from nexrl.pool import TrajectoryPool
 from tests.integration.pool._workers import write_uids
 from tests.unit.pool._data import check_columns
@@ -32,7 +32,7 @@ def drain(pool: TrajectoryPool, delivered: list[int], deadline: float, expect: i
 def test_dask_localcluster_process_writers(tmp_path):
     distributed = pytest.importorskip("distributed")
     store = str(tmp_path / "pool.zarr")
-    cfg = TrajectoryPoolConfig(store=store, batch_size=8, group_size=GROUP, key_list=["group_id"])
+    cfg = PoolConfig(store=store, batch_size=8, group_size=GROUP, key_list=["group_id"])
     pool = TrajectoryPool(cfg)
     n_tasks, per_task = 8, 24
     with (
@@ -61,7 +61,7 @@ def test_dask_localcluster_process_writers(tmp_path):
 
 def test_four_writer_processes_with_concurrent_reader(tmp_path):
     store = str(tmp_path / "pool.zarr")
-    cfg = TrajectoryPoolConfig(store=store, batch_size=16, group_size=GROUP, key_list=["group_id"])
+    cfg = PoolConfig(store=store, batch_size=16, group_size=GROUP, key_list=["group_id"])
     pool = TrajectoryPool(cfg)
     n = 4 * 160
     ctx = mp.get_context("spawn")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.pool.config import PoolConfig
 from nexrl.pool import PoolWriter, TrajectoryPool
 from nexrl.pool.commits import CommitLog
 from nexrl.pool.kv import LocalKV
@@ -61,7 +61,7 @@ def test_writer_killed_mid_append_leaves_only_whole_trajectories(tmp_path):
     markers = CommitLog(LocalKV(store)).scan({})
     committed = sum(m.n for m in markers)
     assert committed % block == 0 and committed >= victims * block
-    pool = TrajectoryPool(TrajectoryPoolConfig(store=store, batch_size=block))
+    pool = TrajectoryPool(PoolConfig(store=store, batch_size=block))
     delivered: list[int] = []
     while (batch := pool.get_batch()) is not None:
         delivered += fast_check(batch.columns).tolist()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.config.modules import load_object
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.plugins import load_object
+from nexrl.pool.config import PoolConfig
 from nexrl.controller.tasks import RolloutSpec, _worker, evaluate_task, rollout_task
 from nexrl.inference import parse_chat_completion
 from nexrl.modeling import save_tiny_model
@@ -52,7 +52,7 @@ def spec(server: EmbeddedServer, agent: str, **kw: Any) -> RolloutSpec:
         base_urls=(server.base_url,),
         served_model_name=SERVED_NAME,
         sampling=(("temperature", 0.0),),  # not applied: the agent chooses its own
-        pool=TrajectoryPoolConfig(store="unused"),
+        pool=PoolConfig(store="unused"),
         timeout_s=60.0,
         agent_entrypoint=f"{AGENTS}:{agent}",
         **{"seed": 11, **kw},

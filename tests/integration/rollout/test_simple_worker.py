@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.config.modules import load_object
+from nexrl.plugins import load_object
 from nexrl.inference import InferenceClient
 from nexrl.modeling import save_tiny_model
 from nexrl.rollout_worker import BaseEvaluationTarget, EvaluationRunResult, Evaluator

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nexrl.config.errors import RecipeError
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.recipe import load_recipe_checked
 from nexrl.rollout_worker.openai_agent import load_entrypoint
 
 AGENT = """
@@ -57,11 +57,11 @@ def recipe(tmp_path: Path, rollout_worker: str) -> str:
         defaults: [nexrl_base, _self_]
         experiment_name: t
         model: {tiny: {vocab: [a, b]}}
-        data: {data_files: [train.jsonl], rollout_repeat_n: 4}
-        trajectory_pool: {key_list: [group_id], group_size: 4, batch_size: 8}
+        data: {data_files: [train.jsonl]}
+        trajectory_pool: {key_list: [group_id], batch_size: 8}
         """
     )
-    rw = f'rollout_worker: {{evaluator_module_path: "evaluator.py:Good", {rollout_worker}}}\n'
+    rw = f'rollout_worker: {{evaluator: "evaluator.py:Good", group_size: 4, {rollout_worker}}}\n'
     path = tmp_path / "r.yaml"
     path.write_text(body + rw)
     return str(path)

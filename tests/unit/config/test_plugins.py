@@ -12,7 +12,7 @@ import pytest
 from nexrl.algorithms import ADVANTAGE_ESTIMATORS
 from nexrl.cli.train import main
 from nexrl.config.errors import RecipeError
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.recipe import load_recipe_checked
 
 DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
 

@@ -9,7 +9,7 @@ import pytest
 
 from nexrl.cli.train import main
 from nexrl.config.errors import RecipeError
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.recipe import load_recipe_checked
 
 DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
 
@@ -35,9 +35,9 @@ def write_recipe(tmp_path: Path, body: str, name: str = "r.yaml") -> str:
         defaults: [nexrl_base, _self_]
         experiment_name: t
         model: {tiny: {vocab: [a, b]}}
-        data: {data_files: [train.jsonl], rollout_repeat_n: 4}
-        rollout_worker: {evaluator_module_path: "evaluator.py:Good"}
-        trajectory_pool: {key_list: [group_id], group_size: 4, batch_size: 8}
+        data: {data_files: [train.jsonl]}
+        rollout_worker: {evaluator: "evaluator.py:Good", group_size: 4}
+        trajectory_pool: {key_list: [group_id], batch_size: 8}
         """
     )
     path = tmp_path / name
@@ -54,7 +54,7 @@ def problems_of(recipe: str, *overrides: str) -> list[str]:
 def test_default_recipe_is_valid_and_typed() -> None:
     recipe = load_recipe_checked(DEFAULT)
     assert recipe.cfg.trainer.lr == pytest.approx(3e-3)  # "3e-3" in YAML is a string: converted
-    assert recipe.cfg.data.rollout_repeat_n == 8  # interpolated from trajectory_pool.group_size
+    assert recipe.cfg.rollout_worker.group_size == 8
     assert recipe.cfg.output_dir == "runs/max_digit_tiny"
 
 
@@ -113,9 +113,35 @@ def test_batch_size_not_a_multiple_of_group_size(tmp_path: Path) -> None:
     assert "batch_size (10) must be a multiple of group_size (4)" in p
 
 
-def test_repeat_n_must_match_group_size(tmp_path: Path) -> None:
-    (p,) = problems_of(write_recipe(tmp_path, ""), "data.rollout_repeat_n=3")
-    assert "data.rollout_repeat_n (3) must equal trajectory_pool.group_size (4)" in p
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("data.rollout_repeat_n=3", "rollout_worker.group_size"),
+        ("trajectory_pool.group_size=3", "rollout_worker.group_size"),
+        ("rollout_worker.evaluator_module_path=evaluator.py:Good", "rollout_worker.evaluator"),
+        ("+rollout_worker.custom_rollout_worker_module_path=w.py", "rollout_worker.custom_worker"),
+        ("+rollout_worker.custom_rollout_worker_class_name=W", "rollout_worker.custom_worker"),
+        ("trainer.custom_trainer_module_path=t.py", "trainer.custom_trainer"),
+        ("+trainer.custom_trainer_class_name=T", "trainer.custom_trainer"),
+    ],
+)
+def test_renamed_key_names_the_new_key(tmp_path: Path, old: str, new: str) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, ""), old)
+    key = old.lstrip("+").split("=", 1)[0]
+    assert p.startswith(f"{key} was renamed: set {new}"), p
+
+
+def test_structure_problems_do_not_stop_the_checks(tmp_path: Path) -> None:
+    problems = problems_of(
+        write_recipe(tmp_path, ""),
+        "trainer.lr=fast",
+        "trainer.offload_param=true",
+        "rollout_worker.evaluator=nope.py:Good",
+    )
+    assert len(problems) == 3, problems
+    assert problems[0].startswith("trainer.lr")
+    assert "trainer.offload_param needs trainer.zero_stage: 3" in problems
+    assert any(p.startswith("rollout_worker.evaluator") for p in problems)
 
 
 def test_batch_async_needs_a_staleness_threshold(tmp_path: Path) -> None:
@@ -140,14 +166,14 @@ def test_unknown_algorithm_name(tmp_path: Path) -> None:
 
 def test_evaluator_file_missing(tmp_path: Path) -> None:
     (p,) = problems_of(
-        write_recipe(tmp_path, ""), "rollout_worker.evaluator_module_path=nope.py:Good"
+        write_recipe(tmp_path, ""), "rollout_worker.evaluator=nope.py:Good"
     )
-    assert "rollout_worker.evaluator_module_path" in p and "'nope.py' not found" in p
+    assert "rollout_worker.evaluator" in p and "'nope.py' not found" in p
 
 
 def test_evaluator_class_missing_lists_the_classes_there(tmp_path: Path) -> None:
     (p,) = problems_of(
-        write_recipe(tmp_path, ""), "rollout_worker.evaluator_module_path=evaluator.py:Bad"
+        write_recipe(tmp_path, ""), "rollout_worker.evaluator=evaluator.py:Bad"
     )
     assert "defines no 'Bad'" in p and "Good" in p
 
@@ -155,14 +181,14 @@ def test_evaluator_class_missing_lists_the_classes_there(tmp_path: Path) -> None
 def test_evaluator_without_evaluate_method(tmp_path: Path) -> None:
     (p,) = problems_of(
         write_recipe(tmp_path, ""),
-        "rollout_worker.evaluator_module_path=evaluator.py:NoEvaluate",
+        "rollout_worker.evaluator=evaluator.py:NoEvaluate",
     )
     assert "NoEvaluate has no 'evaluate' method" in p
 
 
 def test_evaluator_spec_without_class(tmp_path: Path) -> None:
     (p,) = problems_of(
-        write_recipe(tmp_path, ""), "rollout_worker.evaluator_module_path=evaluator.py"
+        write_recipe(tmp_path, ""), "rollout_worker.evaluator=evaluator.py"
     )
     assert "is not 'path/to/file.py:ClassName'" in p
 
@@ -170,15 +196,13 @@ def test_evaluator_spec_without_class(tmp_path: Path) -> None:
 def test_evaluator_with_syntax_error(tmp_path: Path) -> None:
     path = write_recipe(tmp_path, "")
     (tmp_path / "broken.py").write_text("class X(:\n    pass\n")
-    (p,) = problems_of(path, "rollout_worker.evaluator_module_path=broken.py:X")
+    (p,) = problems_of(path, "rollout_worker.evaluator=broken.py:X")
     assert "syntax error in" in p and "broken.py:1" in p
 
 
-def test_custom_worker_class_without_path(tmp_path: Path) -> None:
-    (p,) = problems_of(
-        write_recipe(tmp_path, ""), "+rollout_worker.custom_rollout_worker_class_name=W"
-    )
-    assert "set both or neither" in p
+def test_custom_worker_without_class(tmp_path: Path) -> None:
+    (p,) = problems_of(write_recipe(tmp_path, ""), "rollout_worker.custom_worker=workers.py")
+    assert "is not 'path/to/file.py:ClassName'" in p
 
 
 def test_duplicate_key_names_the_file_and_line(tmp_path: Path) -> None:
@@ -225,7 +249,7 @@ def test_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
         [DEFAULT, "+trainer.nope=1"],
         [DEFAULT, "weight.sync_mode=batch-async"],
         [DEFAULT, "trajectory_pool.batch_size=100"],
-        [DEFAULT, "rollout_worker.evaluator_module_path=missing.py:X"],
+        [DEFAULT, "rollout_worker.evaluator=missing.py:X"],
         [DEFAULT, "data.data_files=[missing.parquet]"],
         [DEFAULT, "cluster.type=slurmm"],
         [DEFAULT, "seed="],
@@ -253,12 +277,8 @@ def test_custom_worker_that_cannot_run_an_episode(tmp_path: Path) -> None:
         ("Empty", "implements neither run_agent"),
         ("NotAWorker", "is not a subclass of BaseRolloutWorker"),
     ):
-        (p,) = problems_of(
-            path,
-            "+rollout_worker.custom_rollout_worker_module_path=workers.py",
-            f"+rollout_worker.custom_rollout_worker_class_name={name}",
-        )
-        assert p.startswith("rollout_worker.custom_rollout_worker_class_name:") and expected in p
+        (p,) = problems_of(path, f"rollout_worker.custom_worker=workers.py:{name}")
+        assert p.startswith("rollout_worker.custom_worker:") and expected in p
 
 
 def test_bad_warm_start_demonstrations_name_the_field_file_and_line(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from nexrl.config.recipe import load_recipe_checked
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.recipe import load_recipe_checked
+from nexrl.pool.config import PoolConfig
 from nexrl.controller.rundir import RunDir, RunDirError, prepare_model
 from nexrl.controller.state import ControllerState, committed_group_ids
 from nexrl.pool import TrajectoryPool
@@ -32,7 +32,7 @@ def _traj(group: int, run: int) -> Trajectory:
 
 
 def test_committed_group_ids_lists_what_is_in_the_pool(tmp_path: Path) -> None:
-    cfg = TrajectoryPoolConfig(store=str(tmp_path / "pool.zarr"), key_list=["group_id"])
+    cfg = PoolConfig(store=str(tmp_path / "pool.zarr"), key_list=["group_id"])
     pool = TrajectoryPool(cfg)
     assert committed_group_ids(pool) == set()
     pool.writer().append([_traj(3, 0), _traj(3, 1)])
@@ -88,7 +88,7 @@ def test_a_group_committed_twice_is_trained_from_one_copy(tmp_path: Path) -> Non
     # died commits its group a second time. Both copies reach the pool.
     from nexrl.controller import Controller
 
-    cfg = TrajectoryPoolConfig(
+    cfg = PoolConfig(
         store=str(tmp_path / "pool.zarr"), key_list=["group_id"], group_size=2, batch_size=4
     )
     pool = TrajectoryPool(cfg)

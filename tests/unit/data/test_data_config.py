@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from nexrl.config.sections.data import DataConfig
+from nexrl.config.sections.rollout import RolloutWorkerConfig
 
 
 def test_every_field_has_help_text() -> None:
@@ -20,8 +21,10 @@ def test_field_metadata_for_the_validator() -> None:
     meta = {f.name: f.metadata for f in dataclasses.fields(DataConfig)}
     assert meta["data_files"]["path"] is True
     assert meta["bad_rows"]["choices"] == ("error", "skip")
-    assert meta["rollout_repeat_n"]["minimum"] == 1
     assert meta["max_prompt_length"]["minimum"] == 1
+    # samples per prompt: one group size for the loader and the pool
+    rollout = {f.name: f for f in dataclasses.fields(RolloutWorkerConfig)}
+    assert rollout["group_size"].metadata["minimum"] == 1 and rollout["group_size"].default == 8
 
 
 def test_structured_config_requires_data_files_and_merges_overrides() -> None:
@@ -31,6 +34,6 @@ def test_structured_config_requires_data_files_and_merges_overrides() -> None:
     merged = OmegaConf.merge(base, {"data_files": ["a.parquet"], "total_epochs": 2})
     cfg = OmegaConf.to_object(merged)
     assert isinstance(cfg, DataConfig)
-    assert (cfg.data_files, cfg.total_epochs, cfg.rollout_repeat_n) == (["a.parquet"], 2, 8)
+    assert (cfg.data_files, cfg.total_epochs) == (["a.parquet"], 2)
     assert (cfg.prompt_key, cfg.shuffle, cfg.seed, cfg.bad_rows) == ("prompt", True, 42, "error")
     assert cfg.max_samples is None and cfg.drop_last is False

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from nexrl.config.sections.data import DataConfig
-from nexrl.data import DataError, DataLoader, render_prompt, word_count_length
+from nexrl.data import DataError, DataLoader, LoaderConfig, render_prompt, word_count_length
 from tests.unit.data._datafiles import numbered_prompts, write_jsonl, write_parquet
 
 
@@ -21,10 +20,10 @@ def _files(tmp_path: Path, n_a: int = 4, n_b: int = 3) -> list[str]:
     ]
 
 
-def _config(files: list[str], **over: Any) -> DataConfig:
-    kwargs: dict[str, Any] = {"data_files": files, "rollout_repeat_n": 2}
+def _config(files: list[str], **over: Any) -> LoaderConfig:
+    kwargs: dict[str, Any] = {"data_files": files, "group_size": 2}
     kwargs.update(over)
-    return DataConfig(**kwargs)
+    return LoaderConfig(**kwargs)
 
 
 def _answers(groups: list[list[dict[str, Any]]]) -> list[str]:
@@ -37,7 +36,7 @@ def _keys(groups: list[list[dict[str, Any]]]) -> list[tuple[int, int]]:
 
 def test_groups_repeat_each_prompt_with_stable_group_ids(tmp_path: Path) -> None:
     loader = DataLoader(
-        _config(_files(tmp_path), shuffle=False, rollout_repeat_n=3, total_epochs=2)
+        _config(_files(tmp_path), shuffle=False, group_size=3, total_epochs=2)
     )
     groups = list(loader)
     assert len(loader) == 7 and len(groups) == 14
@@ -278,8 +277,8 @@ def test_config_mistakes_name_the_field(tmp_path: Path) -> None:
     files = _files(tmp_path)
     with pytest.raises(DataError, match=r"data.bad_rows"):
         DataLoader(_config(files, bad_rows="ignore"))
-    with pytest.raises(DataError, match=r"data.rollout_repeat_n: must be >= 1"):
-        DataLoader(_config(files, rollout_repeat_n=0))
+    with pytest.raises(DataError, match=r"rollout_worker.group_size: must be >= 1"):
+        DataLoader(_config(files, group_size=0))
     with pytest.raises(DataError, match=r"data.data_files: no data files"):
         DataLoader(_config([]))
     with pytest.raises(DataError, match=r"nope.jsonl: data file not found"):

@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from nexrl.algorithms import ADVANTAGE_ESTIMATORS
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.recipe import load_recipe_checked
 
 
 def python_blocks(doc: str) -> list[str]:

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 from nexrl.config.errors import RecipeError
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.recipe import load_recipe_checked
 
 DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
 

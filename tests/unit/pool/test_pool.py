@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.pool.config import PoolConfig
 from nexrl.pool import (
     ConsumerConflictError,
     PoolBatch,
@@ -28,8 +28,8 @@ class Clock:
         return self.t
 
 
-def cfg(tmp_path, **kw) -> TrajectoryPoolConfig:
-    return TrajectoryPoolConfig(store=str(tmp_path / "pool.zarr"), **kw)
+def cfg(tmp_path, **kw) -> PoolConfig:
+    return PoolConfig(store=str(tmp_path / "pool.zarr"), **kw)
 
 
 def uids_of(batch: PoolBatch | None) -> list[int]:
@@ -302,7 +302,7 @@ def test_independent_consumers_each_get_everything(tmp_path):
 
 
 def test_config_errors_are_all_reported(tmp_path):
-    bad = TrajectoryPoolConfig(
+    bad = PoolConfig(
         store="${output_dir}/pool.zarr",
         batch_size=5,
         group_size=2,
@@ -318,7 +318,7 @@ def test_config_errors_are_all_reported(tmp_path):
 
 
 def test_fsspec_url_store(tmp_path):
-    c = TrajectoryPoolConfig(
+    c = PoolConfig(
         store="memory://pooltest/pool.zarr", batch_size=2, group_size=2, key_list=["group_id"]
     )
     pool = TrajectoryPool(c)

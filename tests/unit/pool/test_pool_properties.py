@@ -11,7 +11,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.pool.config import PoolConfig
 from nexrl.pool import PoolWriter, TrajectoryPool
 from tests.unit.pool._data import check_columns, make_columns
 
@@ -42,7 +42,7 @@ def test_exactly_once_under_restarts(
     group_size, groups_per_batch, grouped, n_groups, perm_seed, script, row_chunk
 ):
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = TrajectoryPoolConfig(
+        cfg = PoolConfig(
             store=f"{tmp}/pool.zarr",
             batch_size=group_size * groups_per_batch,
             group_size=group_size,
@@ -117,7 +117,7 @@ class _Clock:
 def test_timeouts_deliver_or_drop_each_trajectory_once(group_size, action, perm_seed, script):
     with tempfile.TemporaryDirectory() as tmp:
         clock = _Clock()
-        cfg = TrajectoryPoolConfig(
+        cfg = PoolConfig(
             store=f"{tmp}/pool.zarr",
             batch_size=group_size,
             group_size=group_size,

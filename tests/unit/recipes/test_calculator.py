@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nexrl.config.modules import load_object
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.plugins import load_object
+from nexrl.recipe import load_recipe_checked
 from nexrl.modeling import build_tokenizer
 from nexrl.rollout_worker import BaseEvaluationTarget
 from nexrl.rollout_worker.agent import load_agent_config

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from nexrl.cli.train import main
-from nexrl.config.modules import load_object
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.plugins import load_object
+from nexrl.recipe import load_recipe_checked
 from nexrl.rollout_worker import BaseEvaluationTarget, EvaluationRunResult
 
 ROOTS = [Path.cwd()]
@@ -290,10 +290,10 @@ def test_recipe_settings_for_a_real_model(stand_in_model: Path) -> None:
     assert list(cfg.data.data_files) == ["recipes/math/data/train.jsonl"]
     assert cfg.validate.freq > 0
     # One optimizer step = whole GRPO groups of 8.
-    assert cfg.trajectory_pool.group_size == cfg.data.rollout_repeat_n == 8
+    assert cfg.rollout_worker.group_size == 8
     assert 64 <= cfg.trajectory_pool.batch_size <= 256
     assert cfg.trajectory_pool.batch_size % cfg.trainer.micro_batch_size == 0
     assert cfg.trainer.bf16 and cfg.trainer.zero_stage in (1, 2)
     assert cfg.trainer.lr == pytest.approx(1e-6)
-    assert cfg.rollout_worker.evaluator_module_path == "recipes/math/evaluator.py:MathEvaluator"
+    assert cfg.rollout_worker.evaluator == "recipes/math/evaluator.py:MathEvaluator"
     assert cfg.weight.sync_mode == "batch-async" and cfg.weight.staleness_threshold == 1

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nexrl.config.modules import load_object
+from nexrl.plugins import load_object
 from nexrl.rollout_worker import BaseEvaluationTarget
 
 ROOTS = [Path.cwd()]

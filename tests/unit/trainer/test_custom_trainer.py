@@ -57,9 +57,7 @@ def test_unknown_type_suggests_the_closest() -> None:
 
 
 def test_custom_class_loads_relative_to_the_roots(workspace: Path) -> None:
-    cfg = _cfg(
-        custom_trainer_module_path="agents/my_trainer.py", custom_trainer_class_name="MyTrainer"
-    )
+    cfg = _cfg(custom_trainer="agents/my_trainer.py:MyTrainer")
     cls = resolve_trainer_class(cfg, [workspace])
     assert cls.__name__ == "MyTrainer" and issubclass(cls, SelfHostedGrpoTrainer)
 
@@ -70,7 +68,7 @@ def test_custom_class_loads_relative_to_the_roots(workspace: Path) -> None:
         (
             "agents/missing.py",
             "X",
-            r"custom_trainer_module_path: file 'agents/missing.py' not found",
+            r"custom_trainer: file 'agents/missing.py' not found",
         ),
         (
             "agents/my_trainer.py",
@@ -87,7 +85,7 @@ def test_custom_class_loads_relative_to_the_roots(workspace: Path) -> None:
             "make_trainer",
             r"'make_trainer' .* is a function that does not subclass",
         ),
-        ("agents/my_trainer.py", None, r"custom_trainer_class_name: not set"),
+        ("agents/my_trainer.py", None, r"custom_trainer: 'agents/my_trainer.py' is not"),
         ("agents/broken.py", "X", r"syntax error in .*broken.py:1"),
         ("agents/bad_import.py", "X", r"importing .*bad_import.py failed: ModuleNotFoundError"),
     ],
@@ -95,23 +93,27 @@ def test_custom_class_loads_relative_to_the_roots(workspace: Path) -> None:
 def test_loading_errors_name_the_field_file_and_fix(
     workspace: Path, path: str, name: str | None, message: str
 ) -> None:
+    spec = path if name is None else f"{path}:{name}"
     with pytest.raises(RecipeError, match=message):
-        load_custom_trainer(path, name, [workspace])
+        load_custom_trainer(spec, [workspace])
 
 
-def test_class_name_without_a_module_path() -> None:
-    with pytest.raises(RecipeError, match=r"custom_trainer_class_name: 'MyTrainer' is set but"):
-        resolve_trainer_class(_cfg(custom_trainer_class_name="MyTrainer"))
+def test_a_class_name_without_a_file() -> None:
+    with pytest.raises(RecipeError, match=r"custom_trainer: 'MyTrainer' is not 'path/to/file.py"):
+        resolve_trainer_class(_cfg(custom_trainer="MyTrainer"))
+
+
+def test_a_class_from_a_module(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(workspace / "agents"))
+    cls = resolve_trainer_class(_cfg(custom_trainer="my_trainer:MyTrainer"))
+    assert cls.__name__ == "MyTrainer" and issubclass(cls, SelfHostedGrpoTrainer)
 
 
 def test_a_custom_trainer_trains(workspace: Path, model_dir: Path, vocab_size: int) -> None:
     from tests.unit.trainer._helpers import make_batch, spec
     from tests.unit.trainer._plain_engine import plain_trainer
 
-    trainer_cfg = {
-        "custom_trainer_module_path": "agents/my_trainer.py",
-        "custom_trainer_class_name": "MyTrainer",
-    }
+    trainer_cfg = {"custom_trainer": "agents/my_trainer.py:MyTrainer"}
     s = spec(model_dir, trainer=trainer_cfg, roots=(str(workspace),))
     trainer = plain_trainer(s)
     assert type(trainer).__name__ == "MyTrainer"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nexrl.config.recipe import load_recipe_checked
+from nexrl.recipe import load_recipe_checked
 from nexrl.config.sections.algorithm import AlgorithmConfig
 from nexrl.config.sections.trainer import TrainerConfig
 from nexrl.trainer import TrainerSpec

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from nexrl.trainer.checks import zero_problems
 from nexrl.trainer.schedule import lr_lambda
 from nexrl.util.net import free_port
 
@@ -54,18 +55,15 @@ def uses_gpu() -> bool:
 def ds_config(cfg: Any, *, world_size: int, on_gpu: bool) -> dict[str, Any]:
     """The DeepSpeed config dict for a ``TrainerConfig`` (pure: no DeepSpeed import)."""
     stage = int(cfg.zero_stage)
-    if stage not in (0, 1, 2, 3):
-        raise ValueError(f"trainer.zero_stage must be 0-3, got {stage}")
+    problems = zero_problems(stage, bool(cfg.offload_optimizer), bool(cfg.offload_param))
+    if problems:
+        raise ValueError("; ".join(problems))
     zero: dict[str, Any] = {"stage": stage}
     if stage >= 1:
         zero.update(contiguous_gradients=True, overlap_comm=on_gpu, reduce_scatter=True)
     if cfg.offload_optimizer:
-        if stage < 1:
-            raise ValueError("trainer.offload_optimizer needs trainer.zero_stage >= 1")
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": on_gpu}
     if cfg.offload_param:
-        if stage != 3:
-            raise ValueError("trainer.offload_param needs trainer.zero_stage: 3")
         zero["offload_param"] = {"device": "cpu", "pin_memory": on_gpu}
     if stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True

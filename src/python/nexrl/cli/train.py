@@ -21,7 +21,7 @@ import sys
 from omegaconf import OmegaConf
 
 from nexrl.config.errors import RecipeError
-from nexrl.config.recipe import Recipe, load_recipe_checked
+from nexrl.recipe import Recipe, load_recipe_checked
 from nexrl.errors import NexrlError
 
 

@@ -2,8 +2,9 @@
 
 Checks, per field: unknown keys (with "did you mean"), missing required
 values, unresolvable interpolations, wrong types, ``choices``, ``minimum`` and
-``path`` metadata (see ``nexrl.config.fields``). Cross-field rules live in
-``nexrl.config.rules``.
+``path`` metadata (see ``nexrl.config.fields``), and keys that were renamed
+(``RENAMED``: one line naming the new key). Cross-field checks live with their
+components (``nexrl.config.checks``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,31 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from nexrl.config.modules import resolve_path
+from nexrl.config.paths import resolve_path
 
 _MISSING_MARK = object()
+
+_SPEC = "'path/to/file.py:ClassName', file and class in one value"
+
+# Old key -> (new key, how to write it). A recipe that still uses an old key gets
+# "<old> was renamed: set <new>" instead of "unknown key".
+RENAMED: dict[str, tuple[str, str]] = {
+    "data.rollout_repeat_n": ("rollout_worker.group_size", ""),
+    "trajectory_pool.group_size": ("rollout_worker.group_size", ""),
+    "rollout_worker.evaluator_module_path": ("rollout_worker.evaluator", ""),
+    "rollout_worker.custom_rollout_worker_module_path": ("rollout_worker.custom_worker", _SPEC),
+    "rollout_worker.custom_rollout_worker_class_name": ("rollout_worker.custom_worker", _SPEC),
+    "trainer.custom_trainer_module_path": ("trainer.custom_trainer", _SPEC),
+    "trainer.custom_trainer_class_name": ("trainer.custom_trainer", _SPEC),
+}
+
+
+def renamed(path: str) -> str | None:
+    """The one-line problem for a renamed key, or None."""
+    if path not in RENAMED:
+        return None
+    new, how = RENAMED[path]
+    return f"{path} was renamed: set {new}" + (f" ({how})" if how else "")
 
 
 def schema_leaves(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field[Any]]]:
@@ -37,8 +60,14 @@ def schema_leaves(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasse
 
 
 def check_structure(cls: type, node: DictConfig, roots: list[Path]) -> list[str]:
+    """Every structure problem of ``node`` against the schema ``cls``, one line each."""
+    return [problem for _, problem in structure_problems(cls, node, roots)]
+
+
+def structure_problems(cls: type, node: DictConfig, roots: list[Path]) -> list[tuple[str, str]]:
+    """``(dotted path, problem)`` for every structure problem of ``node``."""
     all_paths = [p for p, _ in schema_leaves(cls)]
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []
     _walk(cls, node, "", roots, problems, all_paths)
     return problems
 
@@ -65,7 +94,7 @@ def _walk(
     node: DictConfig,
     prefix: str,
     roots: list[Path],
-    out: list[str],
+    out: list[tuple[str, str]],
     all_paths: list[str],
 ) -> None:
     hints = typing.get_type_hints(cls)
@@ -73,32 +102,35 @@ def _walk(
     for key in map(str, node):
         if key not in fields:
             where = prefix.rstrip(".") or "the recipe"
-            out.append(
-                f"{prefix}{key}: unknown key in {where}"
-                + _suggest(key, prefix, list(fields), all_paths)
+            path = f"{prefix}{key}"
+            problem = renamed(path) or (
+                f"{path}: unknown key in {where}" + _suggest(key, prefix, list(fields), all_paths)
             )
+            out.append((path, problem))
     for name, f in fields.items():
         path = f"{prefix}{name}"
         value = _get(node, name, path, out)
         if value is _MISSING_MARK:
             if _is_required(f):
-                out.append(f"{path}: required field is missing ({f.metadata.get('help', '')})")
+                out.append(
+                    (path, f"{path}: required field is missing ({f.metadata.get('help', '')})")
+                )
             continue
         tp = hints[name]
         if dataclasses.is_dataclass(tp):
             if isinstance(value, DictConfig):
                 _walk(typing.cast(type, tp), value, f"{path}.", roots, out, all_paths)
             else:
-                out.append(f"{path}: expected a mapping of settings, got {value!r}")
+                out.append((path, f"{path}: expected a mapping of settings, got {value!r}"))
             continue
         err = _type_error(tp, value)
         if err:
-            out.append(f"{path}: {err}")
+            out.append((path, f"{path}: {err}"))
             continue
-        out.extend(_metadata_problems(path, f, value, roots))
+        out.extend((path, p) for p in _metadata_problems(path, f, value, roots))
 
 
-def _get(node: DictConfig, name: str, path: str, out: list[str]) -> Any:
+def _get(node: DictConfig, name: str, path: str, out: list[tuple[str, str]]) -> Any:
     if name not in node or OmegaConf.is_missing(node, name):
         return _MISSING_MARK
     try:
@@ -108,7 +140,7 @@ def _get(node: DictConfig, name: str, path: str, out: list[str]) -> Any:
         return value
     except Exception as exc:  # interpolation to a missing key, bad resolver, ...
         msg = str(exc).splitlines()[0]
-        out.append(f"{path}: cannot resolve its value: {msg}")
+        out.append((path, f"{path}: cannot resolve its value: {msg}"))
         return _MISSING_MARK
 
 

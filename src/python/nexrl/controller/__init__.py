@@ -1,6 +1,6 @@
 """The controller: drives the RL loop of a recipe on a Dask cluster.
 
-    from nexrl.config.recipe import load_recipe_checked
+    from nexrl.recipe import load_recipe_checked
     from nexrl.controller import Controller
 
     result = Controller(load_recipe_checked("recipes/max_digit/max_digit_tiny.yaml")).run()

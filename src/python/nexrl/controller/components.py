@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from nexrl.config.recipe import Recipe
+from nexrl.recipe import Recipe
 from nexrl.controller.dispatch import RolloutDispatcher
 from nexrl.controller.rundir import RunDir, prepare_model
 from nexrl.controller.service import InferenceSupervisor
@@ -150,7 +150,7 @@ def _build(
     length = prompt_length_fn(tokenizer)
     loader = DataLoader(data_config(recipe), length)
     val_groups = validation_groups(recipe, length)
-    repeat_n = int(cfg.data.rollout_repeat_n)
+    repeat_n = int(cfg.rollout_worker.group_size)
 
     cluster = start_cluster(
         cfg.cluster,

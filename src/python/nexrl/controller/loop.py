@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from nexrl.config.recipe import Recipe
+from nexrl.recipe import Recipe
 from nexrl.controller.components import Components, build_components
 from nexrl.controller.dispatch import Harvest, TaskFailure
 from nexrl.controller.state import ControllerState, committed_group_ids

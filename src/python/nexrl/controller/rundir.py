@@ -30,7 +30,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from nexrl.config.modules import resolve_path
+from nexrl.plugins import resolve_path
 from nexrl.errors import NexrlError
 from nexrl.util.files import replace_dir
 from nexrl.weights.checkpoint import CheckpointManager

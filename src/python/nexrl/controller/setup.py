@@ -13,12 +13,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from nexrl.config.modules import split_spec
-from nexrl.config.recipe import Recipe
 from nexrl.config.sections.data import DataConfig
-from nexrl.config.sections.pool import TrajectoryPoolConfig
 from nexrl.controller.sync import SyncPolicy
 from nexrl.controller.tasks import RolloutSpec
+from nexrl.data.loader import LoaderConfig
+from nexrl.plugins import split_spec
+from nexrl.pool.config import PoolConfig
+from nexrl.recipe import Recipe
 
 __all__ = [
     "absolute_output_dir",
@@ -52,27 +53,27 @@ def _resolve_files(recipe: Recipe, files: list[str]) -> list[str]:
     return [str(recipe.resolve(f)) for f in files]
 
 
-def data_config(recipe: Recipe) -> DataConfig:
+def data_config(recipe: Recipe) -> LoaderConfig:
+    """The loader's config: the ``data`` section (files resolved) and the group size."""
     data: DataConfig = typed(recipe.cfg.data)
-    return replace(data, data_files=_resolve_files(recipe, list(data.data_files)))
+    data = replace(data, data_files=_resolve_files(recipe, list(data.data_files)))
+    return LoaderConfig.from_section(data, int(recipe.cfg.rollout_worker.group_size))
 
 
-def pool_config(cfg: DictConfig, policy: SyncPolicy) -> TrajectoryPoolConfig:
-    pool: TrajectoryPoolConfig = typed(cfg.trajectory_pool)
+def pool_config(cfg: DictConfig, policy: SyncPolicy) -> PoolConfig:
+    """The pool's config: the ``trajectory_pool`` section and the group size."""
+    pool = PoolConfig.from_section(typed(cfg.trajectory_pool), cfg.rollout_worker.group_size)
     if pool.max_staleness is None and policy.max_staleness is not None:
         pool = replace(pool, max_staleness=policy.max_staleness)
     return pool
 
 
-def rollout_spec(recipe: Recipe, pool: TrajectoryPoolConfig, base_urls: list[str]) -> RolloutSpec:
+def rollout_spec(recipe: Recipe, pool: PoolConfig, base_urls: list[str]) -> RolloutSpec:
     cfg = recipe.cfg
     rw, svc = cfg.rollout_worker, cfg.service.inference_service
     custom = None
-    if rw.custom_rollout_worker_module_path:
-        custom = (
-            str(rw.custom_rollout_worker_module_path),
-            str(rw.custom_rollout_worker_class_name),
-        )
+    if rw.custom_worker:
+        custom = split_spec(str(rw.custom_worker), "rollout_worker.custom_worker")
     sampling = {
         "temperature": float(rw.temperature),
         "top_p": float(rw.top_p),
@@ -80,7 +81,7 @@ def rollout_spec(recipe: Recipe, pool: TrajectoryPoolConfig, base_urls: list[str
     }
     return RolloutSpec(
         worker_type=str(rw.type),
-        evaluator=split_spec(str(rw.evaluator_module_path), "rollout_worker.evaluator_module_path"),
+        evaluator=split_spec(str(rw.evaluator), "rollout_worker.evaluator"),
         roots=tuple(str(r) for r in recipe.roots),
         base_urls=tuple(base_urls),
         served_model_name=str(svc.served_model_name),
@@ -140,7 +141,7 @@ def validation_groups(recipe: Recipe, length: Any) -> list[list[dict[str, Any]]]
         data,
         data_files=_resolve_files(recipe, list(v.data_files)),
         shuffle=False,
-        rollout_repeat_n=1,
+        group_size=1,
         total_epochs=1,
         max_samples=None,
         drop_last=False,

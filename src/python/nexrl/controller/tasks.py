@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nexrl.config.sections.pool import TrajectoryPoolConfig
+from nexrl.pool.config import PoolConfig
 from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
 from nexrl.types import Trajectory
 
@@ -55,7 +55,7 @@ class RolloutSpec:
     base_urls: tuple[str, ...]
     served_model_name: str
     sampling: tuple[tuple[str, Any], ...]
-    pool: TrajectoryPoolConfig
+    pool: PoolConfig
     custom_worker: tuple[str, str] | None = None
     api_key: str = "EMPTY"
     timeout_s: float = 60.0
@@ -103,7 +103,7 @@ def _cached(key: tuple[str, ...], build: Any) -> Any:
 
 
 def _load(spec: tuple[str, str], roots: tuple[str, ...], field_name: str) -> Any:
-    from nexrl.config.modules import load_object
+    from nexrl.plugins import load_object
 
     return load_object(spec[0], spec[1], [Path(r) for r in roots], field_name)
 
@@ -114,15 +114,11 @@ def worker_class(spec: RolloutSpec) -> type[BaseRolloutWorker]:
     if custom is not None:
         cls = _cached(
             ("worker", *custom, *spec.roots),
-            lambda: _load(
-                custom,
-                spec.roots,
-                "rollout_worker.custom_rollout_worker_class_name",
-            ),
+            lambda: _load(custom, spec.roots, "rollout_worker.custom_worker"),
         )
         if not (isinstance(cls, type) and issubclass(cls, BaseRolloutWorker)):
             raise TypeError(
-                f"rollout_worker.custom_rollout_worker_class_name: {cls!r} is not a subclass "
+                f"rollout_worker.custom_worker: {cls!r} is not a subclass "
                 "of nexrl.rollout_worker.base.BaseRolloutWorker"
             )
         return cls
@@ -147,7 +143,7 @@ def evaluator(spec: RolloutSpec) -> Any:
     """The recipe's evaluator, one instance per process."""
     return _cached(
         ("evaluator", *spec.evaluator, *spec.roots),
-        lambda: _load(spec.evaluator, spec.roots, "rollout_worker.evaluator_module_path")(),
+        lambda: _load(spec.evaluator, spec.roots, "rollout_worker.evaluator")(),
     )
 
 

@@ -1,6 +1,7 @@
 """``DataLoader``: prompts in a reproducible per-epoch order, each repeated for a GRPO group.
 
-Each prompt ("group") is handed out as ``rollout_repeat_n`` separate dicts::
+Each prompt ("group") is handed out as ``group_size`` separate dicts (the recipe's
+``rollout_worker.group_size``, samples per prompt)::
 
     {"group_id": int, "run_id": 0..n-1, "epoch": int, "index": int,
      "prompt": str | list[message], "data_item": {original row}}
@@ -22,10 +23,12 @@ over on restore). The order of epoch ``e`` is a permutation seeded by
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,6 +43,20 @@ Prompt = str | list[dict[str, Any]]
 Item = dict[str, Any]
 Group = list[Item]
 STATE_VERSION = 1
+
+
+@dataclass
+class LoaderConfig(DataConfig):
+    """What a loader runs with: the recipe's ``data`` section plus ``group_size``,
+    the samples drawn per prompt (``rollout_worker.group_size``)."""
+
+    group_size: int = 8
+
+    @classmethod
+    def from_section(cls, section: DataConfig, group_size: int) -> LoaderConfig:
+        """From a typed ``data`` section and the recipe's group size."""
+        values = {f.name: getattr(section, f.name) for f in dataclasses.fields(DataConfig)}
+        return cls(**values, group_size=int(group_size))
 
 
 def render_prompt(prompt: Prompt) -> str:
@@ -67,7 +84,7 @@ class DataLoader:
     """
 
     def __init__(
-        self, config: DataConfig, prompt_length: Callable[[Prompt], int] | None = None
+        self, config: LoaderConfig, prompt_length: Callable[[Prompt], int] | None = None
     ) -> None:
         _check_config(config)
         self.config = config
@@ -195,7 +212,7 @@ class DataLoader:
                 "prompt": copy.deepcopy(row[self.config.prompt_key]),
                 "data_item": copy.deepcopy(row),
             }
-            for run_id in range(self.config.rollout_repeat_n)
+            for run_id in range(self.config.group_size)
         ]
 
     # -- checkpointing -------------------------------------------------------
@@ -255,15 +272,17 @@ def _drop_overlong(
     return kept, len(rows) - len(kept)
 
 
-def _check_config(config: DataConfig) -> None:
+def _check_config(config: LoaderConfig) -> None:
     if config.bad_rows not in BAD_ROWS_CHOICES:
         raise DataError(
             f"data.bad_rows: must be one of {BAD_ROWS_CHOICES}, got {config.bad_rows!r}"
         )
-    for name in ("max_prompt_length", "rollout_repeat_n", "total_epochs", "max_samples"):
+    for name in ("max_prompt_length", "total_epochs", "max_samples"):
         value = getattr(config, name)
         if value is not None and value < 1:
             raise DataError(f"data.{name}: must be >= 1, got {value}")
+    if config.group_size < 1:
+        raise DataError(f"rollout_worker.group_size: must be >= 1, got {config.group_size}")
 
 
 def _fingerprint(prompts: list[Any]) -> str:

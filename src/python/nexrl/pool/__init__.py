@@ -13,6 +13,7 @@ from nexrl.pool.batch import PoolBatch, PoolStats
 from nexrl.pool.columns import PoolDataError, TrajectoryColumns
 from nexrl.pool.commits import CommitMarker
 from nexrl.pool.cursor import ConsumerConflictError
+from nexrl.pool.config import PoolConfig
 from nexrl.pool.layout import Chunking, PoolStoreError
 from nexrl.pool.pool import PoolConfigError, TrajectoryPool
 from nexrl.pool.writer import PoolWriter, get_writer
@@ -22,6 +23,7 @@ __all__ = [
     "CommitMarker",
     "ConsumerConflictError",
     "PoolBatch",
+    "PoolConfig",
     "PoolConfigError",
     "PoolDataError",
     "PoolStats",

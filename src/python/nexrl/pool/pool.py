@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from nexrl.config.sections.pool import TrajectoryPoolConfig, validate_pool_config
 from nexrl.errors import NexrlError
 from nexrl.pool.batch import PoolBatch, PoolStats
+from nexrl.pool.checks import validate_pool_config
 from nexrl.pool.commits import CommitLog
+from nexrl.pool.config import PoolConfig
 from nexrl.pool.cursor import Cursor, CursorStore, ranges_of
 from nexrl.pool.grouping import Group
 from nexrl.pool.index import PoolIndex
@@ -45,7 +46,7 @@ class TrajectoryPool:
     """Grouped, exactly-once batches from a zarr trajectory pool (one consumer)."""
 
     def __init__(
-        self, config: TrajectoryPoolConfig, *, clock: Callable[[], float] = time.time
+        self, config: PoolConfig, *, clock: Callable[[], float] = time.time
     ) -> None:
         problems = validate_pool_config(config)
         if "${" in config.store:

@@ -1,7 +1,7 @@
 """Rollout workers: one data item in, scored trajectories out.
 
 Hooks a custom worker overrides (load one with
-``rollout_worker.custom_rollout_worker_module_path`` + ``..._class_name``):
+``rollout_worker.custom_worker: "path/to/file.py:ClassName"``):
 
 * ``format_task_query(data_item) -> messages``: the chat messages sent to the
   model (default: the row's prompt as one user message, or the row's message

@@ -47,7 +47,7 @@ class EvaluationRunResult:
 
 class Evaluator(ABC):
     """Subclass and implement ``evaluate``; named in a recipe as
-    ``rollout_worker.evaluator_module_path: "path/to/file.py:ClassName"``."""
+    ``rollout_worker.evaluator: "path/to/file.py:ClassName"``."""
 
     @abstractmethod
     def evaluate(

@@ -1,8 +1,8 @@
 """Trainer classes by ``trainer.type``, custom trainers from a file, and the factory.
 
-``trainer.custom_trainer_module_path`` + ``trainer.custom_trainer_class_name``
-name a user class (a subclass of ``SelfHostedTrainer``, usually of
-``SelfHostedGrpoTrainer`` overriding ``_prepare_batch``); it takes precedence
+``trainer.custom_trainer: "path/to/file.py:ClassName"`` names a user class (a
+subclass of ``SelfHostedTrainer``, usually of ``SelfHostedGrpoTrainer``
+overriding ``_prepare_batch``); it takes precedence
 over ``trainer.type``. Every mistake raises ``RecipeError`` naming the field,
 the file and the fix.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from nexrl.algorithms.registry import Registry
 from nexrl.config.errors import RecipeError
-from nexrl.config.modules import load_object
+from nexrl.plugins import load_object, split_spec
 from nexrl.trainer.base import SelfHostedTrainer
 from nexrl.trainer.grpo import SelfHostedGrpoTrainer
 from nexrl.trainer.sft import SelfHostedSftTrainer
@@ -28,25 +28,20 @@ TRAINERS: Registry[type[SelfHostedTrainer]] = Registry("trainer type")
 TRAINERS.register("self_hosted_grpo")(SelfHostedGrpoTrainer)
 TRAINERS.register("self_hosted_sft")(SelfHostedSftTrainer)
 
-_PATH_FIELD = "trainer.custom_trainer_module_path"
-_CLASS_FIELD = "trainer.custom_trainer_class_name"
+FIELD = "trainer.custom_trainer"
 
 
-def load_custom_trainer(
-    module_path: str, class_name: str | None, roots: Sequence[str | Path] = ()
-) -> type[SelfHostedTrainer]:
-    """Import ``class_name`` from ``module_path`` and check it is a trainer class."""
-    if not class_name:
-        raise RecipeError(
-            [f"{_CLASS_FIELD}: not set; name the trainer class defined in '{module_path}'"]
-        )
+def load_custom_trainer(spec: str, roots: Sequence[str | Path] = ()) -> type[SelfHostedTrainer]:
+    """Import the class ``spec`` names (``path/to/file.py:ClassName`` or
+    ``package.module:ClassName``) and check it is a trainer class."""
     search = [Path(r) for r in roots] or [Path.cwd()]
-    obj: Any = load_object(module_path, class_name, search, _PATH_FIELD)
+    file, class_name = split_spec(spec, FIELD)
+    obj: Any = load_object(file, class_name, search, FIELD)
     if not (inspect.isclass(obj) and issubclass(obj, SelfHostedTrainer)):
         kind = "class" if inspect.isclass(obj) else type(obj).__name__
         raise RecipeError(
             [
-                f"{_CLASS_FIELD}: '{class_name}' in '{module_path}' is a {kind} that does not "
+                f"{FIELD}: '{class_name}' in '{file}' is a {kind} that does not "
                 "subclass nexrl.trainer.SelfHostedTrainer; derive it from SelfHostedTrainer or "
                 "SelfHostedGrpoTrainer and override _prepare_batch / _compute_loss"
             ]
@@ -58,17 +53,9 @@ def resolve_trainer_class(
     trainer_cfg: Any, roots: Sequence[str | Path] = ()
 ) -> type[SelfHostedTrainer]:
     """The class a ``trainer`` section selects (custom class first, then ``type``)."""
-    path = getattr(trainer_cfg, "custom_trainer_module_path", None)
-    name = getattr(trainer_cfg, "custom_trainer_class_name", None)
-    if path:
-        return load_custom_trainer(path, name, roots)
-    if name:
-        raise RecipeError(
-            [
-                f"{_CLASS_FIELD}: '{name}' is set but {_PATH_FIELD} is not; set the file that "
-                "defines it (path/to/trainer.py)"
-            ]
-        )
+    custom = getattr(trainer_cfg, "custom_trainer", None)
+    if custom:
+        return load_custom_trainer(str(custom), roots)
     try:
         return TRAINERS.get(trainer_cfg.type)
     except KeyError as exc:

@@ -32,7 +32,7 @@ class TrainerSpec:
             ``save_checkpoint`` itself, e.g. together with the pool cursor).
         resume_mode / resume_path: ``resume.mode`` / ``resume.path``.
         seed: seeds python, numpy and torch on every rank.
-        roots: folders a relative ``custom_trainer_module_path`` is searched in.
+        roots: folders a relative ``custom_trainer`` file is searched in.
         dist_timeout_s: torch.distributed timeout: a collective waiting on a dead
             rank fails after this long instead of hanging.
     """

@@ -53,7 +53,7 @@ class Trajectory:
         logprobs: behaviour log-probs of ``response_ids`` from the inference
             service (same length), used for off-policy correction.
         reward: scalar reward from the evaluator.
-        group_id: id shared by the ``rollout_repeat_n`` samples of one prompt
+        group_id: id shared by the ``rollout_worker.group_size`` samples of one prompt
             (the GRPO group).
         run_id: 0..n-1 within the group; several trajectories may share a run
             id (one per LLM call of a multi-turn episode).

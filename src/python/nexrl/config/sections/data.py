@@ -37,12 +37,6 @@ class DataConfig:
         "how many is logged and reported in the loader's stats.",
         minimum=1,
     )
-    rollout_repeat_n: int = cfg_field(
-        8,
-        help="Samples drawn per prompt (the GRPO group size); each prompt is handed out "
-        "this many times with the same group_id and run_id 0..n-1.",
-        minimum=1,
-    )
     bad_rows: str = cfg_field(
         "error",
         help="What to do with a malformed row (invalid JSON line, missing or ill-typed "

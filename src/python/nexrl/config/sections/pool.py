@@ -10,9 +10,9 @@ from nexrl.config.fields import cfg_field
 __all__ = [
     "BATCH_READINESS_CHOICES",
     "GROUP_TIMEOUT_ACTIONS",
+    "META_KEY_PREFIXES",
     "SCALAR_KEYS",
     "TrajectoryPoolConfig",
-    "validate_pool_config",
 ]
 
 BATCH_READINESS_CHOICES = ("batch_size_reached", "loaded_batch_finished", "both")
@@ -39,17 +39,12 @@ class TrajectoryPoolConfig:
     batch_size: int = cfg_field(
         32,
         help="Trajectories per training batch (batch_size_reached / both). With grouping "
-        "it must be a multiple of group_size: batches are made of whole groups.",
-        minimum=1,
-    )
-    group_size: int = cfg_field(
-        1,
-        help="Trajectories per group when key_list is set (usually data.rollout_repeat_n, "
-        "the GRPO group). Ignored without key_list.",
+        "it must be a multiple of rollout_worker.group_size: batches are made of whole groups.",
         minimum=1,
     )
     key_list: list[str] = cfg_field(
-        help="Keys that group trajectories: [] = no grouping; one key (e.g. [group_id]); "
+        help="Keys that group trajectories into groups of rollout_worker.group_size: [] = no "
+        "grouping; one key (e.g. [group_id]); "
         "several keys group by their combination. A key is one of group_id, run_id, "
         "policy_version or a path into the trajectory's JSON: extra_info.<name>, "
         "data_item.<name>, metrics.<name>.",
@@ -109,33 +104,3 @@ class TrajectoryPoolConfig:
         "defaults and why are in docs/pool.md.",
         default_factory=dict,
     )
-
-
-def validate_pool_config(cfg: TrajectoryPoolConfig) -> list[str]:
-    """Cross-field problems of a pool config (empty list when fine)."""
-    problems: list[str] = []
-    for key in cfg.key_list:
-        if key not in SCALAR_KEYS and not (
-            key.startswith(META_KEY_PREFIXES) and len(key.split(".", 1)[1]) > 0
-        ):
-            problems.append(
-                f"trajectory_pool.key_list: unknown key {key!r}; use one of "
-                f"{', '.join(SCALAR_KEYS)} or extra_info.<name> / data_item.<name> / "
-                "metrics.<name>"
-            )
-    if len(set(cfg.key_list)) != len(cfg.key_list):
-        problems.append("trajectory_pool.key_list: a key is listed twice")
-    grouped_batches = cfg.key_list and cfg.batch_readiness != "loaded_batch_finished"
-    if grouped_batches and cfg.batch_size % cfg.group_size:
-        problems.append(
-            f"trajectory_pool.batch_size ({cfg.batch_size}) must be a multiple of "
-            f"group_size ({cfg.group_size}): batches are made of whole groups"
-        )
-    if not cfg.consumer or "/" in cfg.consumer or cfg.consumer.startswith("."):
-        problems.append(f"trajectory_pool.consumer: {cfg.consumer!r} is not a plain name")
-    from nexrl.pool.layout import Chunking
-
-    unknown = set(cfg.chunking) - set(Chunking.__dataclass_fields__)
-    if unknown:
-        problems.append(f"trajectory_pool.chunking: unknown option(s) {sorted(unknown)}")
-    return problems

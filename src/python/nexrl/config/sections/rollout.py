@@ -17,18 +17,22 @@ class RolloutWorkerConfig:
         "agent service).",
         choices=("simple", "agent", "openai_agent"),
     )
-    evaluator_module_path: str = cfg_field(
+    evaluator: str = cfg_field(
         MISSING,
         help="Evaluator class as 'path/to/file.py:ClassName' (relative to the workspace root "
-        "or the recipe folder); scores each rollout.",
+        "or the recipe folder) or 'package.module:ClassName'; scores each rollout.",
     )
-    custom_rollout_worker_module_path: str | None = cfg_field(
+    group_size: int = cfg_field(
+        8,
+        help="Samples drawn per prompt = trajectories per GRPO group: each prompt is handed "
+        "out this many times with the same group_id and run_id 0..n-1, and the pool groups "
+        "trajectories (trajectory_pool.key_list) into groups of this size.",
+        minimum=1,
+    )
+    custom_worker: str | None = cfg_field(
         None,
-        help="Optional file with a custom rollout worker class (overrides 'type').",
-        path=True,
-    )
-    custom_rollout_worker_class_name: str | None = cfg_field(
-        None, help="Class name in custom_rollout_worker_module_path."
+        help="Optional custom rollout worker class as 'path/to/file.py:ClassName' (or "
+        "'package.module:ClassName'), a subclass of BaseRolloutWorker; overrides 'type'.",
     )
     agent_config_path: str | None = cfg_field(
         None,

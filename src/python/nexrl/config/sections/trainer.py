@@ -21,11 +21,10 @@ class TrainerConfig:
         choices=tuple(TRAINER_BACKENDS),
     )
     backend: str = cfg_field("deepspeed", help="Training backend.", choices=("deepspeed",))
-    custom_trainer_module_path: str | None = cfg_field(
-        None, help="Optional file with a custom trainer class.", path=True
-    )
-    custom_trainer_class_name: str | None = cfg_field(
-        None, help="Class name in custom_trainer_module_path."
+    custom_trainer: str | None = cfg_field(
+        None,
+        help="Optional custom trainer class as 'path/to/file.py:ClassName' (or "
+        "'package.module:ClassName'), a subclass of SelfHostedTrainer; overrides 'type'.",
     )
     total_train_steps: int = cfg_field(100, help="Optimizer steps to run.", minimum=1)
     save_freq: int = cfg_field(

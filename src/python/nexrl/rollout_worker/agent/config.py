@@ -118,7 +118,7 @@ def _system_prompt(raw: dict[str, Any], base: Path, problems: list[str]) -> str:
 
 def _tools(raw: Any, base: Path, problems: list[str]) -> tuple[ToolSpec, ...]:
     from nexrl.config.errors import RecipeError
-    from nexrl.config.modules import load_object
+    from nexrl.plugins import load_object
 
     if raw is None:
         return ()

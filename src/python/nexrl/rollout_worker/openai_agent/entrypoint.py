@@ -47,7 +47,7 @@ def _is_async(fn: Any) -> bool:
 def load_entrypoint(spec: str, roots: Sequence[Path]) -> AgentEntrypoint:
     """Import ``"file.py:function"`` (searched under ``roots``) and check it can be called
     as the contract says; raises ``RecipeError`` naming ``rollout_worker.agent_entrypoint``."""
-    from nexrl.config.modules import load_object
+    from nexrl.plugins import load_object
 
     file, sep, name = str(spec).rpartition(":")
     if not sep or not file or not name.isidentifier():

@@ -13,6 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from nexrl.config.errors import RecipeError
+from nexrl.config.schema import RecipeConfig
 
 SHIPPED_CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -49,8 +50,6 @@ def _force(override: str) -> str:
     """``key=value`` on a recipe section becomes ``++key=value`` (set or add): every schema
     field can be overridden whether or not the recipe file spells it out. Unknown keys
     are then reported by the schema check, with suggestions."""
-    from nexrl.config.schema import RecipeConfig
-
     if override.startswith(("+", "~")) or "=" not in override:
         return override
     key = override.split("=", 1)[0]

@@ -1,0 +1,40 @@
+"""The model's checks: a model to load or build, and well-formed warm-start demonstrations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from nexrl.config.checks import register_check
+from nexrl.config.paths import resolve_path
+
+__all__ = ["model_source", "warm_start_demos"]
+
+
+@register_check
+def model_source(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    if cfg.model.path is None and not cfg.model.tiny.vocab:
+        return ["model.path: set a model directory, or model.tiny.vocab to build a tiny model"]
+    return []
+
+
+@register_check
+def warm_start_demos(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """Warm-start demonstrations are for the tiny model and must be well formed."""
+    files = list(cfg.model.tiny.warm_start.data_files)
+    if not files:
+        return []
+    field = "model.tiny.warm_start.data_files"
+    if cfg.model.path:
+        return []  # the tiny model is not built: nothing to warm-start (prepare_model says so)
+    from nexrl.modeling.warm_start import WarmStartError, load_demos
+
+    paths = [resolve_path(str(f), roots) for f in files]
+    if any(p is None for p in paths):
+        return []  # the path check of the field already reports it
+    try:
+        load_demos([p for p in paths if p is not None], field)
+    except WarmStartError as exc:
+        return [str(exc)]
+    return []

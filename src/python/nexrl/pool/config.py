@@ -1,0 +1,26 @@
+"""``PoolConfig``: what a pool runs with, the recipe's ``trajectory_pool`` section plus
+the group size (``rollout_worker.group_size``, samples per prompt)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from nexrl.config.sections.pool import TrajectoryPoolConfig
+
+__all__ = ["PoolConfig"]
+
+
+@dataclass
+class PoolConfig(TrajectoryPoolConfig):
+    """``trajectory_pool`` plus ``group_size``: trajectories per group when ``key_list``
+    is set (the recipe's ``rollout_worker.group_size``); ignored without ``key_list``."""
+
+    group_size: int = 1
+
+    @classmethod
+    def from_section(cls, section: Any, group_size: int) -> PoolConfig:
+        """From a typed ``trajectory_pool`` section and the recipe's group size."""
+        values = {f.name: getattr(section, f.name) for f in dataclasses.fields(TrajectoryPoolConfig)}
+        return cls(**values, group_size=int(group_size))

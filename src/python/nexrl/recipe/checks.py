@@ -1,0 +1,41 @@
+"""Run-wide checks that belong to no one component: sync mode, resume, cluster, validation.
+
+Each component registers its own checks next to its code (``nexrl/<component>/checks.py``);
+``nexrl.recipe.load`` imports them all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from nexrl.config.checks import register_check
+
+__all__ = ["run_settings", "sync_mode_settings"]
+
+
+@register_check
+def sync_mode_settings(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    w = cfg.weight
+    if w.sync_mode == "batch-async" and w.staleness_threshold is None:
+        return [
+            "weight.staleness_threshold: required when weight.sync_mode is 'batch-async' "
+            "(how many policy versions rollouts may lag, e.g. 1)"
+        ]
+    return []
+
+
+@register_check
+def run_settings(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    out = []
+    if cfg.resume.mode == "from_path" and not cfg.resume.path:
+        out.append("resume.path: required when resume.mode is 'from_path'")
+    if cfg.cluster.type == "address" and not cfg.cluster.address:
+        out.append("cluster.address: required when cluster.type is 'address' (tcp://host:8786)")
+    v = cfg.validate
+    if (v.freq or v.validate_before_train) and not v.data_files:
+        out.append(
+            "validate.data_files: required when validate.freq > 0 or validate.validate_before_train"
+        )
+    return out

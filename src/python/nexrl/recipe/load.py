@@ -1,0 +1,123 @@
+"""``load_recipe_checked``: compose, check and type a recipe before anything starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from nexrl.algorithms import checks as algorithm_checks
+from nexrl.config.checks import run_checks
+from nexrl.config.errors import RecipeError
+from nexrl.config.paths import resolve_path
+from nexrl.config.schema import RecipeConfig
+from nexrl.config.structure import structure_problems
+from nexrl.metrics import checks as metric_checks
+from nexrl.modeling import checks as model_checks
+from nexrl.plugins import load_plugins
+from nexrl.pool import checks as pool_checks
+from nexrl.recipe import checks as run_checks_module
+from nexrl.recipe.compose import load_recipe
+from nexrl.rollout_worker import checks as rollout_checks
+from nexrl.trainer import checks as trainer_checks
+
+__all__ = ["CHECK_MODULES", "Recipe", "load_recipe_checked"]
+
+# Every component's checks, registered (nexrl.config.checks) by importing them here.
+CHECK_MODULES = (
+    pool_checks,
+    run_checks_module,
+    trainer_checks,
+    rollout_checks,
+    algorithm_checks,
+    metric_checks,
+    model_checks,
+)
+
+
+@dataclass
+class Recipe:
+    """A validated recipe: the typed config plus where relative paths resolve.
+
+    ``roots`` are the workspace root (the working directory) and the recipe's
+    folder, in that order; ``resolve`` finds a recipe-relative path. ``plugins``
+    are the recipe's plugins, resolved (absolute files, module names) and already
+    imported in this process; the cluster imports them in every worker.
+    """
+
+    path: Path
+    cfg: DictConfig
+    roots: list[Path] = field(default_factory=list)
+    plugins: tuple[str, ...] = ()
+
+    def resolve(self, value: str) -> Path:
+        found = resolve_path(value, self.roots)
+        if found is None:
+            raise RecipeError([f"'{value}' not found under {', '.join(map(str, self.roots))}"])
+        return found
+
+
+def load_recipe_checked(
+    recipe: str | Path, overrides: list[str] | tuple[str, ...] = (), workspace: Path | None = None
+) -> Recipe:
+    """Load ``recipe`` with ``overrides`` and validate it; raise ``RecipeError`` listing
+    every problem: the structure problems (unknown, renamed, missing, ill-typed
+    keys), then, with the recipe's plugins imported (so the checks see the names
+    they register), every registered check's. A field with a structure problem
+    takes its default for the checks, so they still run; a check that trips over
+    one is skipped, and its problems on that field are not repeated."""
+    raw = load_recipe(recipe, overrides)
+    path = Path(recipe).resolve()
+    roots = [(workspace or Path.cwd()).resolve(), path.parent]
+    structure = structure_problems(RecipeConfig, raw, roots)
+    problems = [p for _, p in structure]
+    bad = {where for where, _ in structure}
+    cfg = _typed(raw, bad)
+    if cfg is None:  # the structure check should have caught it; never a traceback
+        raise RecipeError(problems or ["the recipe does not fit the schema"])
+    try:
+        plugins = load_plugins([str(p) for p in cfg.plugins], roots)
+    except RecipeError as exc:
+        raise RecipeError([*problems, *exc.problems]) from None
+    checked = run_checks(cfg, roots, skip_failing=bool(problems))
+    problems.extend(p for p in checked if not _about(p, bad))
+    if problems:
+        raise RecipeError(problems)
+    return Recipe(path=path, cfg=cfg, roots=roots, plugins=plugins)
+
+
+def _typed(raw: DictConfig, bad: set[str]) -> DictConfig | None:
+    """``raw`` merged onto the schema, without the keys that have structure problems
+    (they take their defaults); None when even that does not merge."""
+    base = OmegaConf.structured(RecipeConfig)
+    try:
+        if not bad:
+            cfg = OmegaConf.merge(base, raw)
+        else:
+            data: Any = OmegaConf.to_container(raw, resolve=False)
+            for where in bad:
+                _drop(data, where.split("."))
+            cfg = OmegaConf.merge(base, data)
+    except Exception as exc:
+        if not bad:
+            raise RecipeError([str(exc).splitlines()[0]]) from None
+        return None
+    assert isinstance(cfg, DictConfig)
+    return cfg
+
+
+def _drop(data: Any, keys: list[str]) -> None:
+    for key in keys[:-1]:
+        if not isinstance(data, dict) or key not in data:
+            return
+        data = data[key]
+    if isinstance(data, dict):
+        data.pop(keys[-1], None)
+
+
+def _about(problem: str, fields: set[str]) -> bool:
+    """Whether ``problem`` ("field: ..." or "field (value) ...") is about one of ``fields``."""
+    head = problem.split(":", 1)[0].split(" ", 1)[0]
+    return head in fields

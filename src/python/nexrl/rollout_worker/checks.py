@@ -1,0 +1,117 @@
+"""The rollout worker's checks: the evaluator, a custom worker class, the agent
+config of type 'agent', the agent function of type 'openai_agent', sampling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from nexrl.config.checks import register_check
+from nexrl.config.errors import RecipeError
+from nexrl.config.paths import resolve_path
+from nexrl.plugins import load_spec, split_spec
+
+__all__ = [
+    "agent_config",
+    "custom_worker",
+    "evaluator_class",
+    "openai_agent_entrypoint",
+    "sampling_settings",
+]
+
+
+@register_check
+def evaluator_class(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``rollout_worker.evaluator`` names a class that loads and has ``evaluate``."""
+    field = "rollout_worker.evaluator"
+    spec = str(cfg.rollout_worker.evaluator)
+    try:
+        _, name = split_spec(spec, field)
+        obj: Any = load_spec(spec, roots, field)
+    except RecipeError as exc:
+        return list(exc.problems)
+    if not callable(getattr(obj, "evaluate", None)):
+        return [f"{field}: {name} has no 'evaluate' method"]
+    return []
+
+
+@register_check
+def custom_worker(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``rollout_worker.custom_worker`` names a ``BaseRolloutWorker`` that can run an episode."""
+    spec = cfg.rollout_worker.custom_worker
+    if not spec:
+        return []
+    field = "rollout_worker.custom_worker"
+    try:
+        cls = load_spec(str(spec), roots, field)
+    except RecipeError as exc:
+        return list(exc.problems)
+    from nexrl.rollout_worker.base import BaseRolloutWorker, missing_episode_method
+
+    if not (isinstance(cls, type) and issubclass(cls, BaseRolloutWorker)):
+        return [f"{field}: {cls!r} is not a subclass of BaseRolloutWorker"]
+    if problem := missing_episode_method(cls):
+        return [f"{field}: {problem}"]
+    return []
+
+
+@register_check
+def sampling_settings(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    top_p = cfg.rollout_worker.top_p
+    if not 0 < top_p <= 1:
+        return [f"rollout_worker.top_p must be in (0, 1], got {top_p}"]
+    return []
+
+
+@register_check
+def agent_config(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """Type 'agent' needs an agent config that loads (its problems are listed)."""
+    rw = cfg.rollout_worker
+    if rw.type != "agent":
+        return []
+    if not rw.agent_config_path:
+        return ["rollout_worker.agent_config_path: required with rollout_worker.type: agent"]
+    from nexrl.rollout_worker.agent.config import AgentConfigError, load_agent_config
+
+    path = resolve_path(str(rw.agent_config_path), roots)
+    if path is None:
+        return [f"rollout_worker.agent_config_path: '{rw.agent_config_path}' not found"]
+    try:
+        load_agent_config(path)
+    except AgentConfigError as exc:
+        return [f"rollout_worker.agent_config_path: {p} ({path})" for p in exc.problems]
+    return []
+
+
+@register_check
+def openai_agent_entrypoint(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """Type 'openai_agent' needs an agent function that loads and has the right signature."""
+    from nexrl.rollout_worker.openai_agent.entrypoint import ENTRYPOINT_FIELD, load_entrypoint
+
+    rw = cfg.rollout_worker
+    if rw.type != "openai_agent":
+        if rw.agent_entrypoint and not rw.custom_worker:
+            return [
+                f"{ENTRYPOINT_FIELD}: set, but rollout_worker.type is '{rw.type}'; use "
+                "rollout_worker.type: openai_agent to run the agent function"
+            ]
+        return []
+    if not rw.agent_entrypoint:
+        return [
+            f"{ENTRYPOINT_FIELD}: required with rollout_worker.type: openai_agent "
+            "('path/to/agent.py:function')"
+        ]
+    out = []
+    if rw.agent_timeout_s >= cfg.runtime_monitor.task_timeout_s:
+        out.append(
+            f"rollout_worker.agent_timeout_s ({rw.agent_timeout_s:g}) must be below "
+            f"runtime_monitor.task_timeout_s ({cfg.runtime_monitor.task_timeout_s:g}), or "
+            "the rollout future is cancelled before the agent's own timeout can name it"
+        )
+    try:
+        load_entrypoint(str(rw.agent_entrypoint), roots)
+    except RecipeError as exc:
+        out.extend(exc.problems)
+    return out

@@ -1,0 +1,62 @@
+"""The trainer's checks: type and backend, the ZeRO settings, a custom trainer class.
+
+``zero_problems`` is the one statement of the ZeRO rules: the recipe check
+reports them, and the DeepSpeed config builder (``backends.training.deepspeed_engine.ds_config``)
+refuses a config that breaks them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from nexrl.config.checks import register_check
+from nexrl.config.errors import RecipeError
+from nexrl.config.sections.trainer import TRAINER_BACKENDS
+from nexrl.plugins import load_spec
+
+__all__ = ["custom_trainer", "trainer_fits_backend", "zero_problems"]
+
+
+def zero_problems(zero_stage: int, offload_optimizer: bool, offload_param: bool) -> list[str]:
+    """What is wrong with these DeepSpeed ZeRO settings (empty when they fit together)."""
+    out = []
+    if zero_stage not in (0, 1, 2, 3):
+        out.append(f"trainer.zero_stage: DeepSpeed ZeRO stages are 0-3, got {zero_stage}")
+    if offload_param and zero_stage != 3:
+        out.append("trainer.offload_param needs trainer.zero_stage: 3")
+    if offload_optimizer and zero_stage == 0:
+        out.append("trainer.offload_optimizer needs trainer.zero_stage >= 1")
+    return out
+
+
+@register_check
+def trainer_fits_backend(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    t = cfg.trainer
+    out = []
+    allowed = TRAINER_BACKENDS.get(t.type, ())
+    if t.backend not in allowed:
+        out.append(
+            f"trainer.type '{t.type}' runs on backend(s) {', '.join(allowed)}, "
+            f"not trainer.backend '{t.backend}'"
+        )
+    out.extend(zero_problems(int(t.zero_stage), bool(t.offload_optimizer), bool(t.offload_param)))
+    return out
+
+
+@register_check
+def custom_trainer(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``trainer.custom_trainer`` names a class that loads and has ``_prepare_batch``."""
+    spec = cfg.trainer.custom_trainer
+    if not spec:
+        return []
+    field = "trainer.custom_trainer"
+    try:
+        obj: Any = load_spec(str(spec), roots, field)
+    except RecipeError as exc:
+        return list(exc.problems)
+    if not callable(getattr(obj, "_prepare_batch", None)):
+        return [f"{field}: {str(spec).rpartition(':')[2]} has no '_prepare_batch' method"]
+    return []
