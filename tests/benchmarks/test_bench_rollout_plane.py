@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.pool.config import PoolConfig
 from nexrl.controller.dispatch import RolloutDispatcher
 from nexrl.controller.tasks import RolloutSpec, evaluator
 from nexrl.inference import InferenceClient
 from nexrl.modeling import save_tiny_model
+from nexrl.pool.config import PoolConfig
 
 GROUPS, GROUP_SIZE, ROUNDS = 16, 8, 3
 NAME = "tiny"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from nexrl.recipe import load_recipe_checked
 from nexrl.controller import Controller
+from nexrl.recipe import load_recipe_checked
 from tests.e2e._recipe import train_rows
 from tests.integration.inference._known_model import save_bigram_model
 

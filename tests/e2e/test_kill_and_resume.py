@@ -14,10 +14,10 @@ from typing import Any
 
 import psutil
 
-from nexrl.recipe import load_recipe_checked
 from nexrl.controller import Controller
 from nexrl.controller.setup import data_config
 from nexrl.data import DataLoader
+from nexrl.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 from tests.e2e.test_train_run import delivered_pairs, processes_using
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.recipe import load_recipe_checked
-from nexrl.pool.config import PoolConfig
 from nexrl.controller import Controller
 from nexrl.inference import Generation, parse_chat_completion
 from nexrl.pool import TrajectoryPool
+from nexrl.pool.config import PoolConfig
+from nexrl.recipe import load_recipe_checked
 from nexrl.types import Trajectory
 from tests.e2e._recipe import overrides, train_rows
 

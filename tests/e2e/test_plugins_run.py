@@ -7,8 +7,8 @@ import os
 import textwrap
 from pathlib import Path
 
-from nexrl.recipe import load_recipe_checked
 from nexrl.controller import Controller
+from nexrl.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import psutil
 import pytest
 
-from nexrl.recipe import load_recipe_checked
-from nexrl.pool.config import PoolConfig
 from nexrl.controller import Controller
 from nexrl.pool import TrajectoryPool
+from nexrl.pool.config import PoolConfig
+from nexrl.recipe import load_recipe_checked
 from nexrl.weights.checkpoint import CheckpointManager
 from nexrl.weights.snapshot import latest_snapshot
 from tests.e2e._recipe import DATA, RECIPE, overrides, read_rows, train_rows
@@ -21,9 +21,7 @@ from tests.e2e._recipe import DATA, RECIPE, overrides, read_rows, train_rows
 
 def pool_of(out: Path) -> TrajectoryPool:
     return TrajectoryPool(
-        PoolConfig(
-            store=str(out / "pool.zarr"), key_list=["group_id"], group_size=8, batch_size=32
-        )
+        PoolConfig(store=str(out / "pool.zarr"), key_list=["group_id"], group_size=8, batch_size=32)
     )
 
 

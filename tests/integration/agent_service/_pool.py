@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nexrl.pool.config import PoolConfig
 from nexrl.pool import TrajectoryPool
+from nexrl.pool.config import PoolConfig
 from nexrl.types import Trajectory
 
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from nexrl.pool.config import PoolConfig
 from nexrl.pool import TrajectoryPool
+from nexrl.pool.config import PoolConfig
 from tests.integration.pool._workers import write_uids
 from tests.unit.pool._data import check_columns
 

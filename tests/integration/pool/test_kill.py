@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import zarr
 
-from nexrl.pool.config import PoolConfig
 from nexrl.pool import PoolWriter, TrajectoryPool
 from nexrl.pool.commits import CommitLog
+from nexrl.pool.config import PoolConfig
 from nexrl.pool.kv import LocalKV
 from tests.unit.pool._data import fast_check, fast_columns, make_columns, must
 

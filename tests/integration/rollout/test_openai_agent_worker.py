@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.plugins import load_object
-from nexrl.pool.config import PoolConfig
 from nexrl.controller.tasks import RolloutSpec, _worker, evaluate_task, rollout_task
 from nexrl.inference import parse_chat_completion
 from nexrl.modeling import save_tiny_model
+from nexrl.plugins import load_object
+from nexrl.pool.config import PoolConfig
 from nexrl.rollout_worker.base import Episode
 from nexrl.rollout_worker.openai_agent import AgentError
 from tests.integration.inference._helpers import SERVED_NAME, start_server

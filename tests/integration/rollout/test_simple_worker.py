@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.plugins import load_object
 from nexrl.inference import InferenceClient
 from nexrl.modeling import save_tiny_model
+from nexrl.plugins import load_object
 from nexrl.rollout_worker import BaseEvaluationTarget, EvaluationRunResult, Evaluator
 from nexrl.rollout_worker.simple import SimpleRolloutWorker
 from tests.integration.inference._helpers import SERVED_NAME, start_server

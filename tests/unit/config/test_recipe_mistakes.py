@@ -165,16 +165,12 @@ def test_unknown_algorithm_name(tmp_path: Path) -> None:
 
 
 def test_evaluator_file_missing(tmp_path: Path) -> None:
-    (p,) = problems_of(
-        write_recipe(tmp_path, ""), "rollout_worker.evaluator=nope.py:Good"
-    )
+    (p,) = problems_of(write_recipe(tmp_path, ""), "rollout_worker.evaluator=nope.py:Good")
     assert "rollout_worker.evaluator" in p and "'nope.py' not found" in p
 
 
 def test_evaluator_class_missing_lists_the_classes_there(tmp_path: Path) -> None:
-    (p,) = problems_of(
-        write_recipe(tmp_path, ""), "rollout_worker.evaluator=evaluator.py:Bad"
-    )
+    (p,) = problems_of(write_recipe(tmp_path, ""), "rollout_worker.evaluator=evaluator.py:Bad")
     assert "defines no 'Bad'" in p and "Good" in p
 
 
@@ -187,9 +183,7 @@ def test_evaluator_without_evaluate_method(tmp_path: Path) -> None:
 
 
 def test_evaluator_spec_without_class(tmp_path: Path) -> None:
-    (p,) = problems_of(
-        write_recipe(tmp_path, ""), "rollout_worker.evaluator=evaluator.py"
-    )
+    (p,) = problems_of(write_recipe(tmp_path, ""), "rollout_worker.evaluator=evaluator.py")
     assert "is not 'path/to/file.py:ClassName'" in p
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from nexrl.recipe import load_recipe_checked
-from nexrl.pool.config import PoolConfig
 from nexrl.controller.rundir import RunDir, RunDirError, prepare_model
 from nexrl.controller.state import ControllerState, committed_group_ids
 from nexrl.pool import TrajectoryPool
+from nexrl.pool.config import PoolConfig
+from nexrl.recipe import load_recipe_checked
 from nexrl.types import Trajectory
 
 RECIPE = "recipes/max_digit/max_digit_tiny.yaml"

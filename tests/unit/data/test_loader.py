@@ -35,9 +35,7 @@ def _keys(groups: list[list[dict[str, Any]]]) -> list[tuple[int, int]]:
 
 
 def test_groups_repeat_each_prompt_with_stable_group_ids(tmp_path: Path) -> None:
-    loader = DataLoader(
-        _config(_files(tmp_path), shuffle=False, group_size=3, total_epochs=2)
-    )
+    loader = DataLoader(_config(_files(tmp_path), shuffle=False, group_size=3, total_epochs=2))
     groups = list(loader)
     assert len(loader) == 7 and len(groups) == 14
     first = groups[0]

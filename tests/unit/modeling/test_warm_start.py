@@ -146,8 +146,8 @@ def test_prepare_model_warm_starts_once_and_a_stopped_warm_start_keeps_nothing(
 ) -> None:
     from safetensors.torch import load_file
 
-    from nexrl.recipe import load_recipe_checked
     from nexrl.controller.rundir import RunDir, prepare_model
+    from nexrl.recipe import load_recipe_checked
 
     demos = write_jsonl(tmp_path / "demos.jsonl", [tool_demo(12, 34), tool_demo(56, 78)])
 

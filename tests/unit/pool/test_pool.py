@@ -8,7 +8,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from nexrl.pool.config import PoolConfig
 from nexrl.pool import (
     ConsumerConflictError,
     PoolBatch,
@@ -17,6 +16,7 @@ from nexrl.pool import (
     TrajectoryPool,
     get_writer,
 )
+from nexrl.pool.config import PoolConfig
 from tests.unit.pool._data import check_columns, make_columns, must
 
 

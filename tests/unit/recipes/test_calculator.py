@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nexrl.modeling import build_tokenizer
 from nexrl.plugins import load_object
 from nexrl.recipe import load_recipe_checked
-from nexrl.modeling import build_tokenizer
 from nexrl.rollout_worker import BaseEvaluationTarget
 from nexrl.rollout_worker.agent import load_agent_config
 

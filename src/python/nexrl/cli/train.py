@@ -21,8 +21,8 @@ import sys
 from omegaconf import OmegaConf
 
 from nexrl.config.errors import RecipeError
-from nexrl.recipe import Recipe, load_recipe_checked
 from nexrl.errors import NexrlError
+from nexrl.recipe import Recipe, load_recipe_checked
 
 
 def build_parser() -> argparse.ArgumentParser:

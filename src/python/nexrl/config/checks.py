@@ -45,9 +45,7 @@ def register_check(fn: Check) -> Check:
     return fn
 
 
-def run_checks(
-    cfg: DictConfig, roots: list[Path], *, skip_failing: bool = False
-) -> list[str]:
+def run_checks(cfg: DictConfig, roots: list[Path], *, skip_failing: bool = False) -> list[str]:
     """Every registered check's problems, in registration order.
 
     With ``skip_failing`` a check that raises is skipped: the recipe already has

@@ -18,7 +18,6 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from nexrl.recipe import Recipe
 from nexrl.controller.dispatch import RolloutDispatcher
 from nexrl.controller.rundir import RunDir, prepare_model
 from nexrl.controller.service import InferenceSupervisor
@@ -33,6 +32,7 @@ from nexrl.controller.setup import (
     validation_groups,
 )
 from nexrl.controller.sync import SyncPolicy
+from nexrl.recipe import Recipe
 
 __all__ = ["Components", "build_components"]
 

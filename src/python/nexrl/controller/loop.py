@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from nexrl.recipe import Recipe
 from nexrl.controller.components import Components, build_components
 from nexrl.controller.dispatch import Harvest, TaskFailure
 from nexrl.controller.state import ControllerState, committed_group_ids
 from nexrl.errors import NexrlError
+from nexrl.recipe import Recipe
 from nexrl.weights.snapshot import latest_snapshot
 
 __all__ = ["Controller", "ControllerError", "RunResult"]

@@ -30,8 +30,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from nexrl.plugins import resolve_path
 from nexrl.errors import NexrlError
+from nexrl.plugins import resolve_path
 from nexrl.util.files import replace_dir
 from nexrl.weights.checkpoint import CheckpointManager
 

@@ -12,8 +12,8 @@ Layout and guarantees: docs/pool.md.
 from nexrl.pool.batch import PoolBatch, PoolStats
 from nexrl.pool.columns import PoolDataError, TrajectoryColumns
 from nexrl.pool.commits import CommitMarker
-from nexrl.pool.cursor import ConsumerConflictError
 from nexrl.pool.config import PoolConfig
+from nexrl.pool.cursor import ConsumerConflictError
 from nexrl.pool.layout import Chunking, PoolStoreError
 from nexrl.pool.pool import PoolConfigError, TrajectoryPool
 from nexrl.pool.writer import PoolWriter, get_writer

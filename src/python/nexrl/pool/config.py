@@ -22,5 +22,7 @@ class PoolConfig(TrajectoryPoolConfig):
     @classmethod
     def from_section(cls, section: Any, group_size: int) -> PoolConfig:
         """From a typed ``trajectory_pool`` section and the recipe's group size."""
-        values = {f.name: getattr(section, f.name) for f in dataclasses.fields(TrajectoryPoolConfig)}
+        values = {
+            f.name: getattr(section, f.name) for f in dataclasses.fields(TrajectoryPoolConfig)
+        }
         return cls(**values, group_size=int(group_size))

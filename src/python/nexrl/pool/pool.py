@@ -45,9 +45,7 @@ class PoolConfigError(ValueError, NexrlError):
 class TrajectoryPool:
     """Grouped, exactly-once batches from a zarr trajectory pool (one consumer)."""
 
-    def __init__(
-        self, config: PoolConfig, *, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, config: PoolConfig, *, clock: Callable[[], float] = time.time) -> None:
         problems = validate_pool_config(config)
         if "${" in config.store:
             problems.append(f"trajectory_pool.store: unresolved interpolation in {config.store!r}")
