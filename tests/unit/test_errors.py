@@ -116,7 +116,7 @@ def test_recipe_error_still_pickles_with_its_problems() -> None:
         TrainerGroupError("trainer.world_size=3 needs 3 Dask workers"),
         CheckpointError("checkpoints/step_3: missing meta.json"),
         InferenceError("timed out", base_url="http://x", status_code=504),
-        PoolConfigError(["trajectory_pool.group_size: must be >= 1"]),
+        PoolConfigError(["trajectory_pool.key_list: a key is listed twice"]),
     ],
     ids=lambda e: type(e).__name__,
 )
