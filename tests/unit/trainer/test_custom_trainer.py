@@ -104,7 +104,7 @@ def test_class_name_without_a_module_path() -> None:
         resolve_trainer_class(_cfg(custom_trainer_class_name="MyTrainer"))
 
 
-def test_a_custom_trainer_trains(workspace: Path, model_dir: Path, vocab_size: int) -> None:
+def test_a_custom_trainer_trains(workspace: Path, tiny_model_dir: Path, vocab_size: int) -> None:
     from tests.unit.trainer._helpers import make_batch, spec
     from tests.unit.trainer._plain_engine import plain_trainer
 
@@ -112,7 +112,7 @@ def test_a_custom_trainer_trains(workspace: Path, model_dir: Path, vocab_size: i
         "custom_trainer_module_path": "agents/my_trainer.py",
         "custom_trainer_class_name": "MyTrainer",
     }
-    s = spec(model_dir, trainer=trainer_cfg, roots=(str(workspace),))
+    s = spec(tiny_model_dir, trainer=trainer_cfg, roots=(str(workspace),))
     trainer = plain_trainer(s)
     assert type(trainer).__name__ == "MyTrainer"
     metrics = trainer.train_step(make_batch(vocab_size))
