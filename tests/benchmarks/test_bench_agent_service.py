@@ -13,12 +13,11 @@ not counted as proxy cost). Nothing is asserted about time.
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +26,21 @@ import openai
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.modeling import save_tiny_model
+from nexrl.util.net import free_port
+from tests.integration.inference._helpers import SERVED_NAME
 
 N_CALLS = 16
 MAX_TOKENS = 16
 ROUNDS = 5
-NAME = "tiny"
+NAME = SERVED_NAME
 _times: dict[str, list[float]] = {}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    model = save_tiny_model(tmp_path_factory.mktemp("bench") / "tiny", seed=1)
-    with EmbeddedServer(model, served_model_name=NAME) as srv:
-        yield srv
+def server(
+    start_embedded_server: Callable[..., EmbeddedServer], tiny_model_dir: Path
+) -> EmbeddedServer:
+    return start_embedded_server(tiny_model_dir, batch_window_ms=None)  # the server's defaults
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +50,7 @@ def service(server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory) ->
     In-process (``AgentService`` on a thread next to this client) it measured several
     times slower per call: client and server then share one interpreter.
     """
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     pool = Path(tmp_path_factory.mktemp("pool")) / "pool.zarr"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     cmd = [sys.executable, "-m", "nexrl.agent_service", "--pool", str(pool),

@@ -14,28 +14,30 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
 from nexrl.inference import Generation, InferenceClient
-from nexrl.modeling import save_tiny_model
+from tests.integration.inference._helpers import SERVED_NAME
 
 N_REQUESTS = 8
 MAX_TOKENS = 32
 ROUNDS = 3
-NAME = "tiny"
+NAME = SERVED_NAME
 _times: dict[str, list[float]] = {}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    model = save_tiny_model(tmp_path_factory.mktemp("bench") / "tiny", seed=1)
-    extra = ["--max-batch-size", str(N_REQUESTS), "--batch-window-ms", "10"]
-    with EmbeddedServer(model, served_model_name=NAME, extra_args=extra) as srv:
-        yield srv
+def server(
+    start_embedded_server: Callable[..., EmbeddedServer], tiny_model_dir: Path
+) -> EmbeddedServer:
+    return start_embedded_server(
+        tiny_model_dir, "--max-batch-size", str(N_REQUESTS), batch_window_ms=10
+    )
 
 
 def _prompts() -> list[list[int]]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +31,27 @@ from backends.inference.embedded import EmbeddedServer
 from nexrl.controller.dispatch import RolloutDispatcher
 from nexrl.controller.tasks import RolloutSpec, evaluator
 from nexrl.inference import InferenceClient
-from nexrl.modeling import save_tiny_model
 from nexrl.pool.config import PoolConfig
+from tests.integration.inference._helpers import SERVED_NAME
 
 GROUPS, GROUP_SIZE, ROUNDS = 16, 8, 3
-NAME = "tiny"
+NAME = SERVED_NAME
 ROOT = str(Path.cwd())
 EVALUATOR = ("recipes/max_digit/evaluator.py", "MaxDigitEvaluator")
 _times: dict[str, list[float]] = {}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    words = ["max", *"0123456789"]
-    model = save_tiny_model(tmp_path_factory.mktemp("bench") / "tiny", vocab=words, seed=1)
+def tiny_model_dir(tiny_model: Callable[..., Path]) -> Path:
+    return tiny_model(vocab=["max", *"0123456789"], seed=1)
+
+
+@pytest.fixture(scope="module")
+def server(
+    start_embedded_server: Callable[..., EmbeddedServer], tiny_model_dir: Path
+) -> EmbeddedServer:
     extra = ["--max-batch-size", "32", "--torch-threads", "1"]
-    with EmbeddedServer(model, served_model_name=NAME, extra_args=extra) as srv:
-        yield srv
+    return start_embedded_server(tiny_model_dir, *extra, batch_window_ms=None)
 
 
 def _groups(round_no: int) -> list[list[dict[str, Any]]]:

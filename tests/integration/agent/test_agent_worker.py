@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,7 @@ from backends.inference.embedded import EmbeddedServer
 from nexrl.inference import InferenceClient
 from nexrl.rollout_worker import EvaluationRunResult, Evaluator
 from nexrl.rollout_worker.agent import AgentRolloutWorker, load_agent_config
-from tests.integration.inference._helpers import SERVED_NAME, start_server
-from tests.integration.inference._known_model import save_bigram_model
+from tests.integration.inference._helpers import SERVED_NAME
 
 CALL = '<tool_call>{"name": "f"}</tool_call>'
 ITEM = {"group_id": 3, "run_id": 1, "data_item": {"prompt": "max 1 2 3", "answer": "3"}}
@@ -44,10 +42,9 @@ class Recorder(Evaluator):
 
 
 @pytest.fixture(scope="module")
-def calling_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    """A model that answers every turn with a call of tool ``f``."""
-    with start_server(save_bigram_model(tmp_path_factory.mktemp("m") / "call", CALL)) as srv:
-        yield srv
+def bigram_reply() -> str:
+    """``bigram_server`` answers every turn with a call of tool ``f``."""
+    return CALL
 
 
 def agent_yaml(tmp_path: Path, tool: str = "f", **settings: Any) -> Path:
@@ -86,9 +83,9 @@ def run(server: EmbeddedServer, config: Path, mode: str = "per_call") -> tuple[A
 
 
 def test_multi_turn_episode_runs_each_tool_call_and_keeps_every_model_call(
-    calling_server: EmbeddedServer, tmp_path: Path
+    bigram_server: EmbeddedServer, tmp_path: Path
 ) -> None:
-    episode, trajectories = run(calling_server, agent_yaml(tmp_path))
+    episode, trajectories = run(bigram_server, agent_yaml(tmp_path))
     assert len(episode.calls) == 3 and episode.infos[-1]["finish"] == "max_turns"
     tool_msgs = [m for m in episode.target.observation if m["role"] == "tool"]
     assert [m["content"] for m in tool_msgs] == ['{"calls": 1}', '{"calls": 2}', '{"calls": 3}']
@@ -111,24 +108,24 @@ def test_multi_turn_episode_runs_each_tool_call_and_keeps_every_model_call(
     [("boom", "error: f raised RuntimeError: boom"), ("slow", "error: tool f did not answer")],
 )
 def test_a_tool_that_raises_or_hangs_answers_with_an_error(
-    calling_server: EmbeddedServer, tmp_path: Path, tool: str, expected: str
+    bigram_server: EmbeddedServer, tmp_path: Path, tool: str, expected: str
 ) -> None:
     start = time.monotonic()
-    episode, _ = run(calling_server, agent_yaml(tmp_path, tool, max_turns=1, tool_timeout_s=1))
+    episode, _ = run(bigram_server, agent_yaml(tmp_path, tool, max_turns=1, tool_timeout_s=1))
     (tool_msg,) = [m for m in episode.target.observation if m["role"] == "tool"]
     assert tool_msg["content"].startswith(expected)
     assert time.monotonic() - start < 25  # the hung tool did not hold the episode
 
 
-def test_context_limit_ends_the_episode(calling_server: EmbeddedServer, tmp_path: Path) -> None:
-    episode, _ = run(calling_server, agent_yaml(tmp_path, max_context_tokens=60))
+def test_context_limit_ends_the_episode(bigram_server: EmbeddedServer, tmp_path: Path) -> None:
+    episode, _ = run(bigram_server, agent_yaml(tmp_path, max_context_tokens=60))
     assert len(episode.calls) == 1 and episode.infos[-1]["finish"] == "context_limit"
 
 
 def test_episode_mode_refuses_re_rendered_turns(
-    calling_server: EmbeddedServer, tmp_path: Path
+    bigram_server: EmbeddedServer, tmp_path: Path
 ) -> None:
     # The template re-renders the sampled call with "arguments": {} added, so call 2's
     # prompt does not extend call 1's tokens: an error, never a silent re-tokenization.
     with pytest.raises(ValueError, match="does not extend"):
-        run(calling_server, agent_yaml(tmp_path, max_turns=2), mode="episode")
+        run(bigram_server, agent_yaml(tmp_path, max_turns=2), mode="episode")

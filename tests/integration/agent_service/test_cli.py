@@ -35,12 +35,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def service_process(server: EmbeddedServer, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def service_process(embedded_server: EmbeddedServer, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     port = free_port()
     pool = tmp_path / "pool"
     proc = subprocess.Popen(
         [sys.executable, "-m", "nexrl.agent_service", "--pool", str(pool),
-         "--upstream", server.openai_base_url, "--port", str(port)],
+         "--upstream", embedded_server.openai_base_url, "--port", str(port)],
         env=_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import httpx
@@ -11,6 +10,7 @@ import pytest
 
 from backends.inference.embedded import EmbeddedServer
 from nexrl.agent_service import AgentServiceError, SessionLimits, report_reward
+from nexrl.util.net import free_port
 from tests.integration.agent_service._plain_agent import run_agent
 from tests.integration.agent_service._pool import read_pool
 from tests.integration.agent_service.conftest import ServiceFactory
@@ -38,9 +38,9 @@ def post_reward(url: str, session: str, content: bytes) -> httpx.Response:
 
 
 def test_unknown_session_and_double_report(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     with pytest.raises(AgentServiceError, match="unknown session 'nobody'") as unknown:
         report_reward(service.base_url, "nobody", 1.0, 1)
     assert unknown.value.status_code == 404
@@ -68,13 +68,13 @@ def test_unknown_session_and_double_report(
     ],
 )
 def test_a_bad_reward_report_names_the_field_and_keeps_the_session(
-    server: EmbeddedServer,
+    embedded_server: EmbeddedServer,
     make_service: ServiceFactory,
     content: bytes,
     field: str | None,
     message: str,
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     one_call(service.openai_base_url, "s1")
     resp = post_reward(service.base_url, "s1", content)
     err = resp.json()["error"]
@@ -88,17 +88,17 @@ def test_a_bad_reward_report_names_the_field_and_keeps_the_session(
 
 
 def test_streaming_is_refused_with_a_clear_400(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     with pytest.raises(openai.BadRequestError, match="streaming is not supported"):
         one_call(service.openai_base_url, "s", stream=True)
 
 
 def test_a_call_without_a_session_id_is_refused(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     body = {"model": SERVED_NAME, "messages": MESSAGES, "max_tokens": 2}
     resp = httpx.post(f"{service.openai_base_url}/chat/completions", json=body, timeout=30)
     assert resp.status_code == 400 and "X-NexRL-Session" in resp.json()["error"]["message"]
@@ -114,9 +114,7 @@ def test_a_call_without_a_session_id_is_refused(
 
 
 def test_upstream_down_is_a_clear_502_not_a_hang(make_service: ServiceFactory) -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"  # a port nobody listens on
     service = make_service(dead)
     with pytest.raises(openai.APIStatusError, match="cannot reach the inference service") as exc:
         one_call(service.openai_base_url, "s")
@@ -125,9 +123,9 @@ def test_upstream_down_is_a_clear_502_not_a_hang(make_service: ServiceFactory) -
 
 
 def test_upstream_errors_pass_through_and_are_not_recorded(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client(service.openai_base_url, "s").chat.completions.create(
             model="gpt-4o",
@@ -136,7 +134,7 @@ def test_upstream_errors_pass_through_and_are_not_recorded(
         )
     assert httpx.get(f"{service.base_url}/v1/sessions/s", timeout=10).status_code == 404
     # --model rewrites the name an agent hard-codes
-    renamed = make_service(server.base_url, model=SERVED_NAME)
+    renamed = make_service(embedded_server.base_url, model=SERVED_NAME)
     client(renamed.openai_base_url, "s").chat.completions.create(
         model="gpt-4o",
         messages=MESSAGES,  # type: ignore[arg-type]
@@ -145,9 +143,11 @@ def test_upstream_errors_pass_through_and_are_not_recorded(
 
 
 def test_session_limits_refuse_calls_before_they_reach_the_server(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url, limits=SessionLimits(max_calls=2, max_sessions=1))
+    service = make_service(
+        embedded_server.base_url, limits=SessionLimits(max_calls=2, max_sessions=1)
+    )
     run_agent(service.openai_base_url, "long", SERVED_NAME, "task", turns=2)
     with pytest.raises(openai.APIStatusError, match="max_calls_per_session") as too_long:
         one_call(service.openai_base_url, "long")
@@ -163,9 +163,9 @@ def test_session_limits_refuse_calls_before_they_reach_the_server(
 
 
 def test_episode_mode_refuses_calls_that_do_not_chain(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     one_call(service.openai_base_url, "two-choices", n=2)  # two replies to one prompt
     with pytest.raises(AgentServiceError, match=r"trajectory_mode 'episode'.*does not extend"):
         report_reward(service.base_url, "two-choices", 1.0, 1, trajectory_mode="episode")

@@ -18,19 +18,19 @@ from nexrl.algorithms.advantages import grpo, token_level_from_scalar
 from nexrl.inference import Generation, InferenceClient
 from tests.integration.agent_service._plain_agent import conversation, run_agent
 from tests.integration.agent_service._pool import read_pool
-from tests.integration.agent_service.conftest import BIGRAM_REPLY, ServiceFactory
-from tests.integration.inference._helpers import SERVED_NAME
+from tests.integration.agent_service.conftest import ServiceFactory
+from tests.integration.inference._helpers import BIGRAM_REPLY, SERVED_NAME
 
 TASK = "What is the largest of 3 7 5?"
 
 
 def direct_calls(
-    server: EmbeddedServer, replies: list[str], seed: int | None = None
+    embedded_server: EmbeddedServer, replies: list[str], seed: int | None = None
 ) -> list[Generation]:
     """The agent's calls sent straight to the inference server (same messages and seeds)."""
 
     async def go() -> list[Generation]:
-        async with InferenceClient(server.base_url, SERVED_NAME, timeout_s=120) as client:
+        async with InferenceClient(embedded_server.base_url, SERVED_NAME, timeout_s=120) as client:
             out = []
             for k in range(len(replies)):
                 extra: dict[str, Any] = {} if seed is None else {"seed": seed + k}
@@ -46,15 +46,15 @@ def f32(values: list[float]) -> list[float]:
 
 
 def test_recorded_tokens_are_what_the_server_sampled(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     replies = run_agent(service.openai_base_url, "episode-1", SERVED_NAME, TASK, seed=100)
     out = report_reward(service.base_url, "episode-1", 1.0, "task-1", trajectory_mode="per_call")
     assert out["trajectories"] == out["model_calls"] == 3 and out["trajectory_mode"] == "per_call"
 
     trajectories = read_pool(service.config.pool)
-    direct = direct_calls(server, replies, seed=100)
+    direct = direct_calls(embedded_server, replies, seed=100)
     assert [g.text for g in direct] == replies  # the agent got the server's replies
     assert len(trajectories) == 3
     for traj, gen in zip(trajectories, direct, strict=True):
@@ -72,9 +72,9 @@ def test_recorded_tokens_are_what_the_server_sampled(
 
 
 def test_the_agent_gets_a_plain_openai_reply(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     client = openai.OpenAI(base_url=service.openai_base_url, api_key="plain", max_retries=0)
     reply = client.chat.completions.create(
         model=SERVED_NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=4
@@ -127,9 +127,9 @@ def test_chained_calls_become_one_episode_with_tool_and_user_turns_masked(
 
 
 def test_sessions_of_one_task_form_a_grpo_group_with_one_run_each(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     for sid, reward in (("try-a", 1.0), ("try-b", 0.0)):
         run_agent(service.openai_base_url, sid, SERVED_NAME, TASK, turns=2)
         report_reward(service.base_url, sid, reward, "task-g", trajectory_mode="per_call")
@@ -161,9 +161,9 @@ def test_sessions_of_one_task_form_a_grpo_group_with_one_run_each(
 
 
 def test_train_calls_masks_whole_calls_and_a_bad_report_keeps_the_session(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     run_agent(service.openai_base_url, "partial", SERVED_NAME, TASK, turns=2)
     with pytest.raises(AgentServiceError, match="train_calls: 3 flag") as bad:
         report_reward(service.base_url, "partial", 1.0, 1, train_calls=[True, False, True])

@@ -19,9 +19,9 @@ from tests.integration.agent_service.conftest import ServiceFactory
 from tests.integration.inference._helpers import MESSAGES, SERVED_NAME
 
 
-def sampled(server: EmbeddedServer, n: int) -> list[Generation]:
+def sampled(embedded_server: EmbeddedServer, n: int) -> list[Generation]:
     async def go() -> list[Generation]:
-        async with InferenceClient(server.base_url, SERVED_NAME, timeout_s=120) as client:
+        async with InferenceClient(embedded_server.base_url, SERVED_NAME, timeout_s=120) as client:
             return await client.chat(MESSAGES, n=n, max_tokens=6, seed=5)
 
     return asyncio.run(go())
@@ -45,10 +45,10 @@ def record(gen: Generation, run_id: int, **override: Any) -> dict[str, Any]:
 
 
 def test_pushed_trajectories_land_in_the_pool_in_one_commit(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url)
-    gens = sampled(server, 2)
+    service = make_service(embedded_server.base_url)
+    gens = sampled(embedded_server, 2)
     objects = [
         Trajectory(
             prompt_ids=g.prompt_token_ids,
@@ -77,10 +77,10 @@ def test_pushed_trajectories_land_in_the_pool_in_one_commit(
 
 
 def test_one_bad_record_rejects_the_request_and_names_index_and_field(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
-    service = make_service(server.base_url)
-    g = sampled(server, 1)[0]
+    service = make_service(embedded_server.base_url)
+    g = sampled(embedded_server, 1)[0]
     records = [
         record(g, 0),
         record(g, 1, loss_mask=[1]),  # one flag for several tokens
@@ -117,9 +117,13 @@ def test_one_bad_record_rejects_the_request_and_names_index_and_field(
     ],
 )
 def test_bad_values_are_named(
-    server: EmbeddedServer, make_service: ServiceFactory, patch: str, param: str, message: str
+    embedded_server: EmbeddedServer,
+    make_service: ServiceFactory,
+    patch: str,
+    param: str,
+    message: str,
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     base = {
         "prompt_ids": [1, 2],
         "response_ids": [3],
@@ -144,8 +148,8 @@ def test_bad_values_are_named(
 
 @pytest.mark.parametrize("body", [{}, {"trajectories": []}, {"trajectories": [1]}, [1]])
 def test_a_malformed_push_body_is_refused(
-    server: EmbeddedServer, make_service: ServiceFactory, body: Any
+    embedded_server: EmbeddedServer, make_service: ServiceFactory, body: Any
 ) -> None:
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     resp = httpx.post(f"{service.base_url}/v1/trajectories", json=body, timeout=30)
     assert resp.status_code == 422 and "trajectories" in resp.json()["error"]["message"]

@@ -12,8 +12,8 @@ import pytest
 from backends.inference.embedded import EmbeddedServer
 from nexrl.agent_service import AgentServiceError
 from tests.integration.agent_service._pool import read_pool
-from tests.integration.agent_service.conftest import BIGRAM_REPLY, ServiceFactory
-from tests.integration.inference._helpers import SERVED_NAME
+from tests.integration.agent_service.conftest import ServiceFactory
+from tests.integration.inference._helpers import BIGRAM_REPLY, SERVED_NAME
 
 GUIDE = Path("docs/user-guide.md")
 
@@ -52,10 +52,10 @@ def test_the_guides_agent_and_wrapper_train_through_the_service(
 
 
 def test_the_guides_push_example_writes_its_record(
-    server: EmbeddedServer, make_service: ServiceFactory
+    embedded_server: EmbeddedServer, make_service: ServiceFactory
 ) -> None:
     (push,) = [b for b in section_blocks("python") if "push_trajectories(" in b]
-    service = make_service(server.base_url)
+    service = make_service(embedded_server.base_url)
     assert "http://127.0.0.1:8100" in push
     exec(compile(push.replace("http://127.0.0.1:8100", service.base_url), str(GUIDE), "exec"), {})
     (t,) = read_pool(service.config.pool)

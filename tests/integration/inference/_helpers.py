@@ -1,20 +1,7 @@
-"""Constants and a server starter shared by the integration tests."""
+"""Constants shared by the tests that talk to an embedded server (see tests/conftest.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from backends.inference.embedded import EmbeddedServer
-
-SERVED_NAME = "tiny"
+SERVED_NAME = "tiny"  # the model name every test server answers to
+BIGRAM_REPLY = "The answer is 9"  # what the bigram model says after every generation prompt
 MESSAGES = [{"role": "user", "content": "What is the largest of 3 7 5?"}]
-
-
-def start_server(model: Path, *extra: str) -> EmbeddedServer:
-    """A started (healthy) server on ``model`` that batches within 20 ms."""
-    return EmbeddedServer(
-        model,
-        served_model_name=SERVED_NAME,
-        extra_args=["--batch-window-ms", "20", *extra],
-        startup_timeout_s=180,
-    ).start()

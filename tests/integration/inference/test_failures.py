@@ -7,6 +7,7 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from backends.inference.embedded import EmbeddedServer, ServerStartError
 from nexrl.inference import InferenceClient, InferenceError
-from tests.integration.inference._helpers import SERVED_NAME, start_server
+from tests.integration.inference._helpers import SERVED_NAME
 
 LONG: dict[str, Any] = {"max_tokens": 480, "n": 8, "temperature": 1.0, "ignore_eos": True}
 
@@ -27,8 +28,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_hung_then_killed_server(snapshots: dict[str, Path]) -> None:
-    server = start_server(snapshots["a"])
+def test_hung_then_killed_server(
+    start_embedded_server: Callable[..., EmbeddedServer], snapshots: dict[str, Path]
+) -> None:
+    server = start_embedded_server(snapshots["a"])
     pid = server.pid
     assert pid is not None
     try:

@@ -4,7 +4,6 @@ the server returns it as OpenAI ``tool_calls``, both clients read it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any, cast
 
 import openai
@@ -12,25 +11,19 @@ import pytest
 
 from backends.inference.embedded import EmbeddedServer
 from nexrl.inference import InferenceClient
-from tests.integration.inference._helpers import MESSAGES, SERVED_NAME, start_server
-from tests.integration.inference._known_model import save_bigram_model
+from tests.integration.inference._helpers import MESSAGES, SERVED_NAME
 
 CALL = '<tool_call>{"name": "f"}</tool_call>'
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
 
 
 @pytest.fixture(scope="module")
-def known_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    model = save_bigram_model(tmp_path_factory.mktemp("known") / "bigram", CALL)
-    srv = start_server(model)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def bigram_reply() -> str:
+    return CALL
 
 
-def test_openai_client_receives_tool_calls(known_server: EmbeddedServer) -> None:
-    client = openai.OpenAI(base_url=known_server.openai_base_url, api_key="x", max_retries=0)
+def test_openai_client_receives_tool_calls(bigram_server: EmbeddedServer) -> None:
+    client = openai.OpenAI(base_url=bigram_server.openai_base_url, api_key="x", max_retries=0)
     resp = client.chat.completions.create(
         model=SERVED_NAME,
         messages=cast(Any, MESSAGES),
@@ -48,9 +41,9 @@ def test_openai_client_receives_tool_calls(known_server: EmbeddedServer) -> None
     assert len((choice.model_extra or {})["token_ids"]) == 10
 
 
-def test_without_tools_the_call_stays_text(known_server: EmbeddedServer) -> None:
+def test_without_tools_the_call_stays_text(bigram_server: EmbeddedServer) -> None:
     async def ask() -> Any:
-        async with InferenceClient(known_server.base_url, SERVED_NAME, timeout_s=60) as c:
+        async with InferenceClient(bigram_server.base_url, SERVED_NAME, timeout_s=60) as c:
             with_tools = await c.chat(MESSAGES, tools=TOOLS, temperature=0, max_tokens=20)
             plain = await c.chat(MESSAGES, temperature=0, max_tokens=20)
             return with_tools[0], plain[0]

@@ -7,8 +7,6 @@ import multiprocessing as mp
 import os
 import time
 
-import pytest
-
 from nexrl.pool import TrajectoryPool
 from nexrl.pool.config import PoolConfig
 from tests.integration.pool._workers import write_uids
@@ -29,29 +27,23 @@ def drain(pool: TrajectoryPool, delivered: list[int], deadline: float, expect: i
         delivered.extend(check_columns(batch.columns))
 
 
-def test_dask_localcluster_process_writers(tmp_path):
-    distributed = pytest.importorskip("distributed")
+def test_dask_localcluster_process_writers(local_cluster, tmp_path):
+    client = local_cluster  # 2 worker processes (tests/conftest.py)
     store = str(tmp_path / "pool.zarr")
     cfg = PoolConfig(store=store, batch_size=8, group_size=GROUP, key_list=["group_id"])
     pool = TrajectoryPool(cfg)
     n_tasks, per_task = 8, 24
-    with (
-        distributed.LocalCluster(
-            processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        futures = [
-            # uids interleave across tasks so groups are completed by different processes
-            client.submit(
-                write_uids, store, list(range(t, n_tasks * per_task, n_tasks)), 6, GROUP, pure=False
-            )
-            for t in range(n_tasks)
-        ]
-        delivered: list[int] = []
-        drain(pool, delivered, time.monotonic() + 120, n_tasks * per_task)
-        assert sum(client.gather(futures)) == n_tasks * per_task
-        pids = client.run(os.getpid)
+    futures = [
+        # uids interleave across tasks so groups are completed by different processes
+        client.submit(
+            write_uids, store, list(range(t, n_tasks * per_task, n_tasks)), 6, GROUP, pure=False
+        )
+        for t in range(n_tasks)
+    ]
+    delivered: list[int] = []
+    drain(pool, delivered, time.monotonic() + 120, n_tasks * per_task)
+    assert sum(client.gather(futures)) == n_tasks * per_task
+    pids = client.run(os.getpid)
     drain(pool, delivered, time.monotonic() + 30, n_tasks * per_task)
     assert sorted(delivered) == list(range(n_tasks * per_task))
     s = pool.stats()

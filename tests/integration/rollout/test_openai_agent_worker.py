@@ -4,7 +4,7 @@ as Dask runs it), through the process's recording agent service."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,13 +14,11 @@ import pytest
 from backends.inference.embedded import EmbeddedServer
 from nexrl.controller.tasks import RolloutSpec, _worker, evaluate_task, rollout_task
 from nexrl.inference import parse_chat_completion
-from nexrl.modeling import save_tiny_model
 from nexrl.plugins import load_object
 from nexrl.pool.config import PoolConfig
 from nexrl.rollout_worker.base import Episode
 from nexrl.rollout_worker.openai_agent import AgentError
-from tests.integration.inference._helpers import SERVED_NAME, start_server
-from tests.integration.inference._known_model import save_bigram_model
+from tests.integration.inference._helpers import SERVED_NAME
 
 WORDS = ["max", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]
 AGENTS = "tests/integration/rollout/_openai_agents.py"
@@ -28,28 +26,17 @@ ROW = {"prompt": "max 4 3 9", "answer": "9"}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    model = save_tiny_model(tmp_path_factory.mktemp("m") / "m", vocab=WORDS, seed=3)
-    with start_server(model) as srv:
-        yield srv
+def tiny_model_dir(tiny_model: Callable[..., Path]) -> Path:
+    """``embedded_server``'s model: the max-digit words only."""
+    return tiny_model(vocab=WORDS, seed=3)
 
 
-@pytest.fixture(scope="module")
-def bigram_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    """A model that says the same words after every prompt: its replies re-render as
-    sampled, so an episode's calls chain token for token."""
-    with start_server(
-        save_bigram_model(tmp_path_factory.mktemp("m") / "b", "The answer is 9")
-    ) as srv:
-        yield srv
-
-
-def spec(server: EmbeddedServer, agent: str, **kw: Any) -> RolloutSpec:
+def spec(embedded_server: EmbeddedServer, agent: str, **kw: Any) -> RolloutSpec:
     return RolloutSpec(
         worker_type="openai_agent",
         evaluator=("recipes/max_digit/evaluator.py", "MaxDigitEvaluator"),
         roots=(str(Path.cwd()),),
-        base_urls=(server.base_url,),
+        base_urls=(embedded_server.base_url,),
         served_model_name=SERVED_NAME,
         sampling=(("temperature", 0.0),),  # not applied: the agent chooses its own
         pool=PoolConfig(store="unused"),
@@ -79,9 +66,9 @@ def seen() -> dict[str, list[dict[str, Any]]]:
 
 @pytest.mark.parametrize("agent", ["two_calls", "two_calls_async"])
 def test_episode_is_what_the_server_sampled_for_the_agent(
-    server: EmbeddedServer, agent: str
+    embedded_server: EmbeddedServer, agent: str
 ) -> None:
-    s = spec(server, agent)
+    s = spec(embedded_server, agent)
     eps = episodes(s, group=5)
     assert len(eps) == 2
     sessions = set()
@@ -109,8 +96,10 @@ def test_episode_is_what_the_server_sampled_for_the_agent(
     assert summary.rewards == [t.reward for t in trajectories]
 
 
-def test_the_recipes_agent_runs_as_the_user_guide_shows(server: EmbeddedServer) -> None:
-    s = replace(spec(server, "unused"), agent_entrypoint="recipes/openai_agent/agent.py:run")
+def test_the_recipes_agent_runs_as_the_user_guide_shows(embedded_server: EmbeddedServer) -> None:
+    s = replace(
+        spec(embedded_server, "unused"), agent_entrypoint="recipes/openai_agent/agent.py:run"
+    )
     for ep in episodes(s, group=4):
         first, final = ep.calls  # a first attempt, then the answer
         assert len(first.token_ids) == len(final.token_ids) == 1
@@ -118,6 +107,8 @@ def test_the_recipes_agent_runs_as_the_user_guide_shows(server: EmbeddedServer) 
 
 
 def test_episode_mode_merges_the_calls_of_an_episode(bigram_server: EmbeddedServer) -> None:
+    # The bigram model says the same words after every prompt: its replies re-render
+    # as sampled, so an episode's calls chain token for token.
     s = spec(bigram_server, "two_calls", agent_trajectory="episode")
     (ep,) = episodes(s, group=6, runs=1)
     (t,) = _worker(s, None).score(ep)
@@ -132,9 +123,9 @@ def test_episode_mode_merges_the_calls_of_an_episode(bigram_server: EmbeddedServ
 
 
 def test_unseeded_calls_get_request_seeds_so_an_episode_replays(
-    server: EmbeddedServer,
+    embedded_server: EmbeddedServer,
 ) -> None:
-    s = spec(server, "two_calls")  # the agent sends no seed; the service adds one per call
+    s = spec(embedded_server, "two_calls")  # the agent sends no seed; the service adds one per call
     runs = [episodes(s, group=7, runs=3) for _ in range(2)]
     sampled = [[(g.prompt_token_ids, g.token_ids) for ep in run for g in ep.calls] for run in runs]
     assert sampled[0] == sampled[1]  # same (seed, group, run, call): the same tokens
@@ -149,14 +140,16 @@ def test_unseeded_calls_get_request_seeds_so_an_episode_replays(
     ],
 )
 def test_a_failing_agent_fails_the_rollout_naming_the_function(
-    server: EmbeddedServer, agent: str, message: str
+    embedded_server: EmbeddedServer, agent: str, message: str
 ) -> None:
     with pytest.raises(AgentError, match=message):
-        rollout_task(spec(server, agent), items(group=8))
+        rollout_task(spec(embedded_server, agent), items(group=8))
 
 
-def test_an_agent_that_never_returns_times_out_naming_the_field(server: EmbeddedServer) -> None:
-    s = spec(server, "never_returns", agent_timeout_s=0.2)
+def test_an_agent_that_never_returns_times_out_naming_the_field(
+    embedded_server: EmbeddedServer,
+) -> None:
+    s = spec(embedded_server, "never_returns", agent_timeout_s=0.2)
     with pytest.raises(
         AgentError,
         match=r"never_returns did not return within 0\.2s "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,25 +11,25 @@ import pytest
 
 from backends.inference.embedded import EmbeddedServer
 from nexrl.inference import InferenceClient
-from nexrl.modeling import save_tiny_model
 from nexrl.plugins import load_object
 from nexrl.rollout_worker import BaseEvaluationTarget, EvaluationRunResult, Evaluator
 from nexrl.rollout_worker.simple import SimpleRolloutWorker
-from tests.integration.inference._helpers import SERVED_NAME, start_server
+from tests.integration.inference._helpers import SERVED_NAME
 
 WORDS = ["max", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]
 ITEM = {"group_id": 7, "run_id": 2, "data_item": {"prompt": "max 4 3 9", "answer": "9"}}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    model = save_tiny_model(tmp_path_factory.mktemp("m") / "m", vocab=WORDS, seed=3)
-    with start_server(model) as srv:
-        yield srv
+def tiny_model_dir(tiny_model: Callable[..., Path]) -> Path:
+    """``embedded_server``'s model: the max-digit words only."""
+    return tiny_model(vocab=WORDS, seed=3)
 
 
-def worker(server: EmbeddedServer, evaluator: Evaluator, **sampling: Any) -> SimpleRolloutWorker:
-    client = InferenceClient(server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
+def worker(
+    embedded_server: EmbeddedServer, evaluator: Evaluator, **sampling: Any
+) -> SimpleRolloutWorker:
+    client = InferenceClient(embedded_server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
     return SimpleRolloutWorker(client, evaluator, {"max_tokens": 3, **sampling})
 
 
@@ -38,11 +38,11 @@ def max_digit() -> Evaluator:
     return cls()
 
 
-def test_trajectory_is_what_the_server_sampled(server: EmbeddedServer) -> None:
-    w = worker(server, max_digit(), temperature=0.0)
+def test_trajectory_is_what_the_server_sampled(embedded_server: EmbeddedServer) -> None:
+    w = worker(embedded_server, max_digit(), temperature=0.0)
     (traj,) = asyncio.run(w.rollout(ITEM))
     # Ask the server again directly, greedy: the same tokens and log-probs.
-    client = InferenceClient(server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
+    client = InferenceClient(embedded_server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
     (gen,) = asyncio.run(
         client.chat([{"role": "user", "content": "max 4 3 9"}], max_tokens=3, temperature=0.0)
     )
@@ -65,9 +65,9 @@ class Raises(Evaluator):
 
 
 def test_evaluator_that_raises_gives_reward_zero_and_an_error_metric(
-    server: EmbeddedServer,
+    embedded_server: EmbeddedServer,
 ) -> None:
-    (traj,) = asyncio.run(worker(server, Raises()).rollout(ITEM))
+    (traj,) = asyncio.run(worker(embedded_server, Raises()).rollout(ITEM))
     assert traj.reward == 0.0
     assert traj.metrics["evaluator_error"] == 1.0
     assert "KeyError" in traj.extra_info["evaluator_error"]
@@ -84,8 +84,8 @@ class NoTrain(SimpleRolloutWorker):
         return [False for _ in trajectory_infos]
 
 
-def test_hooks_shape_the_query_and_the_loss_mask(server: EmbeddedServer) -> None:
-    client = InferenceClient(server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
+def test_hooks_shape_the_query_and_the_loss_mask(embedded_server: EmbeddedServer) -> None:
+    client = InferenceClient(embedded_server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
     plain = SimpleRolloutWorker(client, max_digit(), {"max_tokens": 2, "temperature": 0.0})
     custom = NoTrain(client, max_digit(), {"max_tokens": 2, "temperature": 0.0})
 
@@ -98,12 +98,12 @@ def test_hooks_shape_the_query_and_the_loss_mask(server: EmbeddedServer) -> None
 
 
 def test_seeded_requests_repeat_a_sample_and_differ_between_samples(
-    server: EmbeddedServer,
+    embedded_server: EmbeddedServer,
 ) -> None:
     """With a seed, a rollout re-samples exactly the same tokens (a retried or
     re-run group is repeatable), while the samples of one group stay distinct
     streams; without a seed no seed is sent."""
-    w = worker(server, max_digit(), temperature=1.0, max_tokens=6)
+    w = worker(embedded_server, max_digit(), temperature=1.0, max_tokens=6)
     w.seed = 11
 
     async def sample(items: list[dict[str, Any]]) -> list[list[int]]:

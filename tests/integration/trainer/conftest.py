@@ -1,18 +1,15 @@
+"""The trainer tests' model: ``tiny_model_dir`` (tests/conftest.py) with ``TRAINER_MODEL``."""
+
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.unit.trainer._helpers import save_model
+from tests.unit.trainer._helpers import TRAINER_MODEL
 
 
-@pytest.fixture(scope="session")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_model(tmp_path_factory.mktemp("tiny") / "model")
-
-
-@pytest.fixture(scope="session")
-def vocab_size(model_dir: Path) -> int:
-    return int(json.loads((model_dir / "config.json").read_text())["vocab_size"])
+@pytest.fixture(scope="module")
+def tiny_model_dir(tiny_model: Callable[..., Path]) -> Path:
+    return tiny_model(**TRAINER_MODEL)

@@ -26,8 +26,8 @@ def _logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         return model(**model_inputs(batch)).logits
 
 
-def test_sft_loss_decreases_on_a_fixed_batch(model_dir: Path, vocab_size: int) -> None:
-    trainer = create_trainer(spec(model_dir, trainer={"type": "self_hosted_sft", "lr": 1e-2}))
+def test_sft_loss_decreases_on_a_fixed_batch(tiny_model_dir: Path, vocab_size: int) -> None:
+    trainer = create_trainer(spec(tiny_model_dir, trainer={"type": "self_hosted_sft", "lr": 1e-2}))
     batch = make_batch(vocab_size, groups=2, group_size=4)
     losses = [trainer.train_step(batch)["actor/sft_loss"] for _ in range(5)]
     assert all(b < a for a, b in itertools.pairwise(losses)), losses
@@ -35,10 +35,10 @@ def test_sft_loss_decreases_on_a_fixed_batch(model_dir: Path, vocab_size: int) -
 
 
 def test_grpo_loss_decreases_and_good_responses_gain_probability(
-    model_dir: Path, vocab_size: int
+    tiny_model_dir: Path, vocab_size: int
 ) -> None:
     s = spec(
-        model_dir,
+        tiny_model_dir,
         trainer={"lr": 2e-3, "ppo_epochs": 1},
         algorithm={
             "do_old_log_prob_compute": False,
@@ -47,7 +47,7 @@ def test_grpo_loss_decreases_and_good_responses_gain_probability(
         },
     )
     trainer = create_trainer(s)
-    batch = make_batch(vocab_size, groups=2, group_size=4, model_dir=model_dir)
+    batch = make_batch(vocab_size, groups=2, group_size=4, model_dir=tiny_model_dir)
     losses = []
     for _ in range(4):
         losses.append(trainer.train_step(batch)["actor/pg_loss"])
@@ -59,12 +59,14 @@ def test_grpo_loss_decreases_and_good_responses_gain_probability(
     assert gain[adv > 0].mean() > 0 > gain[adv < 0].mean()
 
 
-def test_deepspeed_update_equals_a_plain_pytorch_update(model_dir: Path, vocab_size: int) -> None:
+def test_deepspeed_update_equals_a_plain_pytorch_update(
+    tiny_model_dir: Path, vocab_size: int
+) -> None:
     """ZeRO-1 with micro-batches of 3 vs a plain loop on the whole batch: same step."""
-    batch = make_batch(vocab_size, groups=3, group_size=4, model_dir=model_dir)
+    batch = make_batch(vocab_size, groups=3, group_size=4, model_dir=tiny_model_dir)
     common = {"lr": 1e-3, "grad_clip": 1.0, "weight_decay": 0.01}
-    ds = create_trainer(spec(model_dir, trainer={**common, "micro_batch_size": 3}))
-    plain = plain_trainer(spec(model_dir, trainer={**common, "micro_batch_size": 12}))
+    ds = create_trainer(spec(tiny_model_dir, trainer={**common, "micro_batch_size": 3}))
+    plain = plain_trainer(spec(tiny_model_dir, trainer={**common, "micro_batch_size": 12}))
     for _ in range(2):
         a, b = ds.train_step(batch), plain.train_step(batch)
         assert a["actor/grad_norm"] == pytest.approx(b["actor/grad_norm"], rel=1e-4)
@@ -77,16 +79,16 @@ def test_deepspeed_update_equals_a_plain_pytorch_update(model_dir: Path, vocab_s
 
 @pytest.mark.parametrize("stage", [2, 3])
 def test_snapshot_reload_gives_identical_logits(
-    model_dir: Path, vocab_size: int, tmp_path: Path, stage: int
+    tiny_model_dir: Path, vocab_size: int, tmp_path: Path, stage: int
 ) -> None:
     s = spec(
-        model_dir,
+        tiny_model_dir,
         trainer={"zero_stage": stage},
         snapshot_dir=str(tmp_path / "snaps"),
         keep_snapshots=1,
     )
     trainer = create_trainer(s)
-    batch = make_batch(vocab_size, groups=2, group_size=4, model_dir=model_dir)
+    batch = make_batch(vocab_size, groups=2, group_size=4, model_dir=tiny_model_dir)
     for _ in range(2):
         metrics = trainer.train_step(batch)
     assert metrics["weight/published_version"] == 2.0
@@ -97,14 +99,14 @@ def test_snapshot_reload_gives_identical_logits(
     with torch.no_grad():
         expected = trainer.engine.forward(**model_inputs(batch)).logits
     assert torch.equal(_logits(reloaded, batch), expected)
-    ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     load_snapshot(path, device=torch.device("cpu"), dtype=torch.float32, reference=ref)
     assert sorted(p.name for p in (tmp_path / "snaps").iterdir()) == ["latest", "v2"]
 
 
 @pytest.mark.parametrize("stage", [1, 3])
 def test_resume_continues_as_if_uninterrupted(
-    model_dir: Path, vocab_size: int, tmp_path: Path, stage: int
+    tiny_model_dir: Path, vocab_size: int, tmp_path: Path, stage: int
 ) -> None:
     """4 steps straight == 2 steps, checkpoint, a new trainer resuming, 2 more steps."""
     batches = [make_batch(vocab_size, groups=2, group_size=4, seed=i) for i in range(4)]
@@ -119,17 +121,17 @@ def test_resume_continues_as_if_uninterrupted(
         },
         "algorithm": {"kl_loss_coef": 0.05, "kl_controller": "adaptive", "kl_target": 0.01},
     }
-    straight = create_trainer(spec(model_dir, **settings))
+    straight = create_trainer(spec(tiny_model_dir, **settings))
     expected = [straight.train_step(b) for b in batches]
 
-    first = create_trainer(spec(model_dir, checkpoint_dir=str(tmp_path / "ck"), **settings))
+    first = create_trainer(spec(tiny_model_dir, checkpoint_dir=str(tmp_path / "ck"), **settings))
     for b in batches[:2]:
         first.train_step(b)
     assert (tmp_path / "ck" / "latest").read_text().strip() == "step_2"
     first.close()
 
     resumed = create_trainer(
-        spec(model_dir, checkpoint_dir=str(tmp_path / "ck"), resume_mode="auto", **settings)
+        spec(tiny_model_dir, checkpoint_dir=str(tmp_path / "ck"), resume_mode="auto", **settings)
     )
     assert resumed.resumed_from == tmp_path / "ck" / "step_2"
     assert (resumed.global_step, resumed.policy_version) == (2, 2)

@@ -7,9 +7,7 @@ this process on the same global batches.
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +19,7 @@ from nexrl.weights.snapshot import latest_snapshot
 from tests.unit.trainer._helpers import make_batch, spec
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
-distributed = pytest.importorskip("distributed")
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=True,
-            resources={"GPU": 1},
-            dashboard_address=":0",
-            silence_logs=logging.WARNING,
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
+pytest.importorskip("distributed")
 
 
 def _settings(tmp_path: Path, **extra: Any) -> dict[str, Any]:
@@ -63,18 +45,20 @@ def _assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
 
 
 def test_world_size_two_equals_world_size_one_and_resumes(
-    client: Any, model_dir: Path, vocab_size: int, tmp_path: Path
+    local_cluster: Any, tiny_model_dir: Path, vocab_size: int, tmp_path: Path
 ) -> None:
     batches = [make_batch(vocab_size, groups=7, group_size=2, seed=i) for i in range(3)]
     settings = _settings(tmp_path)
-    single = create_trainer(spec(model_dir, **settings))
+    single = create_trainer(spec(tiny_model_dir, **settings))
     expected = [single.train_step(b) for b in batches]
 
     dist_dirs = {
         "snapshot_dir": str(tmp_path / "snaps"),
         "checkpoint_dir": str(tmp_path / "ck"),
     }
-    group = TrainerGroup.create(client, spec(model_dir, **settings, **dist_dirs), timeout_s=300)
+    group = TrainerGroup.create(
+        local_cluster, spec(tiny_model_dir, **settings, **dist_dirs), timeout_s=300
+    )
     try:
         info = group.setup_info()
         assert [i["rank"] for i in info] == [0, 1] and len({i["pid"] for i in info}) == 2
@@ -97,7 +81,9 @@ def test_world_size_two_equals_world_size_one_and_resumes(
     assert len(list((ck / "engine").glob("*optim_states.pt"))) == 2  # one ZeRO partition per rank
 
     resumed = TrainerGroup.create(
-        client, spec(model_dir, **settings, **dist_dirs, resume_mode="auto"), timeout_s=300
+        local_cluster,
+        spec(tiny_model_dir, **settings, **dist_dirs, resume_mode="auto"),
+        timeout_s=300,
     )
     try:
         assert [i["global_step"] for i in resumed.setup_info()] == [2, 2]
@@ -111,7 +97,9 @@ def test_world_size_two_equals_world_size_one_and_resumes(
     _assert_same_weights(final, reference)
 
 
-def test_too_few_gpu_workers_is_a_clear_error(client: Any, model_dir: Path, tmp_path: Path) -> None:
-    s = spec(model_dir, trainer={"world_size": 3})
+def test_too_few_gpu_workers_is_a_clear_error(
+    local_cluster: Any, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    s = spec(tiny_model_dir, trainer={"world_size": 3})
     with pytest.raises(TrainerGroupError, match=r"world_size=3 needs 3 Dask workers.*GPU>=1"):
-        TrainerGroup.create(client, s)
+        TrainerGroup.create(local_cluster, s)

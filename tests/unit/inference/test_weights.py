@@ -13,18 +13,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from backends.inference.embedded.weights import SnapshotError, load_snapshot, resolve_dtype
-from nexrl.modeling import save_tiny_model
 
 CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
-def snapshots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("snaps")
+def snapshots(tiny_model: Callable[..., Path]) -> dict[str, Path]:
     return {
-        "a": save_tiny_model(root / "a", seed=1),
-        "b": save_tiny_model(root / "b", seed=2),
-        "narrow": save_tiny_model(root / "narrow", seed=3, hidden_size=32),
+        "a": tiny_model(seed=1),
+        "b": tiny_model(seed=2),
+        "narrow": tiny_model(seed=3, hidden_size=32),
     }
 
 

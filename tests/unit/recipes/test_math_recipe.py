@@ -231,11 +231,9 @@ def test_make_data_cli_honours_out_and_seed(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def stand_in_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def stand_in_model(tiny_model: Callable[..., Path]) -> Path:
     """A tiny Qwen2 model directory standing in for the (absent) Qwen2.5 weights."""
-    from nexrl.modeling import save_tiny_model
-
-    return save_tiny_model(tmp_path_factory.mktemp("qwen_stand_in"), seed=0)
+    return tiny_model(seed=0)
 
 
 def test_recipe_passes_the_checker_with_a_model_directory(

@@ -15,18 +15,15 @@ from nexrl.trainer.spec import TrainerSpec
 from nexrl.types.batch import Batch
 from nexrl.types.trajectory import Trajectory
 
-SMALL_MODEL: dict[str, Any] = {
+# The trainer tests' model (``tiny_model(**TRAINER_MODEL)``, see tests/conftest.py).
+TRAINER_MODEL: dict[str, Any] = {
+    "seed": 0,
+    "init_std": 0.05,
     "hidden_size": 32,
     "num_layers": 2,
     "num_heads": 4,
     "intermediate_size": 64,
 }
-
-
-def save_model(path: Path, seed: int = 0) -> Path:
-    from nexrl.modeling.tiny import save_tiny_model
-
-    return save_tiny_model(path, seed=seed, init_std=0.05, **SMALL_MODEL)
 
 
 def make_batch(

@@ -109,12 +109,12 @@ def test_a_class_from_a_module(workspace: Path, monkeypatch: pytest.MonkeyPatch)
     assert cls.__name__ == "MyTrainer" and issubclass(cls, SelfHostedGrpoTrainer)
 
 
-def test_a_custom_trainer_trains(workspace: Path, model_dir: Path, vocab_size: int) -> None:
+def test_a_custom_trainer_trains(workspace: Path, tiny_model_dir: Path, vocab_size: int) -> None:
     from tests.unit.trainer._helpers import make_batch, spec
     from tests.unit.trainer._plain_engine import plain_trainer
 
     trainer_cfg = {"custom_trainer": "agents/my_trainer.py:MyTrainer"}
-    s = spec(model_dir, trainer=trainer_cfg, roots=(str(workspace),))
+    s = spec(tiny_model_dir, trainer=trainer_cfg, roots=(str(workspace),))
     trainer = plain_trainer(s)
     assert type(trainer).__name__ == "MyTrainer"
     metrics = trainer.train_step(make_batch(vocab_size))

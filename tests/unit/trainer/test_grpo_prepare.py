@@ -15,12 +15,12 @@ from tests.unit.trainer._helpers import make_batch, spec
 from tests.unit.trainer._plain_engine import plain_trainer
 
 
-def test_old_log_probs_rewards_and_advantages(model_dir: Path, vocab_size: int) -> None:
-    trainer = plain_trainer(spec(model_dir))
-    raw = make_batch(vocab_size, model_dir=model_dir)
+def test_old_log_probs_rewards_and_advantages(tiny_model_dir: Path, vocab_size: int) -> None:
+    trainer = plain_trainer(spec(tiny_model_dir))
+    raw = make_batch(vocab_size, model_dir=tiny_model_dir)
     raw.tensors["old_log_probs"] = torch.zeros_like(raw["old_log_probs"])  # must be recomputed
     batch, _ = trainer._prepare_batch(raw)
-    expected = make_batch(vocab_size, model_dir=model_dir)["old_log_probs"]
+    expected = make_batch(vocab_size, model_dir=tiny_model_dir)["old_log_probs"]
     assert torch.allclose(batch["old_log_probs"], expected, atol=1e-5)
     rewards = batch["token_level_rewards"]
     assert torch.equal(rewards.sum(-1), batch["rewards"])
@@ -32,8 +32,8 @@ def test_old_log_probs_rewards_and_advantages(model_dir: Path, vocab_size: int) 
     assert torch.equal(batch["advantages"], adv) and adv.abs().sum() > 0
 
 
-def test_zero_variance_groups_are_dropped(model_dir: Path, vocab_size: int) -> None:
-    trainer = plain_trainer(spec(model_dir, algorithm={"filter_zero_variance_groups": True}))
+def test_zero_variance_groups_are_dropped(tiny_model_dir: Path, vocab_size: int) -> None:
+    trainer = plain_trainer(spec(tiny_model_dir, algorithm={"filter_zero_variance_groups": True}))
     raw = make_batch(vocab_size, groups=3, group_size=4)
     raw.tensors["rewards"][raw["group_ids"] == 1] = 1.0  # group 1 carries no signal
     batch, metrics = trainer._prepare_batch(raw)
@@ -41,8 +41,8 @@ def test_zero_variance_groups_are_dropped(model_dir: Path, vocab_size: int) -> N
     assert metrics["filter/dropped_group_frac"] == pytest.approx(1 / 3)
 
 
-def test_all_groups_filtered_skips_the_update(model_dir: Path, vocab_size: int) -> None:
-    trainer = plain_trainer(spec(model_dir, algorithm={"filter_zero_variance_groups": True}))
+def test_all_groups_filtered_skips_the_update(tiny_model_dir: Path, vocab_size: int) -> None:
+    trainer = plain_trainer(spec(tiny_model_dir, algorithm={"filter_zero_variance_groups": True}))
     raw = make_batch(vocab_size, groups=2, group_size=2)
     raw.tensors["rewards"][:] = 1.0
     before = trainer.full_state_dict()["lm_head.weight"].clone()
@@ -52,12 +52,12 @@ def test_all_groups_filtered_skips_the_update(model_dir: Path, vocab_size: int) 
     assert torch.equal(trainer.full_state_dict()["lm_head.weight"], before)
 
 
-def test_tis_weights_scale_advantages(model_dir: Path, vocab_size: int) -> None:
-    base = plain_trainer(spec(model_dir))
+def test_tis_weights_scale_advantages(tiny_model_dir: Path, vocab_size: int) -> None:
+    base = plain_trainer(spec(tiny_model_dir))
     tis = plain_trainer(
-        spec(model_dir, algorithm={"off_policy_correction": "tis", "tis_max_ratio": 2.0})
+        spec(tiny_model_dir, algorithm={"off_policy_correction": "tis", "tis_max_ratio": 2.0})
     )
-    raw = make_batch(vocab_size, model_dir=model_dir)
+    raw = make_batch(vocab_size, model_dir=tiny_model_dir)
     shift = torch.zeros_like(raw["behaviour_log_probs"])
     shift[::2] = math.log(3.0)  # behaviour 3x less likely -> weight min(3, 2) = 2
     shift[1::4] = math.log(1.5)  # -> weight 1.5
@@ -71,13 +71,13 @@ def test_tis_weights_scale_advantages(model_dir: Path, vocab_size: int) -> None:
     assert metrics["actor/tis_weight_mean"] == pytest.approx(float(weight[valid].mean()))
 
 
-def test_kl_in_reward_subtracts_the_penalty(model_dir: Path, vocab_size: int) -> None:
+def test_kl_in_reward_subtracts_the_penalty(tiny_model_dir: Path, vocab_size: int) -> None:
     algo = {"use_kl_in_reward": True, "kl_loss_coef": 0.5, "kl_penalty": "k1"}
-    trainer = plain_trainer(spec(model_dir, algorithm=algo))
+    trainer = plain_trainer(spec(tiny_model_dir, algorithm=algo))
     assert trainer.ref_model is not None and not trainer.use_kl_loss
-    batch = make_batch(vocab_size, model_dir=model_dir)
+    batch = make_batch(vocab_size, model_dir=tiny_model_dir)
     trainer.train_step(batch)  # move the policy away from the reference
-    out, metrics = trainer._prepare_batch(make_batch(vocab_size, model_dir=model_dir))
+    out, metrics = trainer._prepare_batch(make_batch(vocab_size, model_dir=tiny_model_dir))
     mask = out["response_mask"].bool()
     kl = KL_PENALTIES.get("k1")(out["old_log_probs"], out["ref_log_probs"], mask)
     expected = token_level_from_scalar(out["rewards"], out["response_mask"]) - 0.5 * kl
@@ -85,10 +85,10 @@ def test_kl_in_reward_subtracts_the_penalty(model_dir: Path, vocab_size: int) ->
     assert metrics["actor/reward_kl"] != 0.0
 
 
-def test_kl_loss_term_and_metrics(model_dir: Path, vocab_size: int) -> None:
-    trainer = plain_trainer(spec(model_dir, algorithm={"kl_loss_coef": 0.1}))
+def test_kl_loss_term_and_metrics(tiny_model_dir: Path, vocab_size: int) -> None:
+    trainer = plain_trainer(spec(tiny_model_dir, algorithm={"kl_loss_coef": 0.1}))
     assert trainer.use_kl_loss
-    batch = make_batch(vocab_size, model_dir=model_dir)
+    batch = make_batch(vocab_size, model_dir=tiny_model_dir)
     first = trainer.train_step(batch)
     second = trainer.train_step(batch)
     assert first["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # policy == reference
@@ -109,16 +109,16 @@ def test_kl_loss_term_and_metrics(model_dir: Path, vocab_size: int) -> None:
         assert math.isfinite(first[key]), key
 
 
-def test_micro_batching_matches_one_full_batch(model_dir: Path, vocab_size: int) -> None:
+def test_micro_batching_matches_one_full_batch(tiny_model_dir: Path, vocab_size: int) -> None:
     """Same gradient (norm and direction) for any micro-batch size.
 
     Adam's update is invariant to the gradient's scale, so the gradient norm is
     compared too: a wrong loss scaling would change it but not the weights.
     """
-    batch = make_batch(vocab_size, groups=3, group_size=4, model_dir=model_dir)
+    batch = make_batch(vocab_size, groups=3, group_size=4, model_dir=tiny_model_dir)
     runs = []
     for micro in (2, 5, 12):
-        trainer = plain_trainer(spec(model_dir, trainer={"micro_batch_size": micro}))
+        trainer = plain_trainer(spec(tiny_model_dir, trainer={"micro_batch_size": micro}))
         metrics = trainer.train_step(batch)
         runs.append((metrics, trainer.full_state_dict()))
     (m0, w0), rest = runs[0], runs[1:]
@@ -129,16 +129,16 @@ def test_micro_batching_matches_one_full_batch(model_dir: Path, vocab_size: int)
             assert torch.allclose(v, w[k], atol=1e-4), k
 
 
-def test_base_trainer_needs_advantages(model_dir: Path, vocab_size: int) -> None:
-    trainer = plain_trainer(spec(model_dir), cls=SelfHostedTrainer)
+def test_base_trainer_needs_advantages(tiny_model_dir: Path, vocab_size: int) -> None:
+    trainer = plain_trainer(spec(tiny_model_dir), cls=SelfHostedTrainer)
     with pytest.raises(TrainerError, match=r"no 'advantages'.*_prepare_batch"):
         trainer.train_step(make_batch(vocab_size))
 
 
-def test_sft_loss_is_response_cross_entropy(model_dir: Path, vocab_size: int) -> None:
-    trainer = plain_trainer(spec(model_dir, trainer={"type": "self_hosted_sft"}))
+def test_sft_loss_is_response_cross_entropy(tiny_model_dir: Path, vocab_size: int) -> None:
+    trainer = plain_trainer(spec(tiny_model_dir, trainer={"type": "self_hosted_sft"}))
     assert trainer.ref_model is None
-    batch = make_batch(vocab_size, model_dir=model_dir)
+    batch = make_batch(vocab_size, model_dir=tiny_model_dir)
     metrics = trainer.train_step(batch)
     lp, mask = batch["old_log_probs"], batch["response_mask"].bool()
     assert metrics["actor/sft_loss"] == pytest.approx(float(-lp[mask].mean()), rel=1e-5)

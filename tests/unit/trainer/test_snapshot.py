@@ -20,8 +20,8 @@ from nexrl.weights.snapshot import (
 )
 
 
-def _model(model_dir: Path) -> torch.nn.Module:
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+def _model(tiny_model_dir: Path) -> torch.nn.Module:
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
 
 
 def _perturbed(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
@@ -32,10 +32,10 @@ def _perturbed(model: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
 
 
 def test_published_snapshot_loads_with_from_pretrained_and_the_server_check(
-    model_dir: Path, tmp_path: Path
+    tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    model = _model(model_dir)
-    pub = SnapshotPublisher(tmp_path / "snaps", keep=2, tokenizer_dir=model_dir)
+    model = _model(tiny_model_dir)
+    pub = SnapshotPublisher(tmp_path / "snaps", keep=2, tokenizer_dir=tiny_model_dir)
     state = _perturbed(model, 1)
     snap = pub.publish(state, model.config, version=1)
     assert snap.path == tmp_path / "snaps" / "v1" and read_version(snap.path) == 1
@@ -50,8 +50,8 @@ def test_published_snapshot_loads_with_from_pretrained_and_the_server_check(
     assert served is not None
 
 
-def test_latest_moves_and_old_versions_are_pruned(model_dir: Path, tmp_path: Path) -> None:
-    model = _model(model_dir)
+def test_latest_moves_and_old_versions_are_pruned(tiny_model_dir: Path, tmp_path: Path) -> None:
+    model = _model(tiny_model_dir)
     pub = SnapshotPublisher(tmp_path, keep=2)
     for v in (1, 2, 3, 4):
         pub.publish(model.state_dict(), model.config, version=v)
@@ -62,8 +62,8 @@ def test_latest_moves_and_old_versions_are_pruned(model_dir: Path, tmp_path: Pat
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def test_republish_and_discard_newer_after_resume(model_dir: Path, tmp_path: Path) -> None:
-    model = _model(model_dir)
+def test_republish_and_discard_newer_after_resume(tiny_model_dir: Path, tmp_path: Path) -> None:
+    model = _model(tiny_model_dir)
     pub = SnapshotPublisher(tmp_path, keep=5)
     for v in (1, 2, 3):
         pub.publish(_perturbed(model, v), model.config, version=v)
@@ -76,8 +76,8 @@ def test_republish_and_discard_newer_after_resume(model_dir: Path, tmp_path: Pat
     assert pub.discard_newer_than(0) == [1] and not (tmp_path / "latest").exists()
 
 
-def test_incomplete_folders_are_ignored_and_cleaned(model_dir: Path, tmp_path: Path) -> None:
-    model = _model(model_dir)
+def test_incomplete_folders_are_ignored_and_cleaned(tiny_model_dir: Path, tmp_path: Path) -> None:
+    model = _model(tiny_model_dir)
     SnapshotPublisher(tmp_path).publish(model.state_dict(), model.config, version=1)
     (tmp_path / "v2").mkdir()  # no version file: not a snapshot
     (tmp_path / ".tmp-v3-deadbeef").mkdir()
@@ -86,8 +86,8 @@ def test_incomplete_folders_are_ignored_and_cleaned(model_dir: Path, tmp_path: P
     assert not (tmp_path / ".tmp-v3-deadbeef").exists()
 
 
-def test_sharded_snapshot_loads(model_dir: Path, tmp_path: Path) -> None:
-    model = _model(model_dir)
+def test_sharded_snapshot_loads(tiny_model_dir: Path, tmp_path: Path) -> None:
+    model = _model(tiny_model_dir)
     pub = SnapshotPublisher(tmp_path, max_shard_bytes=40_000)
     snap = pub.publish(model.state_dict(), model.config, version=7)
     assert (snap.path / "model.safetensors.index.json").exists()
