@@ -30,9 +30,9 @@ import pytest
 from backends.inference.embedded import EmbeddedServer
 from nexrl.config.sections.pool import TrajectoryPoolConfig
 from nexrl.controller.dispatch import RolloutDispatcher
-from nexrl.controller.tasks import RolloutSpec, evaluator
 from nexrl.inference import InferenceClient
 from nexrl.modeling import save_tiny_model
+from nexrl.rollout_worker.tasks import RolloutSpec, evaluator
 
 GROUPS, GROUP_SIZE, ROUNDS = 16, 8, 3
 NAME = "tiny"

@@ -14,11 +14,11 @@ import pytest
 from backends.inference.embedded import EmbeddedServer
 from nexrl.config.modules import load_object
 from nexrl.config.sections.pool import TrajectoryPoolConfig
-from nexrl.controller.tasks import RolloutSpec, _worker, evaluate_task, rollout_task
 from nexrl.inference import parse_chat_completion
 from nexrl.modeling import save_tiny_model
 from nexrl.rollout_worker.base import Episode
 from nexrl.rollout_worker.openai_agent import AgentError
+from nexrl.rollout_worker.tasks import RolloutSpec, _worker, evaluate_task, rollout_task
 from tests.integration.inference._helpers import SERVED_NAME, start_server
 from tests.integration.inference._known_model import save_bigram_model
 

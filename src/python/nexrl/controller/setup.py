@@ -18,7 +18,7 @@ from nexrl.config.recipe import Recipe
 from nexrl.config.sections.data import DataConfig
 from nexrl.config.sections.pool import TrajectoryPoolConfig
 from nexrl.controller.sync import SyncPolicy
-from nexrl.controller.tasks import RolloutSpec
+from nexrl.rollout_worker.tasks import RolloutSpec
 
 __all__ = [
     "absolute_output_dir",
