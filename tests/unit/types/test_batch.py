@@ -100,6 +100,23 @@ def test_from_trajectories_layout() -> None:
     assert b["behaviour_log_probs"][1, 2] == -3.0
 
 
+def test_from_columns_equals_from_trajectories() -> None:
+    # the controller builds its batch straight from the pool's columns
+    from nexrl.pool.columns import TrajectoryColumns
+    from tests.unit.pool._data import make_columns
+
+    trajs = [_t1(), _t2(), _t3()]
+    cols = TrajectoryColumns.from_trajectories(trajs)
+    assert_batches_equal(Batch.from_columns(cols, PAD), Batch.from_trajectories(trajs, PAD))
+    pooled = make_columns([4, 0, 7, 3], group_size=2, version=[1, 2, 3, 4])
+    picked = pooled.take([2, 0, 3])
+    assert_batches_equal(
+        Batch.from_columns(picked, PAD), Batch.from_trajectories(picked.to_trajectories(), PAD)
+    )
+    with pytest.raises(BatchError, match="no trajectories"):
+        Batch.from_columns(pooled.take([]))
+
+
 def test_from_no_trajectories_is_an_error() -> None:
     with pytest.raises(BatchError, match="no trajectories"):
         Batch.from_trajectories([])

@@ -202,17 +202,19 @@ class Controller:
             if batch is None:
                 return None
             self.counters["delivered_trajectories"] += len(batch)
-            trajectories = self.scheduler.first_copies(batch)
-            if trajectories:
+            keep = self.scheduler.first_copy_index(batch)
+            if len(keep):
                 break  # (a batch holding only second copies is skipped whole)
         t_batch = time.perf_counter()
         from nexrl.trainer.batch_io import save_batch
         from nexrl.types.batch import Batch
 
         # commit order depends on timing; (group, run) order makes a seeded run repeatable
-        trajectories.sort(key=lambda t: (int(t.group_id), int(t.run_id)))
+        cols = batch.columns
+        keep = keep[np.lexsort((cols.run_id[keep], cols.group_id[keep]))]
+        trained = cols.take(keep)  # the pool's columns, straight into the trainer's Batch
         path = parts.run.batches / f"step_{self.step + 1}.pt"
-        save_batch(Batch.from_trajectories(trajectories, parts.pad_token_id), path)
+        save_batch(Batch.from_columns(trained, parts.pad_token_id), path)
         version_before = self.version
         pending = parts.trainer.start("step", str(path))
         while not pending.done():
@@ -231,7 +233,7 @@ class Controller:
         t_train = time.perf_counter()
         self.step = result.global_step
         self.version = result.policy_version
-        row = self._step_row(batch, trajectories, result, version_before)
+        row = self._step_row(batch, trained, result, version_before)
         if result.published_version is not None:
             row.update(self._sync_weights(result))
         t_sync = time.perf_counter()
@@ -250,17 +252,18 @@ class Controller:
                 "timing/train": t_train - t_batch,
                 "timing/weight_sync": t_sync - t_train,
                 "timing/step": end - t0,
-                "perf/trajectories_per_s": len(trajectories) / max(end - t0, 1e-9),
+                "perf/trajectories_per_s": len(trained) / max(end - t0, 1e-9),
             }
         )
         return row
 
     def _step_row(
-        self, batch: Any, trajectories: list[Any], result: StepResult, version_before: int
+        self, batch: Any, trained: Any, result: StepResult, version_before: int
     ) -> dict[str, Any]:
-        """The step's metrics row: the batch trained, the counters, the trainer's result."""
-        rewards = np.asarray([t.reward for t in trajectories], dtype=np.float64)
-        versions = np.asarray([t.policy_version for t in trajectories])
+        """The step's metrics row: the pool batch, the columns trained (``trained``),
+        the counters and the trainer's result."""
+        rewards = np.asarray(trained.reward, dtype=np.float64)
+        versions = np.asarray(trained.policy_version)
         row: dict[str, Any] = {
             "reward/mean": float(rewards.mean()),
             "reward/std": float(rewards.std()),

@@ -23,6 +23,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from nexrl.controller.dispatch import InFlight, RolloutDispatcher, TaskFailure
 
 __all__ = ["RolloutScheduler"]
@@ -110,16 +112,22 @@ class RolloutScheduler:
             running += 1
 
     # -- delivered batches ------------------------------------------------------
-    def first_copies(self, batch: Any) -> list[Any]:
-        """The batch's trajectories minus second copies of a group (a future that Dask
-        ran twice committed its group twice): each group is trained from one commit."""
+    def first_copy_index(self, batch: Any) -> np.ndarray:
+        """Positions in the pool batch of its trajectories minus second copies of a group
+        (a future that Dask ran twice committed its group twice): each group is trained
+        from one commit."""
         keep = []
-        for traj, (writer, commit, _) in zip(batch.trajectories(), batch.ids, strict=True):
+        groups = batch.columns.group_id
+        for i, (group, (writer, commit, _)) in enumerate(zip(groups, batch.ids, strict=True)):
             origin = f"{writer}/{commit}"
-            if self.trained.setdefault(int(traj.group_id), origin) == origin:
-                keep.append(traj)
+            if self.trained.setdefault(int(group), origin) == origin:
+                keep.append(i)
         dropped = len(batch) - len(keep)
         if dropped:
             self.counters["duplicate_trajectories_dropped"] += dropped
             logger.warning("dropped %d trajectories of groups already trained", dropped)
-        return keep
+        return np.asarray(keep, dtype=np.int64)
+
+    def first_copies(self, batch: Any) -> list[Any]:
+        """``first_copy_index`` as ``Trajectory`` objects."""
+        return batch.columns.take(self.first_copy_index(batch)).to_trajectories()
