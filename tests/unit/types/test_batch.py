@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -109,12 +110,12 @@ def test_from_columns_equals_from_trajectories() -> None:
     cols = TrajectoryColumns.from_trajectories(trajs)
     assert_batches_equal(Batch.from_columns(cols, PAD), Batch.from_trajectories(trajs, PAD))
     pooled = make_columns([4, 0, 7, 3], group_size=2, version=[1, 2, 3, 4])
-    picked = pooled.take([2, 0, 3])
+    picked = pooled.take(np.array([2, 0, 3]))
     assert_batches_equal(
         Batch.from_columns(picked, PAD), Batch.from_trajectories(picked.to_trajectories(), PAD)
     )
     with pytest.raises(BatchError, match="no trajectories"):
-        Batch.from_columns(pooled.take([]))
+        Batch.from_columns(pooled.take(np.array([], dtype=np.int64)))
 
 
 def test_from_no_trajectories_is_an_error() -> None:
