@@ -29,9 +29,9 @@ import pytest
 
 from backends.inference.embedded import EmbeddedServer
 from nexrl.controller.dispatch import RolloutDispatcher
-from nexrl.controller.tasks import RolloutSpec, evaluator
 from nexrl.inference import InferenceClient
 from nexrl.pool.config import PoolConfig
+from nexrl.rollout_worker.tasks import RolloutSpec, evaluator
 from tests.integration.inference._helpers import SERVED_NAME
 
 GROUPS, GROUP_SIZE, ROUNDS = 16, 8, 3

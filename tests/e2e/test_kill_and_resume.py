@@ -50,7 +50,7 @@ def test_killing_a_rollout_worker_mid_run_loses_nothing(tmp_path: Path) -> None:
 
     def kill_one_worker() -> None:
         wait_for_step(out, 1)
-        c = controller.c
+        c = controller.components
         assert c is not None
         trainer_pid = c.trainer.setup_info()[0]["pid"]
         pids = c.cluster.client.run(os.getpid)
@@ -68,7 +68,7 @@ def test_killing_a_rollout_worker_mid_run_loses_nothing(tmp_path: Path) -> None:
     trained = sum(r["batch/size"] for r in rows)
     # Every trained group is whole (8) and trained once: a group that Dask committed
     # twice (its evaluator future re-ran after the kill) is trained from one copy only.
-    assert trained == 8 * len(controller.trained) >= 5 * 24
+    assert trained == 8 * len(controller.scheduler.trained) >= 5 * 24
     # everything the pool handed out was trained or dropped as a second copy (a batch of
     # only second copies is skipped whole, so count deliveries, not per-step batch sizes)
     delivered = rows[-1]["pool/delivered_total"]

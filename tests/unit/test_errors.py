@@ -19,11 +19,12 @@ from nexrl.algorithms.registry import UnknownNameError
 from nexrl.config.errors import RecipeError
 from nexrl.controller.loop import ControllerError
 from nexrl.controller.rundir import RunDirError
-from nexrl.controller.service import ServiceError
 from nexrl.data.errors import DataError
 from nexrl.errors import NexrlError
 from nexrl.inference.client import InferenceError
+from nexrl.inference.supervisor import ServiceError
 from nexrl.metrics.sinks import MetricSinkError
+from nexrl.modeling.prepare import ModelSetupError
 from nexrl.modeling.warm_start import WarmStartError
 from nexrl.pool.columns import PoolDataError
 from nexrl.pool.cursor import ConsumerConflictError
@@ -43,6 +44,7 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     RecipeError: (),
     DataError: (),
     RunDirError: (RuntimeError,),
+    ModelSetupError: (RuntimeError,),
     ControllerError: (RuntimeError,),
     ServiceError: (RuntimeError,),
     TrajectoryError: (ValueError,),

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.controller.tasks import RolloutSpec, _worker, evaluate_task, rollout_task
 from nexrl.inference import parse_chat_completion
 from nexrl.plugins import load_object
 from nexrl.pool.config import PoolConfig
 from nexrl.rollout_worker.base import Episode
 from nexrl.rollout_worker.openai_agent import AgentError
+from nexrl.rollout_worker.tasks import RolloutSpec, _worker, evaluate_task, rollout_task
 from tests.integration.inference._helpers import SERVED_NAME
 
 WORDS = ["max", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]

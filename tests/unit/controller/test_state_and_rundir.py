@@ -7,8 +7,11 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from nexrl.controller.rundir import RunDir, RunDirError, prepare_model
+from nexrl.controller.rundir import RunDir, RunDirError
+from nexrl.pool.config import PoolConfig
+from nexrl.recipe import load_recipe_checked
 from nexrl.controller.state import ControllerState, committed_group_ids
+from nexrl.modeling.prepare import ModelSetupError, prepare_model
 from nexrl.pool import TrajectoryPool
 from nexrl.pool.config import PoolConfig
 from nexrl.recipe import load_recipe_checked
@@ -69,18 +72,18 @@ def test_auto_without_a_checkpoint_keeps_the_old_data_aside(tmp_path: Path) -> N
 def test_tiny_model_is_built_once_from_the_recipe(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path / "run", "disable")
     run = RunDir(tmp_path / "run")
-    model, tok = prepare_model(cfg, run)
+    model, tok = prepare_model(cfg, run.root)
     assert model == tok == run.root / "model" and (model / "config.json").exists()
     stamp = (model / "model.safetensors").stat().st_mtime_ns
-    prepare_model(cfg, run)
+    prepare_model(cfg, run.root)
     assert (model / "model.safetensors").stat().st_mtime_ns == stamp
 
 
 def test_model_path_without_config_json_is_a_clear_error(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path / "run", "disable")
     OmegaConf.update(cfg, "model.path", str(tmp_path))
-    with pytest.raises(RunDirError, match=r"model.path: .* has no config.json"):
-        prepare_model(cfg, RunDir(tmp_path / "run"))
+    with pytest.raises(ModelSetupError, match=r"model.path: .* has no config.json"):
+        prepare_model(cfg, tmp_path / "run")
 
 
 def test_a_group_committed_twice_is_trained_from_one_copy(tmp_path: Path) -> None:
@@ -97,11 +100,14 @@ def test_a_group_committed_twice_is_trained_from_one_copy(tmp_path: Path) -> Non
     batch = pool.get_batch()
     assert batch is not None and len(batch) == 4
     controller = Controller(load_recipe_checked(RECIPE, [f"output_dir={tmp_path / 'run'}"]))
-    kept = controller._first_copies(batch)
+    kept = controller.scheduler.first_copies(batch)
     assert [(t.group_id, t.run_id) for t in kept] == [(5, 0), (5, 1)]
     assert controller.counters["duplicate_trajectories_dropped"] == 2
     # ... and a later batch carrying the group again is dropped whole.
     pool.writer().append([_traj(5, 0), _traj(5, 1), _traj(6, 0), _traj(6, 1)])
     later = pool.get_batch()
     assert later is not None
-    assert [(t.group_id, t.run_id) for t in controller._first_copies(later)] == [(6, 0), (6, 1)]
+    assert [(t.group_id, t.run_id) for t in controller.scheduler.first_copies(later)] == [
+        (6, 0),
+        (6, 1),
+    ]

@@ -146,7 +146,7 @@ def test_prepare_model_warm_starts_once_and_a_stopped_warm_start_keeps_nothing(
 ) -> None:
     from safetensors.torch import load_file
 
-    from nexrl.controller.rundir import RunDir, prepare_model
+    from nexrl.modeling.prepare import prepare_model
     from nexrl.recipe import load_recipe_checked
 
     demos = write_jsonl(tmp_path / "demos.jsonl", [tool_demo(12, 34), tool_demo(56, 78)])
@@ -156,15 +156,15 @@ def test_prepare_model_warm_starts_once_and_a_stopped_warm_start_keeps_nothing(
         over = [f"output_dir={out}", f"model.tiny.warm_start.data_files={files}"]
         return load_recipe_checked(recipe, [*over, "model.tiny.warm_start.steps=5"]).cfg
 
-    warm, run = cfg(tmp_path / "run", f"[{demos}]"), RunDir(tmp_path / "run")
-    run.root.mkdir()
+    warm, root = cfg(tmp_path / "run", f"[{demos}]"), tmp_path / "run"
+    root.mkdir()
     with pytest.raises(KeyboardInterrupt):  # SIGTERM/Ctrl-C during the warm start
-        prepare_model(warm, run, should_stop=lambda: True)
-    assert list(run.root.iterdir()) == []  # no half-built model is left to be reused
-    model, _ = prepare_model(warm, run)
+        prepare_model(warm, root, should_stop=lambda: True)
+    assert list(root.iterdir()) == []  # no half-built model is left to be reused
+    model, _ = prepare_model(warm, root)
     stamp = (model / "model.safetensors").stat().st_mtime_ns
-    assert prepare_model(warm, run)[0] == model  # built once
+    assert prepare_model(warm, root)[0] == model  # built once
     assert (model / "model.safetensors").stat().st_mtime_ns == stamp
-    cold, _ = prepare_model(cfg(tmp_path / "cold", "[]"), RunDir(tmp_path / "cold"))
+    cold, _ = prepare_model(cfg(tmp_path / "cold", "[]"), tmp_path / "cold")
     a, b = load_file(model / "model.safetensors"), load_file(cold / "model.safetensors")
     assert a.keys() == b.keys() and any(not torch.equal(a[k], b[k]) for k in a)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -98,6 +99,23 @@ def test_from_trajectories_layout() -> None:
     # old and behaviour log-probs are independent tensors (a trainer overwrites old_log_probs).
     b["old_log_probs"].zero_()
     assert b["behaviour_log_probs"][1, 2] == -3.0
+
+
+def test_from_columns_equals_from_trajectories() -> None:
+    # the controller builds its batch straight from the pool's columns
+    from nexrl.pool.columns import TrajectoryColumns
+    from tests.unit.pool._data import make_columns
+
+    trajs = [_t1(), _t2(), _t3()]
+    cols = TrajectoryColumns.from_trajectories(trajs)
+    assert_batches_equal(Batch.from_columns(cols, PAD), Batch.from_trajectories(trajs, PAD))
+    pooled = make_columns([4, 0, 7, 3], group_size=2, version=[1, 2, 3, 4])
+    picked = pooled.take(np.array([2, 0, 3]))
+    assert_batches_equal(
+        Batch.from_columns(picked, PAD), Batch.from_trajectories(picked.to_trajectories(), PAD)
+    )
+    with pytest.raises(BatchError, match="no trajectories"):
+        Batch.from_columns(pooled.take(np.array([], dtype=np.int64)))
 
 
 def test_from_no_trajectories_is_an_error() -> None:

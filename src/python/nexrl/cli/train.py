@@ -68,6 +68,7 @@ def run(recipe: Recipe) -> int:
     from nexrl.controller import Controller, ControllerError
     from nexrl.controller.rundir import RunDirError
     from nexrl.data import DataError
+    from nexrl.modeling.prepare import ModelSetupError
 
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -78,7 +79,7 @@ def run(recipe: Recipe) -> int:
     logging.getLogger("distributed").setLevel(logging.WARNING)
     try:
         result = Controller(recipe).run()
-    except (RunDirError, DataError) as exc:
+    except (RunDirError, ModelSetupError, DataError) as exc:
         print(f"error: {recipe.path}: {exc}", file=sys.stderr)
         return 2
     except RecipeError as exc:  # e.g. a Dask worker that cannot import the recipe's plugins

@@ -19,8 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from nexrl.controller.dispatch import RolloutDispatcher
-from nexrl.controller.rundir import RunDir, prepare_model
-from nexrl.controller.service import InferenceSupervisor
+from nexrl.controller.rundir import RunDir
 from nexrl.controller.setup import (
     absolute_output_dir,
     data_config,
@@ -32,6 +31,8 @@ from nexrl.controller.setup import (
     validation_groups,
 )
 from nexrl.controller.sync import SyncPolicy
+from nexrl.inference.supervisor import InferenceSupervisor
+from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import Recipe
 
 __all__ = ["Components", "build_components"]
@@ -42,7 +43,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class Components:
     run: RunDir
-    policy: SyncPolicy
+    sync_policy: SyncPolicy
     cluster: Any
     trainer: Any
     supervisor: InferenceSupervisor
@@ -57,7 +58,6 @@ class Components:
     groups_per_batch: int
     repeat_n: int
     plot_every: int
-    loader_done: bool = False
     _closers: list[Any] = field(default_factory=list)
 
     def pending_groups(self) -> int:
@@ -139,13 +139,13 @@ def _build(
 
     cfg = recipe.cfg
     out = absolute_output_dir(cfg)
-    policy = SyncPolicy(str(cfg.weight.sync_mode), cfg.weight.staleness_threshold)
-    pool_cfg = pool_config(cfg, policy)
+    sync_policy = SyncPolicy(str(cfg.weight.sync_mode), cfg.weight.staleness_threshold)
+    pool_cfg = pool_config(cfg, sync_policy)
     run = RunDir(out)
     run.prepare(cfg, pool_cfg.store)
     closers.append(_log_to_file(run, str(cfg.logger.level)))
 
-    model_dir, tok_dir = prepare_model(cfg, run, recipe.roots, progress, should_stop)
+    model_dir, tok_dir = prepare_model(cfg, run.root, recipe.roots, progress, should_stop)
     tokenizer = load_tokenizer(tok_dir)
     length = prompt_length_fn(tokenizer)
     loader = DataLoader(data_config(recipe), length)
@@ -212,7 +212,7 @@ def _build(
     batch_size = int(cfg.trajectory_pool.batch_size)
     return Components(
         run=run,
-        policy=policy,
+        sync_policy=sync_policy,
         cluster=cluster,
         trainer=trainer,
         supervisor=supervisor,

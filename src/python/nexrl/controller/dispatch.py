@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from nexrl.controller.tasks import GroupSummary, RolloutSpec, evaluate_task, rollout_task
+from nexrl.rollout_worker.tasks import GroupSummary, RolloutSpec, evaluate_task, rollout_task
 
 __all__ = ["InFlight", "RolloutDispatcher", "TaskFailure"]
 

@@ -15,11 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from nexrl.config.sections.data import DataConfig
 from nexrl.controller.sync import SyncPolicy
-from nexrl.controller.tasks import RolloutSpec
 from nexrl.data.loader import LoaderConfig
 from nexrl.plugins import split_spec
 from nexrl.pool.config import PoolConfig
 from nexrl.recipe import Recipe
+from nexrl.rollout_worker.tasks import RolloutSpec
 
 __all__ = [
     "absolute_output_dir",

@@ -1,7 +1,9 @@
 """Inference, client side: OpenAI clients with bounded timeouts/retries, replica
 round-robin, and token-level parsing of replies (``Generation``).
 
-Never imports ``backends`` (the engines): rollouts only speak HTTP.
+The package never imports ``backends`` (the engines): rollouts only speak HTTP.
+``nexrl.inference.supervisor`` (not imported here) is the driver's side: it
+starts, health-checks, reloads and restarts the service.
 """
 
 from nexrl.inference.balance import RoundRobin, normalize_base_url, normalize_base_urls

@@ -70,9 +70,7 @@ class PoolBatch:
             "pool/min_policy_version": float(self.columns.policy_version.min()),
             "pool/max_policy_version": float(self.columns.policy_version.max()),
         }
-        if self.max_version_lag is not None and self.mean_version_lag is not None:
-            out["pool/max_version_lag"] = float(self.max_version_lag)
-            out["pool/mean_version_lag"] = self.mean_version_lag
+        # (the version lag is logged once, by the controller: version/lag_max)
         return out
 
 

@@ -15,6 +15,7 @@ from nexrl.trainer.registry import (
     load_custom_trainer,
     resolve_trainer_class,
 )
+from nexrl.trainer.result import StepResult
 from nexrl.trainer.schedule import lr_factor
 from nexrl.trainer.sft import SelfHostedSftTrainer
 from nexrl.trainer.spec import TrainerSpec
@@ -25,6 +26,7 @@ __all__ = [
     "SelfHostedGrpoTrainer",
     "SelfHostedSftTrainer",
     "SelfHostedTrainer",
+    "StepResult",
     "TrainerActor",
     "TrainerError",
     "TrainerGroup",

@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from nexrl.errors import NexrlError
+from nexrl.trainer.result import StepResult
 from nexrl.trainer.spec import TrainerSpec
 from nexrl.util.net import free_port
 
@@ -119,6 +120,10 @@ class TrainerActor:
     def train_step(self, batch: Any) -> dict[str, float]:
         metrics: dict[str, float] = self._require().train_step(batch)
         return metrics
+
+    def step(self, batch: Any) -> StepResult:
+        result: StepResult = self._require().step(batch)
+        return result
 
     def publish_snapshot(self) -> str | None:
         snap = self._require().publish_snapshot()
@@ -309,6 +314,13 @@ class TrainerGroup:
             batch = str(batch)
         metrics: dict[str, float] = self.call("train_step", batch)[0]
         return metrics
+
+    def step(self, batch: Any) -> StepResult:
+        """``train_step`` as rank 0's ``StepResult`` (it holds the snapshot's path)."""
+        if isinstance(batch, Path):
+            batch = str(batch)
+        result: StepResult = self.call("step", batch)[0]
+        return result
 
     def publish_snapshot(self) -> str | None:
         path: str | None = self.call("publish_snapshot")[0]

@@ -2,7 +2,7 @@
 
 One ``train_step(batch)`` (every rank gets the same global batch)::
 
-    metrics  = stats of the batch as received (rewards, lengths, version lag)
+    metrics  = stats of the batch as received (rewards, lengths, groups)
     batch, m = self._prepare_batch(batch)         # hook; on the global batch
     N        = loss units of the prepared batch    # tokens or sequences (agg mode)
     shard    = rows [r*n, (r+1)*n) of the batch padded to a multiple of W ranks
@@ -59,6 +59,7 @@ from nexrl.trainer.ops import (
     response_valid,
     shard_rows,
 )
+from nexrl.trainer.result import StepResult
 from nexrl.trainer.spec import TrainerSpec
 from nexrl.types.batch import Batch
 from nexrl.weights.checkpoint import CheckpointManager
@@ -217,11 +218,16 @@ class SelfHostedTrainer:
 
     # -- the step ---------------------------------------------------------------
     def train_step(self, batch: Batch | str | Path) -> dict[str, float]:
+        """``step(batch)`` as its metrics row (``StepResult.row``)."""
+        return self.step(batch).row()
+
+    def step(self, batch: Batch | str | Path) -> StepResult:
         """One update on the global ``batch`` (a ``Batch`` or a file from ``save_batch``).
 
         Collective: every rank calls it with the same batch. Publishes a snapshot
         every ``sync_every`` updates and checkpoints every ``save_freq`` steps
-        when configured. Returns the step's metrics (the same on every rank).
+        when configured. Returns the step's counters, what it published (the
+        snapshot's path on rank 0) and its metrics (the same on every rank).
         """
         start = time.perf_counter()
         if not isinstance(batch, Batch):
@@ -249,18 +255,24 @@ class SelfHostedTrainer:
         compute = time.perf_counter() - start
         metrics["perf/tokens"] = tokens
         metrics["perf/tokens_per_s"] = tokens / compute if compute > 0 else 0.0
+        published: int | None = None
+        snapshot: PublishedSnapshot | None = None
         if self._snapshot_due(updated):
             with _timed(timings, "snapshot"):
-                self.publish_snapshot()
-            metrics["weight/published_version"] = float(self.policy_version)
+                snapshot = self.publish_snapshot()
+            published = self.policy_version
         if self._checkpoint_due():
             with _timed(timings, "checkpoint"):
                 self.save_checkpoint()
         metrics.update({f"timing/{k}": v for k, v in timings.items()})
         metrics["timing/step"] = time.perf_counter() - start
-        metrics["trainer/global_step"] = float(self.global_step)
-        metrics["trainer/policy_version"] = float(self.policy_version)
-        return metrics
+        return StepResult(
+            global_step=self.global_step,
+            policy_version=self.policy_version,
+            published_version=published,
+            snapshot_path=str(snapshot.path) if snapshot is not None else None,
+            metrics=metrics,
+        )
 
     def _prepare_batch(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
         """Hook: turn the received batch into what ``_compute_loss`` needs (identity here)."""
@@ -371,10 +383,6 @@ class SelfHostedTrainer:
             m["prompt_length/mean"] = float(prompt.mean())
         if "group_ids" in batch:
             m["batch/num_groups"] = float(torch.unique(batch["group_ids"]).numel())
-        if "policy_versions" in batch:
-            lag = (self.policy_version - batch["policy_versions"]).float()
-            m["batch/version_lag/mean"] = float(lag.mean())
-            m["batch/version_lag/max"] = float(lag.max())
         return m
 
     # -- weights ----------------------------------------------------------------

@@ -25,10 +25,12 @@ tuples, dicts) is batch-global and carried unchanged.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from nexrl.errors import NexrlError
@@ -46,6 +48,26 @@ Index = int | slice | Sequence[int] | torch.Tensor
 
 class BatchError(ValueError, NexrlError):
     """A batch is inconsistent or misused; the message names the tensor or meta key."""
+
+
+class Columns(Protocol):
+    """Trajectories column-wise, as the pool hands them out (``TrajectoryColumns``):
+    ragged token arrays flat in trajectory order, with per-trajectory lengths."""
+
+    prompt_ids: np.ndarray
+    prompt_lens: np.ndarray
+    response_ids: np.ndarray
+    loss_mask: np.ndarray
+    logprobs: np.ndarray
+    response_lens: np.ndarray
+    reward: np.ndarray
+    group_id: np.ndarray
+    run_id: np.ndarray
+    policy_version: np.ndarray
+    meta_bytes: np.ndarray
+    meta_lens: np.ndarray
+
+    def __len__(self) -> int: ...
 
 
 @dataclass
@@ -114,6 +136,59 @@ class Batch:
             "metrics": [dict(t.metrics) for t in trajs],
             "extra_info": [dict(t.extra_info) for t in trajs],
             "data_item": [dict(t.data_item) for t in trajs],
+        }
+        return cls(tensors, meta, pad_token_id)
+
+    @classmethod
+    def from_columns(cls, cols: Columns, pad_token_id: int = 0) -> Batch:
+        """The pool's columns padded straight into the layout: the same batch as
+        ``from_trajectories(cols.to_trajectories())``, without a ``Trajectory`` per row."""
+        b = len(cols)
+        if b == 0:
+            raise BatchError("from_columns: no trajectories to batch")
+        plens = np.asarray(cols.prompt_lens, dtype=np.int64)
+        rlens = np.asarray(cols.response_lens, dtype=np.int64)
+        p, r = int(plens.max()), int(rlens.max())
+        # (row, column) of every flat token: prompts end at column p, responses start at 0
+        prow, pcol = _ragged_positions(plens)
+        pcol += np.repeat(p - plens, plens)
+        rrow, rcol = _ragged_positions(rlens)
+        prompts = torch.full((b, p), pad_token_id, dtype=torch.int64)
+        prompt_valid = torch.zeros((b, p), dtype=torch.int64)
+        responses = torch.full((b, r), pad_token_id, dtype=torch.int64)
+        response_valid = torch.zeros((b, r), dtype=torch.int64)
+        response_mask = torch.zeros((b, r), dtype=torch.int64)
+        logp = torch.zeros((b, r), dtype=torch.float32)
+        pi, pj = torch.from_numpy(prow), torch.from_numpy(pcol)
+        ri, rj = torch.from_numpy(rrow), torch.from_numpy(rcol)
+        prompts[pi, pj] = _tensor(cols.prompt_ids, np.int64)
+        prompt_valid[pi, pj] = 1
+        responses[ri, rj] = _tensor(cols.response_ids, np.int64)
+        response_valid[ri, rj] = 1
+        response_mask[ri, rj] = _tensor(cols.loss_mask, np.int64)
+        logp[ri, rj] = _tensor(cols.logprobs, np.float32)
+        attention_mask = torch.cat([prompt_valid, response_valid], dim=1)
+        tensors = {
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": position_ids_from_mask(attention_mask),
+            "prompts": prompts,
+            "responses": responses,
+            "response_mask": response_mask,
+            "old_log_probs": logp,
+            "behaviour_log_probs": logp.clone(),
+            "rewards": _tensor(cols.reward, np.float32),
+            "group_ids": _tensor(cols.group_id, np.int64),
+            "run_ids": _tensor(cols.run_id, np.int64),
+            "policy_versions": _tensor(cols.policy_version, np.int64),
+        }
+        ends = np.cumsum(np.asarray(cols.meta_lens, dtype=np.int64))
+        raw = np.asarray(cols.meta_bytes, dtype=np.uint8).tobytes()
+        rows = [json.loads(raw[e - n : e]) for e, n in zip(ends, cols.meta_lens, strict=True)]
+        meta = {
+            "metrics": [dict(m.get("metrics", {})) for m in rows],
+            "extra_info": [dict(m.get("extra_info", {})) for m in rows],
+            "data_item": [dict(m.get("data_item", {})) for m in rows],
         }
         return cls(tensors, meta, pad_token_id)
 
@@ -329,6 +404,17 @@ class Batch:
             for k, v in first.meta.items()
         }
         return Batch(tensors, meta, first.pad_token_id)
+
+
+def _ragged_positions(lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row and position within the row of every element of a flat ragged array."""
+    rows = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+    starts = np.cumsum(lens) - lens
+    return rows, np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(starts, lens)
+
+
+def _tensor(values: np.ndarray, dtype: Any) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=dtype))
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""The functions Dask runs for the controller: rollout futures and evaluator futures.
+"""The functions Dask workers run for the controller: rollout and evaluator futures.
 
 For each prompt group the controller submits two futures::
 

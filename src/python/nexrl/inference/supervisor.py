@@ -1,4 +1,5 @@
-"""``InferenceSupervisor``: the inference service as the controller sees it.
+"""``InferenceSupervisor``: the inference service as the controller sees it (runs in
+the driver; the rollouts' side is ``nexrl.inference.client``).
 
 * ``backend: embedded`` with no ``base_urls``: nexrl starts the embedded server
   (``backends.inference.embedded``) as a child process of the driver, logging to

@@ -1,0 +1,133 @@
+"""``RolloutScheduler``: which prompt groups go out next, and which come back to be trained.
+
+The controller's loop asks it two things, it keeps the bookkeeping behind them:
+
+* **top-up** (``top_up``): dispatch groups until ``target`` groups are running or
+  waiting in the pool, with at most ``max_in_flight`` running. Failed groups go
+  first (**retry**: a training group that failed for good is rolled out again up
+  to ``task_retries`` times, counted per group id), then new groups from the data
+  loader. A group already committed to the pool (**skip**: a resumed run finished
+  it after its checkpoint) is never dispatched again.
+* **dedup** (``first_copies``): Dask runs a future at least once, so a group can
+  be committed twice; each group is trained from the first commit seen
+  (``trained``: group id -> commit) and later copies are dropped and counted.
+
+What it holds goes into each checkpoint through ``ControllerState`` (``pending``:
+the running groups plus the retry queue, ``trained``, ``counters``) and comes back
+with ``restore``. ``counters`` is the controller's dict (shared, not copied).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from nexrl.controller.dispatch import InFlight, RolloutDispatcher, TaskFailure
+
+__all__ = ["RolloutScheduler"]
+
+logger = logging.getLogger(__name__)
+
+Group = list[dict[str, Any]]  # the items of one prompt group (they share a group_id)
+
+
+class RolloutScheduler:
+    """Retry, top-up, attempt counting, skip set and dedup (see the module doc)."""
+
+    def __init__(
+        self,
+        counters: dict[str, float],
+        *,
+        task_retries: int,
+        max_in_flight: int,
+        target: int = 1,
+    ) -> None:
+        self.counters = counters
+        self.task_retries = task_retries
+        self.max_in_flight = max_in_flight
+        self.target = target  # groups running or waiting in the pool to aim for
+        self.retry: list[Group] = []  # failed groups to roll out again
+        self.attempts: dict[int, int] = {}  # group id -> failed attempts
+        self.skip: set[int] = set()  # group ids already in the pool: never dispatched
+        self.trained: dict[int, str] = {}  # group id -> pool commit it was trained from
+        self.loader_done = False  # the data loader has no more groups
+        self.last_failure: TaskFailure | None = None
+
+    # -- resume -----------------------------------------------------------------
+    def restore(self, pending: list[Group], trained: dict[Any, str], skip: set[int]) -> None:
+        """State of a checkpoint: ``pending`` is rolled out again (except ``skip``)."""
+        self.retry = list(pending)
+        self.trained = {int(k): v for k, v in trained.items()}
+        self.skip = set(skip)
+
+    def pending(self, dispatcher: RolloutDispatcher) -> list[Group]:
+        """Groups handed out and not in the pool yet: what a checkpoint re-dispatches."""
+        return [g.items for g in dispatcher.running("train")] + list(self.retry)
+
+    # -- results ----------------------------------------------------------------
+    def record_done(self, summary: Any) -> None:
+        self.counters["groups_rolled_out"] += 1
+        self.counters["evaluator_errors"] += summary.evaluator_errors
+
+    def record_failure(self, group: InFlight, failure: TaskFailure) -> None:
+        """Count a failed group; a training group is queued again while it has tries left."""
+        self.counters["failed_groups"] += 1
+        self.last_failure = failure
+        if group.tag == "train":
+            tries = self.attempts.get(group.group_id, 0) + 1
+            self.attempts[group.group_id] = tries
+            if tries <= self.task_retries:
+                self.retry.append(group.items)
+
+    # -- dispatching ------------------------------------------------------------
+    def idle(self, dispatcher: RolloutDispatcher) -> bool:
+        """Nothing running and nothing waiting to be retried."""
+        return not dispatcher.running("train") and not self.retry
+
+    def top_up(
+        self, dispatcher: RolloutDispatcher, loader: Any, pool_groups: Callable[[], int]
+    ) -> None:
+        """Dispatch groups until ``target`` are running or in the pool (``pool_groups()``:
+        groups committed and not handed out yet), at most ``max_in_flight`` running."""
+        running = len(dispatcher.running("train"))
+        if running >= min(self.target, self.max_in_flight):
+            return  # nothing to dispatch: skip reading the pool's stats
+        outstanding = running + pool_groups()
+        while outstanding < self.target and running < self.max_in_flight:
+            if self.retry:
+                items = self.retry.pop(0)
+            else:
+                groups = loader.next_batch(1)
+                if not groups:
+                    self.loader_done = True
+                    return
+                items = groups[0]
+            if int(items[0]["group_id"]) in self.skip:
+                continue  # already in the pool (resumed run): never rolled out twice
+            dispatcher.submit(items)
+            outstanding += 1
+            running += 1
+
+    # -- delivered batches ------------------------------------------------------
+    def first_copy_index(self, batch: Any) -> np.ndarray:
+        """Positions in the pool batch of its trajectories minus second copies of a group
+        (a future that Dask ran twice committed its group twice): each group is trained
+        from one commit."""
+        keep = []
+        groups = batch.columns.group_id
+        for i, (group, (writer, commit, _)) in enumerate(zip(groups, batch.ids, strict=True)):
+            origin = f"{writer}/{commit}"
+            if self.trained.setdefault(int(group), origin) == origin:
+                keep.append(i)
+        dropped = len(batch) - len(keep)
+        if dropped:
+            self.counters["duplicate_trajectories_dropped"] += dropped
+            logger.warning("dropped %d trajectories of groups already trained", dropped)
+        return np.asarray(keep, dtype=np.int64)
+
+    def first_copies(self, batch: Any) -> list[Any]:
+        """``first_copy_index`` as ``Trajectory`` objects."""
+        return batch.columns.take(self.first_copy_index(batch)).to_trajectories()
