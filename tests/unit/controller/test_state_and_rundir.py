@@ -8,8 +8,6 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from nexrl.controller.rundir import RunDir, RunDirError
-from nexrl.pool.config import PoolConfig
-from nexrl.recipe import load_recipe_checked
 from nexrl.controller.state import ControllerState, committed_group_ids
 from nexrl.modeling.prepare import ModelSetupError, prepare_model
 from nexrl.pool import TrajectoryPool

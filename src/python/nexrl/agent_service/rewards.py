@@ -28,10 +28,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from nexrl.agent_service.errors import ServiceError
 from nexrl.agent_service.sessions import Session
-from nexrl.rollout_worker.agent import merge_episode
-from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
-from nexrl.rollout_worker.evaluator import BaseEvaluationTarget, EvaluationRunResult
 from nexrl.types import Trajectory
+from nexrl.types.episode import (
+    BaseEvaluationTarget,
+    Episode,
+    EvaluationRunResult,
+    call_trajectory,
+    merge_episode,
+)
 
 __all__ = ["RewardReport", "session_trajectories", "stable_id"]
 
@@ -125,10 +129,7 @@ def session_trajectories(session: Session, report: RewardReport) -> tuple[list[T
         metrics=dict(report.metrics),
         extra_info=extra,
     )
-    parts = [
-        BaseRolloutWorker.trajectory(g, item, result, train=f)
-        for g, f in zip(gens, flags, strict=True)
-    ]
+    parts = [call_trajectory(g, item, result, train=f) for g, f in zip(gens, flags, strict=True)]
     if report.trajectory_mode == "per_call" or len(parts) == 1:
         return parts, "per_call" if len(parts) > 1 else "episode"
     episode = Episode(

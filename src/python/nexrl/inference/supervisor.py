@@ -33,10 +33,10 @@ class ServiceError(RuntimeError, NexrlError):
 
 def _cpu_threads_args() -> list[str]:
     """On a machine without CUDA the server gets the cores the trainer leaves it
-    (``nexrl.trainer.actor.cpu_threads``: half of them)."""
+    (``nexrl.util.cpu.cpu_threads``: half of them)."""
     import torch
 
-    from nexrl.trainer.actor import cpu_threads
+    from nexrl.util.cpu import cpu_threads
 
     return [] if torch.cuda.is_available() else ["--torch-threads", str(cpu_threads(1))]
 

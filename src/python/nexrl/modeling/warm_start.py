@@ -188,7 +188,7 @@ def warm_start(
     """
     import torch
 
-    from nexrl.trainer.actor import cpu_threads
+    from nexrl.util.cpu import cpu_threads
 
     threads = torch.get_num_threads()
     torch.set_num_threads(cpu_threads(1))  # more threads than free cores: 10-20x slower

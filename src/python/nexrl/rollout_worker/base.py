@@ -29,31 +29,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
-from nexrl.inference import Generation, InferenceClient
-from nexrl.rollout_worker.evaluator import BaseEvaluationTarget, EvaluationRunResult, Evaluator
+from nexrl.inference import InferenceClient
+from nexrl.rollout_worker.evaluator import Evaluator
 from nexrl.types import Trajectory
+from nexrl.types.episode import (
+    BaseEvaluationTarget,
+    Episode,
+    EvaluationRunResult,
+    call_trajectory,
+)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Episode:
-    """What one rollout produced before scoring (picklable: it travels between futures).
-
-    Attributes:
-        item: the data-loader item (group_id, run_id, data_item, ...).
-        target: what the evaluator sees (final answer and trace).
-        calls: the model calls of the episode, in order.
-        infos: one dict per call for ``get_train_loss_mask``.
-    """
-
-    item: dict[str, Any]
-    target: BaseEvaluationTarget
-    calls: list[Generation] = field(default_factory=list)
-    infos: list[dict[str, Any]] = field(default_factory=list)
 
 
 def missing_episode_method(cls: type[BaseRolloutWorker]) -> str | None:
@@ -173,30 +161,5 @@ class BaseRolloutWorker:
         result.metrics.setdefault("evaluator_error", 0.0)
         return result
 
-    @staticmethod
-    def trajectory(
-        gen: Generation,
-        item: dict[str, Any],
-        result: EvaluationRunResult,
-        train: bool = True,
-    ) -> Trajectory:
-        """A trajectory from one model call, exactly as the service sampled it."""
-        if gen.logprobs is None or len(gen.logprobs) != len(gen.token_ids):
-            raise ValueError("the inference reply has no per-token log-probs for its tokens")
-        return Trajectory(
-            prompt_ids=list(gen.prompt_token_ids),
-            response_ids=list(gen.token_ids),
-            loss_mask=[int(train)] * len(gen.token_ids),
-            logprobs=[min(0.0, lp) for lp in gen.logprobs],
-            reward=result.reward,
-            group_id=int(item["group_id"]),
-            run_id=int(item["run_id"]),
-            policy_version=int(gen.policy_version or 0),
-            metrics={**result.metrics, "response_length": float(len(gen.token_ids))},
-            extra_info={
-                **result.extra_info,
-                "finish_reason": gen.finish_reason,
-                "ground_truth": result.ground_truth,
-            },
-            data_item=item.get("data_item", {}),
-        )
+    # A trajectory from one model call, exactly as the service sampled it.
+    trajectory = staticmethod(call_trajectory)

@@ -38,6 +38,7 @@ from urllib.parse import urlparse
 from nexrl.errors import NexrlError
 from nexrl.trainer.result import StepResult
 from nexrl.trainer.spec import TrainerSpec
+from nexrl.util.cpu import cpu_threads
 from nexrl.util.net import free_port
 
 __all__ = [
@@ -146,14 +147,6 @@ class TrainerActor:
         if self.trainer is not None:
             self.trainer.close(destroy_process_group=True)
             self.trainer = None
-
-
-def cpu_threads(local_world_size: int) -> int:
-    """Torch threads of a CPU trainer rank: half the machine's cores shared among the
-    ranks on it (at least 1). The other half is left to inference and rollouts; more
-    threads than free cores makes OpenMP spin-wait, which measured 10-20x slower steps
-    on a 2-core machine (docs/benchmarks.md)."""
-    return max(1, (os.cpu_count() or 1) // (2 * max(1, local_world_size)))
 
 
 def _host(addr: str) -> str:

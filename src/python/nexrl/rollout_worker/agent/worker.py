@@ -34,6 +34,7 @@ from nexrl.rollout_worker.agent.config import AgentConfig, ToolSpec
 from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
 from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
 from nexrl.types import Trajectory
+from nexrl.types.episode import merge_episode
 
 __all__ = [
     "TRAJECTORY_MODES",
@@ -154,40 +155,3 @@ def shape_trajectories(per_call: list[Trajectory], episode: Episode, mode: str) 
     if mode == "per_call" or len(per_call) <= 1:
         return per_call
     return [merge_episode(per_call, episode)]
-
-
-def merge_episode(parts: list[Trajectory], episode: Episode) -> Trajectory:
-    """One trajectory from the per-call trajectories of an episode (see the module doc)."""
-    first = parts[0]
-    response = list(first.response_ids)
-    mask, logprobs = list(first.loss_mask), list(first.logprobs)
-    seen = list(first.prompt_ids) + list(first.response_ids)
-    for k, part in enumerate(parts[1:], start=2):
-        prompt = list(part.prompt_ids)
-        if prompt[: len(seen)] != seen:
-            raise ValueError(
-                f"agent_trajectory 'episode': the prompt of model call {k} does not extend "
-                f"call {k - 1}'s prompt and reply token for token (the chat template renders "
-                "earlier turns differently from what was sampled); use 'per_call'"
-            )
-        between = prompt[len(seen) :]
-        response += between + list(part.response_ids)
-        mask += [0] * len(between) + list(part.loss_mask)
-        logprobs += [0.0] * len(between) + list(part.logprobs)
-        seen = prompt + list(part.response_ids)
-    metrics = dict(first.metrics)
-    metrics["model_calls"] = float(len(parts))
-    metrics["response_length"] = float(len(response))
-    return Trajectory(
-        prompt_ids=list(first.prompt_ids),
-        response_ids=response,
-        loss_mask=mask,
-        logprobs=logprobs,
-        reward=first.reward,
-        group_id=first.group_id,
-        run_id=first.run_id,
-        policy_version=min(p.policy_version for p in parts),
-        metrics=metrics,
-        extra_info={**first.extra_info, "finish": episode.infos[-1].get("finish")},
-        data_item=first.data_item,
-    )
