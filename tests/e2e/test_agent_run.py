@@ -31,7 +31,7 @@ def test_agent_episodes_become_per_call_trajectories_and_train(tmp_path: Path) -
             "trainer.lr=0",  # keep the known weights: every episode calls a tool 3 times
             "cluster.dashboard_address=:0",
             "validate.validate_before_train=false",  # the recipe validates the tiny model
-            "validate.freq=0",
+            "validate.every=0",
         ],
     )
     assert Controller(recipe, progress=False).run().steps == 2

@@ -61,7 +61,7 @@ def test_calculator_agent_learns_to_call_the_tool(tmp_path: Path) -> None:
         [
             f"output_dir={out}",
             f"trainer.total_train_steps={STEPS}",
-            "validate.freq=0",
+            "validate.every=0",
             "validate.validate_before_train=false",
             "cluster.dashboard_address=:0",
             "runtime_monitor.health_check_interval_s=1",

@@ -79,7 +79,7 @@ def test_driver_killed_then_resumed_trains_every_group_once(tmp_path: Path) -> N
     out = tmp_path / "run"
     args = [sys.executable, "-m", "nexrl.cli.train", RECIPE]
     first = subprocess.Popen(
-        [*args, *overrides(out, "trainer.save_freq=2", steps=6)],
+        [*args, *overrides(out, "trainer.save_every=2", steps=6)],
         env=subprocess_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -97,7 +97,7 @@ def test_driver_killed_then_resumed_trains_every_group_once(tmp_path: Path) -> N
     assert alive == []
 
     second = subprocess.run(
-        [*args, *overrides(out, "trainer.save_freq=2", steps=6)],
+        [*args, *overrides(out, "trainer.save_every=2", steps=6)],
         env=subprocess_env(),
         capture_output=True,
         text=True,

@@ -47,7 +47,7 @@ def test_sync_run_trains_on_rollouts_from_the_reloaded_weights(tmp_path: Path) -
     out = tmp_path / "run"
     recipe = load_recipe_checked(
         RECIPE,
-        overrides(out, "validate.validate_before_train=true", "validate.freq=2", steps=4),
+        overrides(out, "validate.validate_before_train=true", "validate.every=2", steps=4),
     )
     result = Controller(recipe, progress=False).run()
     assert (result.steps, result.stopped_by) == (4, None)

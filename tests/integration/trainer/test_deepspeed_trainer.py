@@ -116,7 +116,7 @@ def test_resume_continues_as_if_uninterrupted(
             "lr_scheduler": "cosine",
             "warmup_steps": 1,
             "total_train_steps": 4,
-            "save_freq": 2,
+            "save_every": 2,
             "zero_stage": stage,
         },
         "algorithm": {"kl_loss_coef": 0.05, "kl_controller": "adaptive", "kl_target": 0.01},

@@ -30,7 +30,7 @@ def _settings(tmp_path: Path, **extra: Any) -> dict[str, Any]:
             "lr": 1e-3,
             "grad_clip": 1.0,
             "total_train_steps": 3,
-            "save_freq": 2,
+            "save_every": 2,
             "world_size": 2,
         },
         "algorithm": {"kl_loss_coef": 0.05},

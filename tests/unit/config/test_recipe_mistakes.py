@@ -123,6 +123,9 @@ def test_batch_size_not_a_multiple_of_group_size(tmp_path: Path) -> None:
         ("+rollout_worker.custom_rollout_worker_class_name=W", "rollout_worker.custom_worker"),
         ("trainer.custom_trainer_module_path=t.py", "trainer.custom_trainer"),
         ("+trainer.custom_trainer_class_name=T", "trainer.custom_trainer"),
+        ("+rollout_worker.num_workers=4", "rollout_worker.max_groups_in_flight"),
+        ("+trainer.save_freq=5", "trainer.save_every"),
+        ("+validate.freq=5", "validate.every"),
     ],
 )
 def test_renamed_key_names_the_new_key(tmp_path: Path, old: str, new: str) -> None:

@@ -286,7 +286,7 @@ def test_recipe_settings_for_a_real_model(stand_in_model: Path) -> None:
     # Validation runs on the held-out split, never on the training data.
     assert list(cfg.validate.data_files) == ["recipes/math/data/test.jsonl"]
     assert list(cfg.data.data_files) == ["recipes/math/data/train.jsonl"]
-    assert cfg.validate.freq > 0
+    assert cfg.validate.every > 0
     # One optimizer step = whole GRPO groups of 8.
     assert cfg.rollout_worker.group_size == 8
     assert 64 <= cfg.trajectory_pool.batch_size <= 256

@@ -35,6 +35,9 @@ RENAMED: dict[str, tuple[str, str]] = {
     "rollout_worker.custom_rollout_worker_class_name": ("rollout_worker.custom_worker", _SPEC),
     "trainer.custom_trainer_module_path": ("trainer.custom_trainer", _SPEC),
     "trainer.custom_trainer_class_name": ("trainer.custom_trainer", _SPEC),
+    "rollout_worker.num_workers": ("rollout_worker.max_groups_in_flight", ""),
+    "trainer.save_freq": ("trainer.save_every", ""),
+    "validate.freq": ("validate.every", ""),
 }
 
 

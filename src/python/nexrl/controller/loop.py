@@ -82,7 +82,7 @@ class Controller:
         self.scheduler = RolloutScheduler(
             self.counters,
             task_retries=int(self.cfg.rollout_worker.task_retries),
-            max_in_flight=int(self.cfg.rollout_worker.num_workers),
+            max_in_flight=int(self.cfg.rollout_worker.max_groups_in_flight),
         )
         self._last_health = 0.0
         self._last_ckpt_step = -1
@@ -179,12 +179,12 @@ class Controller:
             parts.progress.update(self.step, row)
             if parts.plot_every and self.step % parts.plot_every == 0:
                 parts.plot()
-        freq = int(self.cfg.validate.freq)
+        every = int(self.cfg.validate.every)
         if (
             parts.val_groups
-            and freq
+            and every
             and self.step > 0
-            and self.step % freq
+            and self.step % every
             and self.stop_reason is None
         ):
             parts.tracker.log(self.step, self._validate())  # the final policy is always validated
@@ -237,11 +237,11 @@ class Controller:
         if result.published_version is not None:
             row.update(self._sync_weights(result))
         t_sync = time.perf_counter()
-        freq = int(self.cfg.validate.freq)
-        if parts.val_groups and freq and self.step % freq == 0:
+        every = int(self.cfg.validate.every)
+        if parts.val_groups and every and self.step % every == 0:
             row.update(self._validate())
-        save_freq = int(self.cfg.trainer.save_freq)
-        if save_freq and self.step % save_freq == 0:
+        save_every = int(self.cfg.trainer.save_every)
+        if save_every and self.step % save_every == 0:
             t = time.perf_counter()
             self._checkpoint()
             row["timing/checkpoint"] = time.perf_counter() - t

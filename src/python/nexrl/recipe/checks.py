@@ -34,8 +34,8 @@ def run_settings(cfg: DictConfig, roots: list[Path]) -> list[str]:
     if cfg.cluster.type == "address" and not cfg.cluster.address:
         out.append("cluster.address: required when cluster.type is 'address' (tcp://host:8786)")
     v = cfg.validate
-    if (v.freq or v.validate_before_train) and not v.data_files:
+    if (v.every or v.validate_before_train) and not v.data_files:
         out.append(
-            "validate.data_files: required when validate.freq > 0 or validate.validate_before_train"
+            "validate.data_files: required when validate.every > 0 or validate.validate_before_train"
         )
     return out

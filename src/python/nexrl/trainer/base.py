@@ -225,7 +225,7 @@ class SelfHostedTrainer:
         """One update on the global ``batch`` (a ``Batch`` or a file from ``save_batch``).
 
         Collective: every rank calls it with the same batch. Publishes a snapshot
-        every ``sync_every`` updates and checkpoints every ``save_freq`` steps
+        every ``sync_every`` updates and checkpoints every ``save_every`` steps
         when configured. Returns the step's counters, what it published (the
         snapshot's path on rank 0) and its metrics (the same on every rank).
         """
@@ -420,8 +420,8 @@ class SelfHostedTrainer:
     def _checkpoint_due(self) -> bool:
         if self.checkpoints is None or not self.spec.auto_checkpoint:
             return False
-        freq = self.cfg.save_freq
-        return (freq > 0 and self.global_step % freq == 0) or (
+        every = self.cfg.save_every
+        return (every > 0 and self.global_step % every == 0) or (
             self.global_step == self.cfg.total_train_steps
         )
 

@@ -27,7 +27,7 @@ class TrainerSpec:
         keep_snapshots: snapshots kept on disk (``weight.keep_snapshots``).
         checkpoint_dir: checkpoint root (None = no checkpoints).
         keep_checkpoints: checkpoints kept (None = all).
-        auto_checkpoint: checkpoint inside ``train_step`` every ``trainer.save_freq``
+        auto_checkpoint: checkpoint inside ``train_step`` every ``trainer.save_every``
             steps and at ``trainer.total_train_steps`` (False: the caller calls
             ``save_checkpoint`` itself, e.g. together with the pool cursor).
         resume_mode / resume_path: ``resume.mode`` / ``resume.path``.

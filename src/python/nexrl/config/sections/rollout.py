@@ -61,7 +61,7 @@ class RolloutWorkerConfig:
         "(tool results, user turns) masked out of the loss.",
         choices=("per_call", "episode"),
     )
-    num_workers: int = cfg_field(
+    max_groups_in_flight: int = cfg_field(
         64,
         help="Most prompt groups rolled out at once (each is a rollout future and an "
         "evaluator future on the Dask cluster); back-pressure for large batches.",

@@ -27,7 +27,7 @@ class TrainerConfig:
         "'package.module:ClassName'), a subclass of SelfHostedTrainer; overrides 'type'.",
     )
     total_train_steps: int = cfg_field(100, help="Optimizer steps to run.", minimum=1)
-    save_freq: int = cfg_field(
+    save_every: int = cfg_field(
         50, help="Checkpoint every N steps (0 = only at the end).", minimum=0
     )
     world_size: int = cfg_field(1, help="Data-parallel trainer actors (one per GPU).", minimum=1)
