@@ -6,6 +6,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
 
 from nexrl.config.fields import MISSING, cfg_field
 from nexrl.config.sections.algorithm import AlgorithmConfig
@@ -65,3 +68,9 @@ class RecipeConfig:
         default_factory=ResourceConfig, help="Dask resources per component."
     )
     resume: ResumeConfig = cfg_field(default_factory=ResumeConfig, help="Checkpoint resume.")
+
+
+def typed(section: Any) -> Any:
+    """A recipe section as its dataclass, interpolations resolved (a dataclass
+    instance is returned as it is)."""
+    return OmegaConf.to_object(section) if isinstance(section, DictConfig) else section

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -35,6 +35,13 @@ from nexrl.inference.supervisor import InferenceSupervisor
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import Recipe
 
+if TYPE_CHECKING:
+    from nexrl.data import DataLoader
+    from nexrl.metrics import MetricsTracker, ProgressDisplay
+    from nexrl.pool import TrajectoryPool
+    from nexrl.runtime.cluster import ClusterHandle
+    from nexrl.trainer import TrainerGroup
+
 __all__ = ["Components", "build_components"]
 
 logger = logging.getLogger(__name__)
@@ -42,27 +49,29 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Components:
+    """The running pieces of one run (built in order by ``build_components``)."""
+
     run: RunDir
     sync_policy: SyncPolicy
-    cluster: Any
-    trainer: Any
+    cluster: ClusterHandle
+    trainer: TrainerGroup
     supervisor: InferenceSupervisor
-    pool: Any
-    loader: Any
+    pool: TrajectoryPool
+    loader: DataLoader
     dispatcher: RolloutDispatcher
-    tracker: Any
-    progress: Any
+    tracker: MetricsTracker
+    progress: ProgressDisplay
     val_groups: list[list[dict[str, Any]]]
     snapshot_dir: Path
     pad_token_id: int
     groups_per_batch: int
-    repeat_n: int
+    group_size: int  # trajectories per group (rollout_worker.group_size)
     plot_every: int
     _closers: list[Any] = field(default_factory=list)
 
     def pending_groups(self) -> int:
         """Groups committed to the pool and not yet handed out."""
-        return math.ceil(self.pool.stats().pending / self.repeat_n)
+        return math.ceil(self.pool.stats().pending / self.group_size)
 
     def plot(self) -> Path | None:
         from nexrl.metrics import plot_reward_curve, read_metrics
@@ -150,7 +159,7 @@ def _build(
     length = prompt_length_fn(tokenizer)
     loader = DataLoader(data_config(recipe), length)
     val_groups = validation_groups(recipe, length)
-    repeat_n = int(cfg.rollout_worker.group_size)
+    group_size = int(cfg.rollout_worker.group_size)
 
     cluster = start_cluster(
         cfg.cluster,
@@ -224,8 +233,8 @@ def _build(
         val_groups=val_groups,
         snapshot_dir=snapshot_dir,
         pad_token_id=pad_token_id(tokenizer),
-        groups_per_batch=max(1, math.ceil(batch_size / repeat_n)),
-        repeat_n=repeat_n,
+        groups_per_batch=max(1, math.ceil(batch_size / group_size)),
+        group_size=group_size,
         plot_every=int(cfg.logger.plot_every),
         _closers=closers,
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from nexrl.config.schema import typed
 from nexrl.config.sections.data import DataConfig
 from nexrl.controller.sync import SyncPolicy
 from nexrl.data.loader import LoaderConfig
@@ -29,16 +30,10 @@ __all__ = [
     "pool_config",
     "prompt_length_fn",
     "rollout_spec",
-    "typed",
     "validation_groups",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def typed(section: Any) -> Any:
-    """A recipe section as its dataclass (interpolations resolved)."""
-    return OmegaConf.to_object(section) if isinstance(section, DictConfig) else section
 
 
 def absolute_output_dir(cfg: DictConfig) -> Path:

@@ -63,10 +63,7 @@ class TrainerSpec:
         ``model.path`` copy or the tiny model it saved). Checkpoints go to
         ``<output_dir>/checkpoints``.
         """
-        from omegaconf import DictConfig, OmegaConf
-
-        def typed(section: Any) -> Any:
-            return OmegaConf.to_object(section) if isinstance(section, DictConfig) else section
+        from nexrl.config.schema import typed
 
         return cls(
             trainer=typed(cfg.trainer),
