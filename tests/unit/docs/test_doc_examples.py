@@ -29,11 +29,14 @@ def test_developer_guide_registers_an_advantage_estimator_in_a_plugin(tmp_path: 
     ((file,),) = [shown["plugins"]]
     (tmp_path / file).write_text(block)
     estimator = shown["algorithm"]["advantage_estimator"]
-    checked = load_recipe_checked(
-        recipe, [f"plugins=[{file}]", f"algorithm.advantage_estimator={estimator}"]
-    )
-    assert checked.plugins == (str(tmp_path / file),)
-    fn = ADVANTAGE_ESTIMATORS.get(estimator)
+    try:
+        checked = load_recipe_checked(
+            recipe, [f"plugins=[{file}]", f"algorithm.advantage_estimator={estimator}"]
+        )
+        assert checked.plugins == (str(tmp_path / file),)
+        fn = ADVANTAGE_ESTIMATORS.get(estimator)
+    finally:  # unit test files share a process: leave the registry as it was
+        ADVANTAGE_ESTIMATORS._entries.pop(estimator, None)
     rewards = torch.tensor([[0.0, 1.0], [0.0, 3.0]])  # scores 1 and 3, mean 2
     mask = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
     adv, _ = fn(rewards, mask, torch.tensor([0, 0]))

@@ -20,7 +20,7 @@ def test_misspelt_sink_names_the_field_and_the_fix() -> None:
     assert "logger.backends" in text
     assert "'tensorbord'" in text
     assert "did you mean 'tensorboard'?" in text
-    assert "valid: console, jsonl, tensorboard, mlflow, wandb" in text
+    assert "valid: console, jsonl, mlflow, tensorboard, wandb" in text
 
 
 def test_known_sinks_pass() -> None:

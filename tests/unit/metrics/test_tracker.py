@@ -35,7 +35,7 @@ class FlakySink(MetricSink):
 def test_a_failing_sink_is_disabled_with_one_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setitem(METRIC_SINKS, "flaky", FlakySink)
+    monkeypatch.setitem(METRIC_SINKS._entries, "flaky", FlakySink)  # registered for this test only
     monkeypatch.setattr(FlakySink, "calls", [])
     caplog.set_level(logging.WARNING, logger="nexrl.metrics")
     tracker = MetricsTracker(["flaky"], tmp_path, run_name="t")
@@ -63,7 +63,7 @@ def test_jsonl_errors_propagate(tmp_path: Path) -> None:
 
 
 def test_unknown_backend_is_rejected(tmp_path: Path) -> None:
-    with pytest.raises(MetricSinkError, match=r"'tensorbord'.*console, jsonl, tensorboard"):
+    with pytest.raises(MetricSinkError, match=r"'tensorbord'.*console, jsonl, mlflow, tensorboard"):
         MetricsTracker(["tensorbord"], tmp_path, run_name="t")
 
 

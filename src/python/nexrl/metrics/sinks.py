@@ -27,6 +27,7 @@ from typing import IO, Any, ClassVar
 
 from nexrl.errors import NexrlError
 from nexrl.util.files import atomic_write_text
+from nexrl.util.registry import Registry
 
 __all__ = [
     "METRICS_FILE",
@@ -90,9 +91,9 @@ def parse_metric_lines(text: str, source: str = METRICS_FILE) -> tuple[list[dict
 
 def missing_packages(name: str) -> list[str]:
     """Packages the sink ``name`` needs that are not importable here (``[]`` if none)."""
-    cls = METRIC_SINKS.get(name)
-    if cls is None:
+    if name not in METRIC_SINKS:
         return []
+    cls = METRIC_SINKS.get(name)
     return [p for p in cls.requires if importlib.util.find_spec(p) is None]
 
 
@@ -363,6 +364,7 @@ class WandbSink(MetricSink):
         self._run.finish()
 
 
-METRIC_SINKS: dict[str, type[MetricSink]] = {
-    cls.name: cls for cls in (ConsoleSink, JsonlSink, TensorBoardSink, MlflowSink, WandbSink)
-}
+# logger.backends names; a plugin adds its own sink with METRIC_SINKS.register("name").
+METRIC_SINKS: Registry[type[MetricSink]] = Registry("metric sink")
+for _cls in (ConsoleSink, JsonlSink, TensorBoardSink, MlflowSink, WandbSink):
+    METRIC_SINKS.register(_cls.name)(_cls)

@@ -66,7 +66,7 @@ class MetricsTracker:
         try:
             for name in names:
                 self.sinks.append(
-                    METRIC_SINKS[name](
+                    METRIC_SINKS.get(name)(
                         self.output_dir, run_name=run_name, config=config, resume_step=resume_step
                     )
                 )

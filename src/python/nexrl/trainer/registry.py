@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nexrl.algorithms.registry import Registry
 from nexrl.config.errors import RecipeError
 from nexrl.plugins import load_object, split_spec
 from nexrl.trainer.base import SelfHostedTrainer
 from nexrl.trainer.grpo import SelfHostedGrpoTrainer
 from nexrl.trainer.sft import SelfHostedSftTrainer
 from nexrl.trainer.spec import TrainerSpec
+from nexrl.util.registry import Registry
 
 __all__ = ["TRAINERS", "create_trainer", "load_custom_trainer", "resolve_trainer_class"]
 
