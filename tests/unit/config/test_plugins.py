@@ -139,3 +139,37 @@ def test_a_plugin_registering_a_taken_name_says_so(tmp_path: Path) -> None:
         f"plugins[0]: importing {plugin} failed: "
         "ValueError: advantage estimator 'grpo' is already registered"
     )
+
+
+def test_a_plugin_registers_a_metric_sink_that_the_check_accepts_and_the_tracker_uses(
+    tmp_path: Path,
+) -> None:
+    from nexrl.metrics import METRIC_SINKS, MetricsTracker
+
+    name = unique("sink")
+    plugin = tmp_path / "my_sink.py"
+    plugin.write_text(
+        textwrap.dedent(
+            f"""
+            import json
+
+            from nexrl.metrics import METRIC_SINKS
+            from nexrl.metrics.sinks import MetricSink
+
+
+            @METRIC_SINKS.register("{name}")
+            class LinesSink(MetricSink):
+                name = "{name}"
+
+                def log(self, step, metrics):
+                    with open(self.output_dir / "lines.txt", "a") as f:
+                        f.write(json.dumps({{"step": step, **metrics}}) + "\\n")
+            """
+        )
+    )
+    assert any(name in p for p in problems_of(f"logger.backends=[console,{name}]"))
+    recipe = load_recipe_checked(DEFAULT, [f"plugins=[{plugin}]", f"logger.backends=[{name}]"])
+    assert list(recipe.cfg.logger.backends) == [name] and name in METRIC_SINKS
+    with MetricsTracker(recipe.cfg.logger.backends, tmp_path / "run", run_name="t") as tracker:
+        tracker.log(3, {"reward/mean": 0.5})
+    assert (tmp_path / "run" / "lines.txt").read_text() == '{"step": 3, "reward/mean": 0.5}\n'
