@@ -117,21 +117,18 @@ class Batch:
             response_valid[i, :lr] = 1
             response_mask[i, :lr] = torch.as_tensor(t.loss_mask, dtype=torch.int64)
             logp[i, :lr] = torch.as_tensor(t.logprobs, dtype=torch.float32)
-        attention_mask = torch.cat([prompt_valid, response_valid], dim=1)
-        tensors = {
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask,
-            "position_ids": position_ids_from_mask(attention_mask),
-            "prompts": prompts,
-            "responses": responses,
-            "response_mask": response_mask,
-            "old_log_probs": logp,
-            "behaviour_log_probs": logp.clone(),
-            "rewards": torch.tensor([float(t.reward) for t in trajs], dtype=torch.float32),
-            "group_ids": torch.tensor([t.group_id for t in trajs], dtype=torch.int64),
-            "run_ids": torch.tensor([t.run_id for t in trajs], dtype=torch.int64),
-            "policy_versions": torch.tensor([t.policy_version for t in trajs], dtype=torch.int64),
-        }
+        tensors = _layout(
+            prompts,
+            prompt_valid,
+            responses,
+            response_valid,
+            response_mask,
+            logp,
+            rewards=torch.tensor([float(t.reward) for t in trajs], dtype=torch.float32),
+            group_ids=torch.tensor([t.group_id for t in trajs], dtype=torch.int64),
+            run_ids=torch.tensor([t.run_id for t in trajs], dtype=torch.int64),
+            policy_versions=torch.tensor([t.policy_version for t in trajs], dtype=torch.int64),
+        )
         meta = {
             "metrics": [dict(t.metrics) for t in trajs],
             "extra_info": [dict(t.extra_info) for t in trajs],
@@ -167,21 +164,18 @@ class Batch:
         response_valid[ri, rj] = 1
         response_mask[ri, rj] = _tensor(cols.loss_mask, np.int64)
         logp[ri, rj] = _tensor(cols.logprobs, np.float32)
-        attention_mask = torch.cat([prompt_valid, response_valid], dim=1)
-        tensors = {
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask,
-            "position_ids": position_ids_from_mask(attention_mask),
-            "prompts": prompts,
-            "responses": responses,
-            "response_mask": response_mask,
-            "old_log_probs": logp,
-            "behaviour_log_probs": logp.clone(),
-            "rewards": _tensor(cols.reward, np.float32),
-            "group_ids": _tensor(cols.group_id, np.int64),
-            "run_ids": _tensor(cols.run_id, np.int64),
-            "policy_versions": _tensor(cols.policy_version, np.int64),
-        }
+        tensors = _layout(
+            prompts,
+            prompt_valid,
+            responses,
+            response_valid,
+            response_mask,
+            logp,
+            rewards=_tensor(cols.reward, np.float32),
+            group_ids=_tensor(cols.group_id, np.int64),
+            run_ids=_tensor(cols.run_id, np.int64),
+            policy_versions=_tensor(cols.policy_version, np.int64),
+        )
         ends = np.cumsum(np.asarray(cols.meta_lens, dtype=np.int64))
         raw = np.asarray(cols.meta_bytes, dtype=np.uint8).tobytes()
         rows = [json.loads(raw[e - n : e]) for e, n in zip(ends, cols.meta_lens, strict=True)]
@@ -457,3 +451,27 @@ def _check_meta_compatible(a: dict[str, Any], b: dict[str, Any], i: int) -> None
             raise BatchError(
                 f"concat: batch-global meta[{k!r}] differs: {v!r} (batch 0) vs {b[k]!r} (batch {i})"
             )
+
+
+def _layout(
+    prompts: torch.Tensor,
+    prompt_valid: torch.Tensor,
+    responses: torch.Tensor,
+    response_valid: torch.Tensor,
+    response_mask: torch.Tensor,
+    logp: torch.Tensor,
+    **per_row: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """The batch's tensors from the padded prompt (left) and response (right) blocks."""
+    attention_mask = torch.cat([prompt_valid, response_valid], dim=1)
+    return {
+        "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": position_ids_from_mask(attention_mask),
+        "prompts": prompts,
+        "responses": responses,
+        "response_mask": response_mask,
+        "old_log_probs": logp,
+        "behaviour_log_probs": logp.clone(),
+        **per_row,
+    }
