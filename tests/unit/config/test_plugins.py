@@ -168,8 +168,11 @@ def test_a_plugin_registers_a_metric_sink_that_the_check_accepts_and_the_tracker
         )
     )
     assert any(name in p for p in problems_of(f"logger.backends=[console,{name}]"))
-    recipe = load_recipe_checked(DEFAULT, [f"plugins=[{plugin}]", f"logger.backends=[{name}]"])
-    assert list(recipe.cfg.logger.backends) == [name] and name in METRIC_SINKS
-    with MetricsTracker(recipe.cfg.logger.backends, tmp_path / "run", run_name="t") as tracker:
-        tracker.log(3, {"reward/mean": 0.5})
+    try:
+        recipe = load_recipe_checked(DEFAULT, [f"plugins=[{plugin}]", f"logger.backends=[{name}]"])
+        assert list(recipe.cfg.logger.backends) == [name] and name in METRIC_SINKS
+        with MetricsTracker(recipe.cfg.logger.backends, tmp_path / "run", run_name="t") as tr:
+            tr.log(3, {"reward/mean": 0.5})
+    finally:  # unit test files share a process: other tests list the valid sinks
+        METRIC_SINKS._entries.pop(name, None)
     assert (tmp_path / "run" / "lines.txt").read_text() == '{"step": 3, "reward/mean": 0.5}\n'
