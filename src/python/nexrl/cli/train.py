@@ -8,6 +8,8 @@ problems (exit 2), never as a traceback. A run that fails later exits 1 with
 a message naming the failing component (the traceback is in
 ``<output_dir>/logs/driver.log``); any other ``NexrlError`` (e.g. a
 ``trainer.world_size`` the cluster cannot place) is one ``error:`` line, exit 1.
+A recipe that still uses a renamed key works, with one ``warning:`` line per
+old key naming the new one (``nexrl.config.renames``).
 Ctrl-C checkpoints and exits 130.
 """
 
@@ -39,15 +41,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # The recipe's deprecation lines are printed below as "warning:" lines; without a
+    # handler of its own, the logger would also print them bare (logging.lastResort).
+    quiet = logging.getLogger("nexrl.recipe")
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
     try:
         recipe = load_recipe_checked(args.recipe, args.overrides)
     except RecipeError as exc:
+        warn(args.recipe, exc.deprecations)
         print(f"error: {args.recipe}: {exc.render()}", file=sys.stderr)
         return 2
     except NexrlError as exc:
         logging.getLogger(__name__).debug("recipe check failed", exc_info=True)
         print(f"error: {args.recipe}: {one_line(exc)}", file=sys.stderr)
         return 2
+    warn(args.recipe, recipe.deprecations)
     if args.print_config:
         print(OmegaConf.to_yaml(recipe.cfg, resolve=True), end="")
     if args.check:
@@ -55,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config or args.check:
         return 0
     return run(recipe)
+
+
+def warn(recipe: str, deprecations: tuple[str, ...]) -> None:
+    """One ``warning:`` line on stderr per renamed key the recipe still uses."""
+    for line in deprecations:
+        print(f"warning: {recipe}: {line}", file=sys.stderr)
 
 
 def one_line(exc: BaseException) -> str:

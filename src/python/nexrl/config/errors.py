@@ -6,16 +6,20 @@ from nexrl.errors import NexrlError
 
 
 class RecipeError(NexrlError):
-    """A recipe has one or more problems; each names the field or file and the fix."""
+    """A recipe has one or more problems; each names the field or file and the fix.
 
-    def __init__(self, problems: list[str]):
+    ``deprecations``: the recipe's renamed keys (warnings, not problems), so a caller
+    can still show them when the recipe is refused."""
+
+    def __init__(self, problems: list[str], deprecations: tuple[str, ...] = ()):
         self.problems = list(problems)
+        self.deprecations = tuple(deprecations)
         super().__init__(self.render())
 
-    def __reduce__(self) -> tuple[type[RecipeError], tuple[list[str]]]:
+    def __reduce__(self) -> tuple[type[RecipeError], tuple[list[str], tuple[str, ...]]]:
         # Rebuilt from its problems when it travels between processes (a Dask worker's
         # plugin import that fails reaches the driver as the same error).
-        return (type(self), (self.problems,))
+        return (type(self), (self.problems, self.deprecations))
 
     def render(self) -> str:
         n = len(self.problems)

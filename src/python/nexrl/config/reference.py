@@ -12,6 +12,7 @@ import types
 import typing
 from typing import Any
 
+from nexrl.config.renames import MERGED, RENAMED
 from nexrl.config.schema import RecipeConfig
 from nexrl.config.structure import schema_leaves
 
@@ -68,7 +69,24 @@ def render() -> str:
         else:
             lines.append(row)
     head = ["\n## Top level\n", "| field | type | default | meaning |", "| --- | --- | --- | --- |"]
-    return "\n".join([lines[0], *head, *top, *lines[1:]]) + "\n"
+    return "\n".join([lines[0], *head, *top, *lines[1:], *_renamed()]) + "\n"
+
+
+def _renamed() -> list[str]:
+    """The renamed keys: they still work, with a deprecation warning."""
+    rows = [
+        "\n## Renamed keys\n",
+        "An old key still works for now: its value goes to the new key, with one",
+        "deprecation warning per old key (`nexrl.config.renames`).\n",
+        "| old key | new key |",
+        "| --- | --- |",
+    ]
+    rows += [f"| `{old}` | `{new}` |" for old, new in RENAMED.items()]
+    rows += [
+        f"| `{a}` + `{b}` | `{new}`, one value: `<{a.rsplit('.', 1)[1]}>:<{b.rsplit('.', 1)[1]}>` |"
+        for new, (a, b) in MERGED.items()
+    ]
+    return rows
 
 
 def _owner(path: str) -> type:

@@ -3,8 +3,10 @@
 Checks, per field: unknown keys (with "did you mean"), missing required
 values, unresolvable interpolations, wrong types, ``choices``, ``minimum`` and
 ``path`` metadata (see ``nexrl.config.fields``), and keys that were renamed
-(``RENAMED``: one line naming the new key). Cross-field checks live with their
-components (``nexrl.config.checks``).
+(one line naming the new key; the table is in ``nexrl.config.renames``, and
+``load_recipe_checked`` moves old keys to their new ones before this check, so
+only a config checked directly still has them). Cross-field checks live with
+their components (``nexrl.config.checks``).
 """
 
 from __future__ import annotations
@@ -20,32 +22,20 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nexrl.config.paths import resolve_path
+from nexrl.config.renames import new_key_of
 
 _MISSING_MARK = object()
 
-_SPEC = "'path/to/file.py:ClassName', file and class in one value"
-
-# Old key -> (new key, how to write it). A recipe that still uses an old key gets
-# "<old> was renamed: set <new>" instead of "unknown key".
-RENAMED: dict[str, tuple[str, str]] = {
-    "data.rollout_repeat_n": ("rollout_worker.group_size", ""),
-    "trajectory_pool.group_size": ("rollout_worker.group_size", ""),
-    "rollout_worker.evaluator_module_path": ("rollout_worker.evaluator", ""),
-    "rollout_worker.custom_rollout_worker_module_path": ("rollout_worker.custom_worker", _SPEC),
-    "rollout_worker.custom_rollout_worker_class_name": ("rollout_worker.custom_worker", _SPEC),
-    "trainer.custom_trainer_module_path": ("trainer.custom_trainer", _SPEC),
-    "trainer.custom_trainer_class_name": ("trainer.custom_trainer", _SPEC),
-    "rollout_worker.num_workers": ("rollout_worker.max_groups_in_flight", ""),
-    "trainer.save_freq": ("trainer.save_every", ""),
-    "validate.freq": ("validate.every", ""),
-}
-
 
 def renamed(path: str) -> str | None:
-    """The one-line problem for a renamed key, or None."""
-    if path not in RENAMED:
+    """The one-line problem for a renamed key still in the recipe, or None. A recipe
+    loaded with ``load_recipe_checked`` has its old keys moved first
+    (``nexrl.config.renames.migrate``), so this names the ones a caller that checks a
+    config directly still has."""
+    found = new_key_of(path)
+    if found is None:
         return None
-    new, how = RENAMED[path]
+    new, how = found
     return f"{path} was renamed: set {new}" + (f" ({how})" if how else "")
 
 

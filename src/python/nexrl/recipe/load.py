@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from nexrl.algorithms import checks as algorithm_checks
 from nexrl.config.checks import run_checks
 from nexrl.config.errors import RecipeError
 from nexrl.config.paths import resolve_path
+from nexrl.config.renames import migrate
 from nexrl.config.schema import RecipeConfig
 from nexrl.config.structure import structure_problems
 from nexrl.metrics import checks as metric_checks
@@ -36,6 +38,8 @@ CHECK_MODULES = (
     model_checks,
 )
 
+log = logging.getLogger("nexrl.recipe")
+
 
 @dataclass
 class Recipe:
@@ -45,12 +49,15 @@ class Recipe:
     folder, in that order; ``resolve`` finds a recipe-relative path. ``plugins``
     are the recipe's plugins, resolved (absolute files, module names) and already
     imported in this process; the cluster imports them in every worker.
+    ``deprecations`` has one line per renamed key the recipe still uses (it works:
+    its value was moved to the new key); the CLI prints each as a warning.
     """
 
     path: Path
     cfg: DictConfig
     roots: list[Path] = field(default_factory=list)
     plugins: tuple[str, ...] = ()
+    deprecations: tuple[str, ...] = ()
 
     def resolve(self, value: str) -> Path:
         found = resolve_path(value, self.roots)
@@ -63,29 +70,37 @@ def load_recipe_checked(
     recipe: str | Path, overrides: list[str] | tuple[str, ...] = (), workspace: Path | None = None
 ) -> Recipe:
     """Load ``recipe`` with ``overrides`` and validate it; raise ``RecipeError`` listing
-    every problem: the structure problems (unknown, renamed, missing, ill-typed
-    keys), then, with the recipe's plugins imported (so the checks see the names
-    they register), every registered check's. A field with a structure problem
+    every problem. Renamed keys are first moved to their new keys
+    (``nexrl.config.renames``), with one deprecation line each, logged and kept on
+    the ``Recipe`` (and on the ``RecipeError``); then come the structure problems
+    (unknown, missing, ill-typed keys, old keys that could not be moved), then,
+    with the recipe's plugins imported (so the checks see the names they
+    register), every registered check's. A field with a structure problem
     takes its default for the checks, so they still run; a check that trips over
     one is skipped, and its problems on that field are not repeated."""
-    raw = load_recipe(recipe, overrides)
+    on_command_line = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    migrated = migrate(load_recipe(recipe, overrides), on_command_line)
+    deprecations = migrated.deprecations
+    for line in deprecations:
+        log.warning("%s: %s", recipe, line)
+    raw = migrated.cfg
     path = Path(recipe).resolve()
     roots = [(workspace or Path.cwd()).resolve(), path.parent]
-    structure = structure_problems(RecipeConfig, raw, roots)
+    structure = [*migrated.problems, *structure_problems(RecipeConfig, raw, roots)]
     problems = [p for _, p in structure]
     bad = {where for where, _ in structure}
     cfg = _typed(raw, bad)
     if cfg is None:  # the structure check should have caught it; never a traceback
-        raise RecipeError(problems or ["the recipe does not fit the schema"])
+        raise RecipeError(problems or ["the recipe does not fit the schema"], deprecations)
     try:
         plugins = load_plugins([str(p) for p in cfg.plugins], roots)
     except RecipeError as exc:
-        raise RecipeError([*problems, *exc.problems]) from None
+        raise RecipeError([*problems, *exc.problems], deprecations) from None
     checked = run_checks(cfg, roots, skip_failing=bool(problems))
     problems.extend(p for p in checked if not _about(p, bad))
     if problems:
-        raise RecipeError(problems)
-    return Recipe(path=path, cfg=cfg, roots=roots, plugins=plugins)
+        raise RecipeError(problems, deprecations)
+    return Recipe(path=path, cfg=cfg, roots=roots, plugins=plugins, deprecations=deprecations)
 
 
 def _typed(raw: DictConfig, bad: set[str]) -> DictConfig | None:
