@@ -25,6 +25,13 @@ def test_override_on_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert "output_dir: runs/other" in capsys.readouterr().out
 
 
+def test_flags_go_anywhere_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([RECIPE, "--print-config", "experiment_name=other", "seed=7"]) == 0
+    out = capsys.readouterr().out
+    assert "output_dir: runs/other" in out and "seed: 7" in out
+    assert main(["--check", RECIPE, "experiment_name=other"]) == 0
+
+
 def test_missing_recipe_is_a_clear_error_not_a_traceback(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)  # flags anywhere
     # The recipe's deprecation lines are printed below as "warning:" lines; without a
     # handler of its own, the logger would also print them bare (logging.lastResort).
     quiet = logging.getLogger("nexrl.recipe")
