@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
@@ -75,3 +76,21 @@ def test_user_guide_shows_the_openai_agent_recipe_and_function_verbatim() -> Non
     (recipe_block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)[:1]
     assert recipe_block in Path("recipes/openai_agent/openai_agent_tiny.yaml").read_text()
     assert Path("recipes/openai_agent/agent.py").read_text() in python_blocks("docs/user-guide.md")
+
+
+def test_developer_guide_adds_a_recipe_check_in_a_plugin(tmp_path: Path) -> None:
+    from nexrl.config.checks import CHECKS
+    from nexrl.config.errors import RecipeError
+
+    (block,) = [b for b in python_blocks("docs/developer-guide.md") if "@register_check" in b]
+    plugin = tmp_path / "my_checks.py"
+    plugin.write_text(block)
+    recipe = "recipes/max_digit/max_digit_tiny.yaml"
+    try:
+        with pytest.raises(RecipeError) as info:
+            load_recipe_checked(recipe, [f"plugins=[{plugin}]", "trainer.lr=2.0"])
+        assert info.value.problems == ["trainer.lr (2.0): 1.0 or more diverges; try 1e-5 to 1e-2"]
+        assert load_recipe_checked(recipe, [f"plugins=[{plugin}]", "trainer.lr=0.5"])
+    finally:  # unit test files share a process: the check goes with this test
+        for name in [n for n, fn in CHECKS.items() if fn.__name__ == "lr_below_one"]:
+            del CHECKS[name]
