@@ -123,3 +123,43 @@ def test_seeded_requests_repeat_a_sample_and_differ_between_samples(
     assert w.request_seed(ITEM, 1) != w.request_seed(ITEM, 0)  # each call of an episode
     w.seed = None
     assert w.request_seed(ITEM) == {}
+
+
+def test_the_user_guides_custom_worker_runs_as_written(
+    embedded_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    import re
+
+    import yaml
+
+    from nexrl.recipe import load_recipe_checked
+
+    text = Path("docs/user-guide.md").read_text()
+    (code,) = [
+        b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "AnswerWithOneDigit" in b
+    ]
+    (lines,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "custom_worker:" in b]
+    spec = yaml.safe_load(lines)["rollout_worker"]["custom_worker"]
+    path, name = spec.split(":")
+    (tmp_path / path).parent.mkdir(parents=True)
+    (tmp_path / path).write_text(code)
+    # The recipe check loads the class from the recipe's field (the guide's file
+    # under a scratch folder) ...
+    file = str(tmp_path / path)
+    recipe = load_recipe_checked(
+        "recipes/max_digit/max_digit_tiny.yaml", [f"rollout_worker.custom_worker={file}:{name}"]
+    )
+    cls = load_object(file, name, recipe.roots, "rollout_worker.custom_worker")
+    # ... and it rolls out against the server with the guide's system prompt.
+    client = InferenceClient(embedded_server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
+    (traj,) = asyncio.run(
+        cls(client, max_digit(), {"max_tokens": 2, "temperature": 0.0}).rollout(ITEM)
+    )
+    messages = [
+        {"role": "system", "content": "Answer with one digit."},
+        {"role": "user", "content": "max 4 3 9"},
+    ]
+    again = InferenceClient(embedded_server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
+    (gen,) = asyncio.run(again.chat(messages, max_tokens=2, temperature=0.0))
+    assert traj.prompt_ids == gen.prompt_token_ids
+    assert traj.response_ids == gen.token_ids
