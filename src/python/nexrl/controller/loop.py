@@ -33,6 +33,7 @@ import numpy as np
 
 from nexrl.controller.components import Components, build_components
 from nexrl.controller.dispatch import Harvest
+from nexrl.controller.evaluator_stats import EvaluatorFailurePolicy, evaluator_metrics
 from nexrl.controller.scheduler import RolloutScheduler
 from nexrl.controller.state import ControllerState, committed_group_ids
 from nexrl.errors import NexrlError
@@ -87,6 +88,10 @@ class Controller:
         self._last_health = 0.0
         self._last_ckpt_step = -1
         self._val_summaries: list[Any] = []  # validation results being collected
+        self.evaluator_policy = EvaluatorFailurePolicy(
+            int(self.cfg.rollout_worker.max_evaluator_error_steps),
+            str(self.cfg.rollout_worker.evaluator),
+        )
 
     # -- entry ------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -192,6 +197,9 @@ class Controller:
             self._checkpoint()
         summary = parts.finish()
         parts.progress.write(summary)
+        failed = self.evaluator_policy.check_finished()
+        if failed is not None:
+            raise ControllerError(failed)
         return RunResult(self.step, parts.run.root, self.stop_reason, summary)
 
     def _train_one_step(self) -> dict[str, Any] | None:
@@ -234,6 +242,10 @@ class Controller:
         self.step = result.global_step
         self.version = result.policy_version
         row = self._step_row(batch, trained, result, version_before)
+        stop = self.evaluator_policy.observe(trained)
+        if stop is not None:
+            parts.tracker.log(self.step, row)  # the step trained: its row is kept
+            raise ControllerError(stop)
         if result.published_version is not None:
             row.update(self._sync_weights(result))
         t_sync = time.perf_counter()
@@ -282,6 +294,7 @@ class Controller:
             "rollout/in_flight": self.parts.dispatcher.running_trajectories("train"),
         }
         row.update(batch.metrics())
+        row.update(evaluator_metrics(trained))  # eval/<name>: mean over the step's batch
         for k, v in result.row().items():
             row[f"timing/trainer_{k[7:]}" if k.startswith("timing/") else k] = v
         return row

@@ -22,6 +22,20 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("perf/trajectories_per_s", "traj/s", ".1f"),
     ("version/lag_max", "lag", "g"),
 )
+EVAL_PREFIX = "eval/"
+EVAL_SHOWN = 3  # evaluator metrics shown (eval/<name>, first by name), errors always
+
+
+def _eval_fields(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
+    names = sorted(k for k in metrics if k.startswith(EVAL_PREFIX))
+    out = []
+    errors = metrics.get(EVAL_PREFIX + "evaluator_error")
+    shown = [k for k in names if k != EVAL_PREFIX + "evaluator_error"][:EVAL_SHOWN]
+    for key in shown:
+        out.append((key[len(EVAL_PREFIX) :], format(float(metrics[key]), ".3g")))
+    if errors:  # only when some sample's evaluator raised
+        out.append(("eval_errors", format(float(errors), ".0%")))
+    return out
 
 
 def _fields(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -30,7 +44,7 @@ def _fields(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
         value = metrics.get(key)
         if value is not None:
             out.append((label, format(float(value), spec)))
-    return out
+    return out + _eval_fields(metrics)
 
 
 class ProgressDisplay:

@@ -51,6 +51,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
       first / last 5 steps that have it (fewer if the run is shorter);
     * ``val_reward_first`` / ``val_reward_last`` / ``val_reward_best`` and
       ``val_reward_best_step`` from ``val/reward/mean``;
+    * ``evaluator_errors``: samples whose evaluator raised (the last
+      ``rollout/evaluator_errors``), ``evaluator_error_share``: their share of the
+      trained samples (mean ``eval/evaluator_error`` over the steps);
     * ``wall_time_s``: last minus first ``time`` (from the first logged row to
       the last; includes any pause between a crash and its resume).
 
@@ -63,6 +66,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     val = _by_step(rows, VAL_KEY)
     best = max(val, key=lambda p: p[1]) if val else None
     times = [t for t in (_number(r.get("time")) for r in rows) if t is not None]
+    errors = [v for _, v in _by_step(rows, "rollout/evaluator_errors")]
+    error_share = [v for _, v in _by_step(rows, "eval/evaluator_error")]
     return {
         "steps_run": len(steps),
         "first_step": steps[0] if steps else None,
@@ -73,6 +78,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "val_reward_last": val[-1][1] if val else None,
         "val_reward_best": best[1] if best else None,
         "val_reward_best_step": best[0] if best else None,
+        "evaluator_errors": int(max(errors)) if errors else None,
+        "evaluator_error_share": _mean(error_share),
         "wall_time_s": max(times) - min(times) if times else None,
     }
 
@@ -111,6 +118,13 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"validation reward: {_f(s['val_reward_first'])} first -> "
             f"{_f(s['val_reward_last'])} last, best {_f(s['val_reward_best'])} "
             f"at step {s['val_reward_best_step']}"
+        )
+    if s.get("evaluator_errors"):
+        share = s.get("evaluator_error_share")
+        lines.append(
+            f"evaluator errors: {s['evaluator_errors']}"
+            + (f" ({share:.1%} of trained samples)" if share is not None else "")
+            + "; see logs/driver.log"
         )
     return "\n".join(lines)
 

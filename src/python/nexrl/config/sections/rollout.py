@@ -87,3 +87,11 @@ class RolloutWorkerConfig:
     task_retries: int = cfg_field(
         2, help="Dask retries of a rollout future lost with its worker.", minimum=0
     )
+    max_evaluator_error_steps: int = cfg_field(
+        3,
+        help="Stop the run (non-zero exit) when the evaluator raised on every sample of "
+        "this many consecutive steps' batches, naming the evaluator, the exception and the "
+        "first failing row; 0 never stops early. A run whose every step had only evaluator "
+        "errors always ends with a non-zero exit, however short.",
+        minimum=0,
+    )

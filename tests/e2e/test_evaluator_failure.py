@@ -1,0 +1,92 @@
+"""Evaluator metrics reach metrics.jsonl; a run whose evaluator fails on every sample stops.
+
+The default recipe's evaluator reports ``answered_a_digit``: its per-step mean is
+``eval/answered_a_digit``. With a data file that lacks the evaluator's answer
+field, every sample's evaluator raises KeyError: the run stops with a non-zero
+exit naming the evaluator, the exception and the first failing row, after
+``rollout_worker.max_evaluator_error_steps`` steps, or at the end of a shorter run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nexrl.controller import Controller, ControllerError
+from nexrl.recipe import load_recipe_checked
+from tests.e2e._recipe import DATA, RECIPE, overrides, read_rows, subprocess_env, train_rows
+
+
+def _data_without_answers(tmp_path: Path) -> Path:
+    rows = [json.loads(line) for line in Path(DATA).read_text().splitlines()]
+    path = tmp_path / "no_answers.jsonl"
+    path.write_text("".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in rows))
+    return path
+
+
+def test_evaluator_metrics_are_in_the_metrics_rows(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    recipe = load_recipe_checked(RECIPE, overrides(out, steps=2))
+    assert Controller(recipe, progress=False).run().steps == 2
+    rows = train_rows(out)
+    assert len(rows) == 2
+    for row in rows:
+        assert 0.0 <= row["eval/answered_a_digit"] <= 1.0
+        assert row["eval/evaluator_error"] == 0.0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["evaluator_errors"] == 0
+
+
+def test_missing_answer_field_stops_after_n_steps(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    data = _data_without_answers(tmp_path)
+    recipe = load_recipe_checked(
+        RECIPE,
+        overrides(
+            out,
+            f"data.data_files=[{data}]",
+            "rollout_worker.max_evaluator_error_steps=2",
+            steps=4,
+        ),
+    )
+    with pytest.raises(ControllerError) as err:
+        Controller(recipe, progress=False).run()
+    msg = str(err.value)
+    assert "MaxDigitEvaluator" in msg
+    assert "KeyError" in msg and "'answer'" in msg
+    assert "first failing row" in msg and '"prompt": "max' in msg
+    assert "max_evaluator_error_steps=2" in msg
+    rows = train_rows(out)  # what was written before the stop is whole
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["eval/evaluator_error"] == 1.0 for r in rows)
+    assert all(r["reward/mean"] == 0.0 for r in rows)
+    assert len(read_rows(out)) == len((out / "metrics.jsonl").read_text().splitlines())
+
+
+def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    data = _data_without_answers(tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nexrl.cli.train",
+            RECIPE,
+            *overrides(out, f"data.data_files=[{data}]", steps=2),  # shorter than N=3
+        ],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    stop = [line for line in proc.stderr.splitlines() if line.startswith("error: the run stopped")]
+    assert len(stop) == 1, proc.stderr[-3000:]
+    assert "MaxDigitEvaluator" in stop[0] and "KeyError" in stop[0]
+    assert [r["step"] for r in train_rows(out)] == [1, 2]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["evaluator_errors"] == 64 and summary["evaluator_error_share"] == 1.0
