@@ -55,7 +55,9 @@ def test_means_per_metric_over_the_batch() -> None:
         "eval/evaluator_error": pytest.approx(0.25),  # 1 of 4 samples
         "eval/len": pytest.approx(3.0),  # (4 + 2) / 2
     }
-    error, row = first_error(trained)
+    found = first_error(trained)
+    assert found is not None
+    error, row = found
     assert error == "KeyError: 'answer'"
     assert '"prompt": "row 3"' in row and row.endswith("...") and len(row) <= 303
 

@@ -4,8 +4,9 @@
 metric columns, NaN where a trajectory has no value) over the batch, as
 ``eval/<name>``; ``eval/evaluator_error`` is the share of samples whose
 evaluator raised. ``EvaluatorFailurePolicy`` tells the controller to stop the
-run (it raises ``ControllerError``) when every sample of ``max_steps`` consecutive batches had an evaluator error,
-naming the evaluator, the exception and the first failing row.
+run (it raises ``ControllerError``) when every sample of ``max_steps``
+consecutive batches had an evaluator error, naming the evaluator, the
+exception and the first failing row.
 """
 
 from __future__ import annotations
