@@ -41,7 +41,7 @@ def _cols(trajs: list[Trajectory]) -> TrajectoryColumns:
 def test_means_per_metric_over_the_batch() -> None:
     cols = _cols(
         [
-            _traj(0, {"acc": 1.0, "len": 4.0, "evaluator_error": 0.0}),
+            _traj(0, {"acc": 1.0, "len": 4.0, "evaluator_error": 0.0, "response_length": 3.0}),
             _traj(1, {"acc": 0.0, "len": 2.0, "evaluator_error": 0.0}),
             _traj(2, {"acc": 0.5, "evaluator_error": 0.0}),  # no "len": not averaged in
             _traj(3, {"evaluator_error": 1.0}, "KeyError: 'answer'"),

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from nexrl.types.episode import TRAJECTORY_METRICS
+
 __all__ = ["EVAL_PREFIX", "EvaluatorFailurePolicy", "evaluator_metrics", "first_error"]
 
 EVAL_PREFIX = "eval/"
@@ -24,9 +26,10 @@ ROW_CHARS = 300
 
 
 def evaluator_metrics(cols: Any) -> dict[str, float]:
-    """``{"eval/<name>": mean}`` over the trajectories that report ``<name>``."""
+    """``{"eval/<name>": mean}`` over the trajectories that report ``<name>``
+    (the evaluator's metrics only: not the trajectory's own, ``TRAJECTORY_METRICS``)."""
     out: dict[str, float] = {}
-    for name in sorted(cols.metrics):
+    for name in sorted(set(cols.metrics) - set(TRAJECTORY_METRICS)):
         values = np.asarray(cols.metrics[name], dtype=np.float64)
         seen = ~np.isnan(values)
         if seen.any():

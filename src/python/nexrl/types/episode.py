@@ -19,12 +19,16 @@ if TYPE_CHECKING:
     from nexrl.inference import Generation
 
 __all__ = [
+    "TRAJECTORY_METRICS",
     "BaseEvaluationTarget",
     "Episode",
     "EvaluationRunResult",
     "call_trajectory",
     "merge_episode",
 ]
+
+# Metrics a trajectory records about itself (not the evaluator's).
+TRAJECTORY_METRICS = ("response_length", "model_calls")
 
 
 @dataclass
