@@ -37,6 +37,10 @@ RENAMED: dict[str, str] = {
     "rollout_worker.num_workers": "rollout_worker.max_groups_in_flight",
     "trainer.save_freq": "trainer.save_every",
     "validate.freq": "validate.every",
+    "cluster.slurm.cores": "cluster.slurm.rollout.cores",
+    "cluster.slurm.memory": "cluster.slurm.rollout.memory",
+    "cluster.slurm.gpus_per_job": "cluster.slurm.rollout.gpus",
+    "cluster.slurm.n_jobs": "cluster.slurm.rollout.jobs",
 }
 
 # New key ('file.py:Class') -> (old file-or-module key, old class-name key).

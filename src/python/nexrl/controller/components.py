@@ -161,14 +161,20 @@ def _build(
     val_groups = validation_groups(recipe, length)
     group_size = int(cfg.rollout_worker.group_size)
 
+    inference_cfg = cfg.service.inference_service
     cluster = start_cluster(
         cfg.cluster,
         str(cfg.experiment_name),
         max(1, int(cfg.resource.trainer_gpus)),
         plugins=recipe.plugins,  # imported in every worker before any task or actor
+        trainer_ranks=int(cfg.trainer.world_size),
+        inference_job=not inference_cfg.base_urls,
+        log_dir=run.logs / "slurm",
     )
     closers.append(cluster.close)
     logger.info("Dask dashboard: %s", cluster.dashboard_link)
+    for role, ids in cluster.job_ids().items():
+        logger.info("slurm: %s jobs %s", role, " ".join(ids) or "(none yet)")
 
     spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)
     spec = replace(spec, tokenizer_path=str(tok_dir), auto_checkpoint=False)
@@ -176,6 +182,7 @@ def _build(
         cluster.client,
         spec,
         gpus_per_rank=int(cfg.resource.trainer_gpus),
+        workers=cluster.trainer_workers,  # Slurm: rank r in trainer job r
         timeout_s=float(cfg.runtime_monitor.task_timeout_s) + 600.0,
     )
     closers.append(trainer.close)
@@ -190,7 +197,10 @@ def _build(
         weights = snap[1]
 
     supervisor = InferenceSupervisor(
-        cfg.service.inference_service, log_dir=run.logs, seed=int(cfg.seed)
+        inference_cfg,
+        log_dir=run.logs,
+        seed=int(cfg.seed),
+        server_factory=_server_factory(cluster),
     )
     closers.append(supervisor.close)
     urls = supervisor.start(weights, version)
@@ -238,3 +248,14 @@ def _build(
         plot_every=int(cfg.logger.plot_every),
         _closers=closers,
     )
+
+
+def _server_factory(cluster: Any) -> Any:
+    """Slurm: the embedded server starts in the inference job, not next to the driver."""
+    if cluster.inference_worker is None:
+        return None
+    from functools import partial
+
+    from nexrl.runtime.remote_server import RemoteEmbeddedServer
+
+    return partial(RemoteEmbeddedServer, cluster.client, cluster.inference_worker)

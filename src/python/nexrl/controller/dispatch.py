@@ -115,6 +115,7 @@ class RolloutDispatcher:
             commit,
             key=f"evaluate-{suffix}",
             retries=self.task_retries,
+            resources=self.resources,  # on rollout workers, never a trainer's (Slurm)
             pure=False,
         )
         group = InFlight(items, rollout, evaluate, self._clock(), tag)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,21 @@ def _cpu_threads_args() -> list[str]:
     return [] if torch.cuda.is_available() else ["--torch-threads", str(cpu_threads(1))]
 
 
+def _alive(server: Any) -> bool:
+    if hasattr(server, "alive"):  # a server on another node
+        return bool(server.alive())
+    proc = server.process
+    return proc is not None and proc.poll() is None
+
+
+def _returncode(server: Any) -> int | None:
+    if server is None:
+        return None
+    if hasattr(server, "alive"):
+        return server.returncode  # type: ignore[no-any-return]
+    return None if server.process is None else server.process.returncode
+
+
 class InferenceSupervisor:
     """Starts (or connects to) the inference service, reloads it, restarts it."""
 
@@ -51,8 +67,13 @@ class InferenceSupervisor:
         log_dir: Path,
         seed: int = 0,
         reload_timeout_s: float = 300.0,
+        server_factory: Callable[..., Any] | None = None,
     ) -> None:
+        """``server_factory(model, **kwargs)`` makes the embedded server's handle
+        (default: ``EmbeddedServer``, a child of this process; on Slurm the
+        controller passes one that starts it in the inference job)."""
         self.config = config
+        self.server_factory = server_factory
         self.log_dir = log_dir
         self.seed = seed
         self.reload_timeout_s = reload_timeout_s
@@ -83,11 +104,14 @@ class InferenceSupervisor:
         return self.base_urls
 
     def _start_embedded(self) -> None:
-        from backends.inference.embedded import EmbeddedServer
+        factory = self.server_factory
+        if factory is None:
+            from backends.inference.embedded import EmbeddedServer
 
+            factory = EmbeddedServer
         self.log_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.config
-        server = EmbeddedServer(
+        server = factory(
             self.model_path or "",
             served_model_name=cfg.served_model_name,
             startup_timeout_s=cfg.startup_timeout_s,
@@ -160,12 +184,11 @@ class InferenceSupervisor:
         Returns True when the service was restarted (callers must update the base
         URLs they hand out)."""
         if self.owns_server:
-            proc = self.server.process if self.server is not None else None
-            if proc is not None and proc.poll() is None:
+            if self.server is not None and _alive(self.server):
                 return False
             logger.warning(
                 "inference: the embedded server exited (code %s); restarting on v%d",
-                None if proc is None else proc.returncode,
+                _returncode(self.server),
                 self.version,
             )
             if self.server is not None:

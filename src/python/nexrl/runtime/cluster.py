@@ -7,42 +7,66 @@
   default, also on CPU-only machines, so trainer actors are placed the same
   way everywhere) and ``CPU`` units equal to its threads for rollout futures.
 * ``address``: connect to a running scheduler.
-* ``slurm``: a dask-jobqueue ``SLURMCluster`` (one worker per job).
+* ``slurm``: every part of the run in Slurm jobs (``nexrl.runtime.slurm``): rollout
+  workers (a dask-jobqueue ``SLURMCluster``), one job per trainer rank and the
+  embedded inference server's job; all cancelled by ``close()``.
 * ``kubernetes``: a dask-kubernetes ``KubeCluster`` from a cluster spec.
 
 Whatever the type, a recipe's ``plugins:`` are imported in every worker, present and
 future (``nexrl.runtime.worker_plugin``), before ``start_cluster`` returns.
 
-The builders for Slurm and Kubernetes return the keyword arguments / spec so
-that they can be inspected (and tested) without a scheduler.
+The Kubernetes builder returns the spec so that it can be inspected (and
+tested) without an API server.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from nexrl.config.sections.cluster import ClusterConfig, KubernetesConfig, SlurmConfig
+from nexrl.config.sections.cluster import ClusterConfig, KubernetesConfig
 
 
 @dataclass
 class ClusterHandle:
-    """A connected client and the cluster object it owns (None for 'address')."""
+    """A connected client and the cluster object it owns (None for 'address').
+
+    On Slurm, ``trainer_workers[r]`` is the worker of trainer rank ``r``'s job and
+    ``inference_worker`` the worker that hosts the embedded server (None elsewhere:
+    trainer ranks are placed by resources, the server is a child of the driver)."""
 
     client: Any
     cluster: Any | None
+    slurm_jobs: Any | None = None  # nexrl.runtime.slurm.SlurmJobs
+    trainer_workers: list[str] | None = None
+    inference_worker: str | None = None
+    _closed: bool = field(default=False, repr=False)
 
     @property
     def dashboard_link(self) -> str:
         return str(self.client.dashboard_link)
 
+    def job_ids(self) -> dict[str, list[str]]:
+        """``{role: [Slurm job id, ...]}`` of a Slurm run (empty elsewhere)."""
+        if self.slurm_jobs is None:
+            return {}
+        ids: dict[str, list[str]] = {"rollout": self.slurm_jobs.rollout_job_ids()}
+        for job in self.slurm_jobs.submitted:
+            ids.setdefault(job.role, []).append(job.job_id)
+        return ids
+
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.slurm_jobs is not None:
+            self.slurm_jobs.cancel()
         self.client.close()
         if self.cluster is not None:
-            self.cluster.close()
+            self.cluster.close()  # a SLURMCluster scancels its rollout jobs
 
 
 def worker_resources(gpus: int, threads: int) -> dict[str, float]:
@@ -59,27 +83,6 @@ def local_cluster_kwargs(cfg: ClusterConfig, gpus_per_worker: int = 1) -> dict[s
         "resources": worker_resources(gpus_per_worker, cfg.threads_per_worker),
         "dashboard_address": cfg.dashboard_address,
         "host": "127.0.0.1",
-    }
-
-
-def slurm_cluster_kwargs(cfg: SlurmConfig, threads: int = 1) -> dict[str, Any]:
-    """SLURMCluster arguments: partition, account, cores, memory, walltime, GPUs
-    (``--gres=gpu:N``), extra ``#SBATCH`` directives and the worker's ``GPU``/``CPU``
-    resources."""
-    directives = list(cfg.job_directives)
-    if cfg.gpus_per_job:
-        directives.append(f"--gres=gpu:{cfg.gpus_per_job}")
-    res = worker_resources(cfg.gpus_per_job, cfg.cores)
-    return {
-        "queue": cfg.partition,
-        "account": cfg.account,
-        "cores": cfg.cores,
-        "processes": 1,
-        "memory": cfg.memory,
-        "walltime": cfg.walltime,
-        "job_extra_directives": directives,
-        "worker_extra_args": ["--resources", ",".join(f"{k}={v:g}" for k, v in res.items())],
-        "python": sys.executable,
     }
 
 
@@ -113,11 +116,17 @@ def start_cluster(
     experiment: str,
     gpus_per_worker: int = 1,
     plugins: Sequence[str] = (),
+    *,
+    trainer_ranks: int = 1,
+    inference_job: bool = False,
+    log_dir: str | Path | None = None,
 ) -> ClusterHandle:
     """Start (or connect to) the cluster and return a connected client.
 
     ``plugins`` (resolved by ``nexrl.plugins.resolve_plugins``) are imported in
-    every worker, present and future, before the client is returned.
+    every worker, present and future, before the client is returned. On Slurm,
+    ``trainer_ranks`` jobs for the trainer and (``inference_job``) one for the
+    embedded server are submitted and joined first; job output goes to ``log_dir``.
     """
     from distributed import Client
 
@@ -129,10 +138,18 @@ def start_cluster(
 
         cluster = LocalCluster(**local_cluster_kwargs(cfg, gpus_per_worker))
     elif cfg.type == "slurm":
-        from dask_jobqueue import SLURMCluster
+        from nexrl.runtime.slurm import start_slurm
 
-        cluster = SLURMCluster(**slurm_cluster_kwargs(cfg.slurm))
-        cluster.scale(jobs=cfg.slurm.n_jobs)
+        client, cluster, jobs, trainers, server = start_slurm(
+            cfg.slurm,
+            experiment,
+            trainer_gpus=gpus_per_worker,
+            trainer_ranks=trainer_ranks,
+            inference=inference_job,
+            log_dir=log_dir,
+        )
+        handle = ClusterHandle(client, cluster, jobs, trainers, server)
+        return _with_plugins(handle, plugins)
     else:
         from dask_kubernetes.operator import KubeCluster
 

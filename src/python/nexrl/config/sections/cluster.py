@@ -8,16 +8,81 @@ from nexrl.config.fields import cfg_field
 
 
 @dataclass
+class SlurmJobSize:
+    """The size of one Slurm job (one Dask worker per job)."""
+
+    cores: int = cfg_field(2, help="Cores per job (--cpus-per-task).", minimum=1)
+    memory: str = cfg_field("16GB", help="Memory per job (--mem).")
+    gpus: int = cfg_field(1, help="GPUs per job (--gres=gpu:N; 0 = no gres line).", minimum=0)
+
+
+@dataclass
+class SlurmRolloutJobs(SlurmJobSize):
+    """Rollout/evaluator worker jobs: how many, and the size of each."""
+
+    jobs: int = cfg_field(2, help="Rollout jobs to keep running.", minimum=1)
+    max_jobs: int | None = cfg_field(
+        None,
+        help="If set, rollout jobs adapt between 'jobs' and this many by the rollout "
+        "backlog (dask-jobqueue adapt); null = always 'jobs'.",
+        minimum=1,
+    )
+
+
+def _rollout_jobs() -> SlurmRolloutJobs:
+    return SlurmRolloutJobs(cores=1, memory="4GB", gpus=0)
+
+
+@dataclass
 class SlurmConfig:
-    partition: str | None = cfg_field(None, help="Slurm partition (queue).")
-    account: str | None = cfg_field(None, help="Slurm account.")
-    cores: int = cfg_field(4, help="Cores per job (one Dask worker per job).", minimum=1)
-    memory: str = cfg_field("16GB", help="Memory per job.")
-    walltime: str = cfg_field("04:00:00", help="Job walltime.")
-    gpus_per_job: int = cfg_field(0, help="GPUs per job (--gres=gpu:N).", minimum=0)
-    n_jobs: int = cfg_field(1, help="Jobs (workers) to start.", minimum=1)
+    """``cluster.type: slurm``: the driver stays where it is started (a login
+    node, or a batch job of its own); rollout/evaluator workers, each trainer
+    rank and the embedded inference server each run in Slurm jobs that nexrl
+    submits (dask-jobqueue renders the job scripts) and cancels when the run ends."""
+
+    partition: str | None = cfg_field(None, help="Slurm partition (queue) of every job.")
+    account: str | None = cfg_field(None, help="Slurm account of every job.")
+    walltime: str = cfg_field("04:00:00", help="Walltime of every job (-t).")
     job_directives: list[str] = cfg_field(
-        default_factory=list, help="Extra #SBATCH lines, e.g. '--constraint=a100'."
+        default_factory=list, help="Extra #SBATCH lines for every job, e.g. '--constraint=a100'."
+    )
+    prologue: list[str] = cfg_field(
+        default_factory=list,
+        help="Shell lines run at the start of every job before the Dask worker, e.g. "
+        "'module load cuda' or 'source /path/to/venv/bin/activate'.",
+    )
+    scheduler_host: str | None = cfg_field(
+        None,
+        help="Address the jobs reach the driver's Dask scheduler on (null = this "
+        "host's address, dask-jobqueue's default; '127.0.0.1' on a single node).",
+    )
+    python: str | None = cfg_field(
+        None,
+        help="Python that runs the Dask worker in the jobs (null = the driver's own "
+        "interpreter, which must be on storage the compute nodes see).",
+    )
+    job_start_timeout_s: float = cfg_field(
+        600.0,
+        help="How long to wait for a submitted job's worker to join before the run stops "
+        "with the job's id and state (e.g. PENDING (Resources)).",
+        minimum=1.0,
+    )
+    rollout: SlurmRolloutJobs = cfg_field(
+        default_factory=_rollout_jobs,
+        help="Rollout/evaluator worker jobs (their Dask workers offer resource "
+        "CPU=cores and run the rollout and evaluator futures).",
+    )
+    trainer: SlurmJobSize = cfg_field(
+        default_factory=SlurmJobSize,
+        help="Each trainer rank's job (trainer.world_size jobs). Their Dask workers "
+        "offer resource GPU=resource.trainer_gpus, the units a trainer actor asks for, "
+        "whatever 'gpus' (the physical gres) is: set gpus: 0 on a CPU partition.",
+    )
+    inference: SlurmJobSize = cfg_field(
+        default_factory=SlurmJobSize,
+        help="The embedded inference server's job (service.inference_service without "
+        "base_urls: one replica). Its Dask worker offers resource INFERENCE=1 and "
+        "starts the server on its node.",
     )
 
 

@@ -1,0 +1,131 @@
+"""The embedded inference server on another node: started by a Dask actor there.
+
+On Slurm the server must not run next to the driver (a login node): the
+inference job's Dask worker (resource ``INFERENCE=1``) hosts a :class:`ServerHost`
+actor that starts ``backends.inference.embedded`` as its child, bound to the
+node's address, and reports whether it is alive. :class:`RemoteEmbeddedServer`
+is the driver's handle on it, with the surface of the local ``EmbeddedServer``
+the inference supervisor uses (``start``, ``stop``, ``alive``, ``base_url``,
+``pid``). The server exits with its worker (``--parent-pid``), so a job that
+ends takes its server with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+__all__ = ["RemoteEmbeddedServer", "ServerHost"]
+
+
+class ServerHost:
+    """Runs on the inference worker (a Dask actor): owns the server process there."""
+
+    def __init__(self) -> None:
+        self.server: Any = None
+
+    def start(self, model: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        import os
+
+        from distributed.utils import get_ip
+
+        from backends.inference.embedded import EmbeddedServer
+
+        self.stop()
+        host = os.environ.get("NEXRL_INFERENCE_HOST") or get_ip()
+        self.server = EmbeddedServer(model, host=host, **kwargs).start()
+        return {
+            "base_url": self.server.base_url,
+            "pid": self.server.pid,
+            "node": os.uname().nodename,
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+        }
+
+    def alive(self) -> bool:
+        proc = self.server.process if self.server is not None else None
+        return proc is not None and proc.poll() is None
+
+    def returncode(self) -> int | None:
+        proc = self.server.process if self.server is not None else None
+        return None if proc is None else proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the server now (what a crash looks like; for fault tests)."""
+        if self.server is not None:
+            self.server.kill()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+class RemoteEmbeddedServer:
+    """The driver's handle on a server started by a :class:`ServerHost` actor."""
+
+    def __init__(
+        self,
+        client: Any,
+        worker: str,
+        model: str,
+        *,
+        timeout_s: float = 600.0,
+        **kwargs: Any,
+    ) -> None:
+        self.client, self.worker, self.model = client, worker, model
+        self.kwargs = {**kwargs, "exit_with_parent": True}
+        self.timeout_s = timeout_s
+        self.info: dict[str, Any] = {}
+        self._future: Any = None
+        self._actor: Any = None
+
+    def _host(self) -> Any:
+        if self._actor is None:
+            self._future = self.client.submit(
+                ServerHost,
+                actor=True,
+                workers=[self.worker],
+                allow_other_workers=False,
+                resources={"INFERENCE": 1},
+                pure=False,
+            )
+            self._actor = self._future.result(timeout=self.timeout_s)
+        return self._actor
+
+    def start(self) -> RemoteEmbeddedServer:
+        self.info = self._host().start(self.model, self.kwargs).result(timeout=self.timeout_s)
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return str(self.info["base_url"])
+
+    @property
+    def pid(self) -> int | None:
+        return self.info.get("pid")
+
+    @property
+    def returncode(self) -> int | None:
+        try:
+            return self._host().returncode().result(timeout=30)
+        except Exception:
+            return None
+
+    def alive(self) -> bool:
+        """False when the server or its whole job is gone."""
+        try:
+            return bool(self._host().alive().result(timeout=30))
+        except Exception:
+            return False
+
+    def kill(self) -> None:
+        self._host().kill().result(timeout=60)
+
+    def stop(self) -> None:
+        if self._actor is not None:
+            # an error here: the worker (and with it the server) is already gone
+            with contextlib.suppress(Exception):
+                self._actor.stop().result(timeout=60)
+        if self._future is not None:
+            self.client.cancel(self._future)
+        self._actor = self._future = None

@@ -1,0 +1,282 @@
+"""A run's Slurm jobs: rollout workers, one job per trainer rank, the inference job.
+
+``cluster.type: slurm`` (``cluster.slurm.*``, :class:`SlurmConfig`). The Dask
+scheduler runs in the driver (a login node, or the driver's own batch job);
+every other part of the run is a Dask worker in a Slurm job that this module
+submits and, when the run ends, cancels:
+
+* rollout jobs: a dask-jobqueue ``SLURMCluster`` scaled to ``rollout.jobs``
+  (or adapting up to ``rollout.max_jobs``); their workers offer ``CPU=cores``
+  and run the rollout and evaluator futures. A job that dies (``scancel``,
+  node failure, walltime) is replaced by the cluster; its futures are retried.
+* trainer jobs: one per trainer rank, named ``nexrl-<experiment>-trainer-<rank>``;
+  their workers offer ``GPU=resource.trainer_gpus`` (what a trainer actor asks
+  for, by construction) and the driver pins rank ``r`` to job ``r``'s worker.
+* the inference job (when nexrl runs the embedded server): its worker offers
+  ``INFERENCE=1`` and starts the server on its node
+  (:mod:`nexrl.runtime.remote_server`).
+
+Job scripts are rendered by dask-jobqueue's ``SLURMJob`` (so they are the
+scripts dask-jobqueue users know) and each starts with the recipe's
+``prologue`` lines. When ``python`` is not set, the jobs run the driver's own
+interpreter with the driver's ``sys.path`` exported, so a worker imports the
+same nexrl (and recipe plugins) the driver does, also under ``./pants run``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nexrl.config.sections.cluster import SlurmConfig, SlurmJobSize
+from nexrl.errors import NexrlError
+
+__all__ = [
+    "SlurmError",
+    "SlurmJobs",
+    "SubmittedJob",
+    "job_kwargs",
+    "resources_arg",
+    "role_resources",
+    "start_slurm",
+]
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("rollout", "trainer", "inference")
+DEATH_TIMEOUT_S = 120  # a job's worker exits this long after losing the driver's scheduler
+
+
+class SlurmError(RuntimeError, NexrlError):
+    """A Slurm job could not be submitted, or its worker never joined."""
+
+
+def role_resources(role: str, jobs: SlurmJobSize, trainer_gpus: int) -> dict[str, float]:
+    """The Dask resources a role's worker offers: exactly what that role's work asks for."""
+    if role == "rollout":
+        return {"CPU": float(jobs.cores)}
+    if role == "trainer":
+        return {"GPU": float(max(1, trainer_gpus))}
+    if role == "inference":
+        return {"INFERENCE": 1.0}
+    raise ValueError(f"unknown Slurm job role {role!r} (one of {', '.join(ROLES)})")
+
+
+def resources_arg(resources: dict[str, float]) -> list[str]:
+    return ["--resources", ",".join(f"{k}={v:g}" for k, v in resources.items())]
+
+
+def _prologue(cfg: SlurmConfig) -> list[str]:
+    lines = list(cfg.prologue)
+    if cfg.python is None:  # the driver's interpreter: give it the driver's imports
+        path = os.pathsep.join(p for p in sys.path if p)
+        lines.append(f"export PYTHONPATH='{path}'")
+    lines.append(f"cd '{os.getcwd()}'")
+    return lines
+
+
+def job_kwargs(
+    cfg: SlurmConfig,
+    role: str,
+    *,
+    experiment: str,
+    trainer_gpus: int = 1,
+    log_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """``SLURMJob`` / ``SLURMCluster`` arguments of one role's jobs."""
+    jobs: SlurmJobSize = getattr(cfg, role)
+    directives = list(cfg.job_directives)
+    if jobs.gpus:
+        directives.append(f"--gres=gpu:{jobs.gpus}")
+    kwargs: dict[str, Any] = {
+        "queue": cfg.partition,
+        "account": cfg.account,
+        "cores": jobs.cores,
+        "processes": 1,
+        "memory": jobs.memory,
+        "walltime": cfg.walltime,
+        "job_name": f"nexrl-{experiment}-{role}",
+        "job_extra_directives": directives,
+        "job_script_prologue": _prologue(cfg),
+        "worker_extra_args": resources_arg(role_resources(role, jobs, trainer_gpus)),
+        "python": cfg.python or sys.executable,
+        "death_timeout": DEATH_TIMEOUT_S,
+    }
+    if log_dir is not None:
+        kwargs["log_directory"] = str(log_dir)
+    return kwargs
+
+
+@dataclass
+class SubmittedJob:
+    role: str
+    name: str  # the job's name and its Dask worker's name
+    job_id: str
+
+
+def _sbatch(script: str, name: str) -> str:
+    try:
+        out = subprocess.run(
+            ["sbatch", "--parsable"],
+            input=script,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise SlurmError(
+            "cluster.type=slurm but 'sbatch' is not on PATH: run on a Slurm login node"
+        ) from exc
+    if out.returncode != 0:
+        msg = (out.stderr or out.stdout).strip().splitlines()
+        raise SlurmError(
+            f"sbatch refused job {name}: {msg[-1] if msg else out.returncode} "
+            "(check cluster.slurm: partition, account, gpus, memory)"
+        )
+    return out.stdout.strip().split(";")[0]
+
+
+def job_states(job_ids: Sequence[str]) -> dict[str, str]:
+    """``{job_id: 'STATE (reason)'}`` from squeue; jobs squeue no longer lists are absent."""
+    if not job_ids:
+        return {}
+    out = subprocess.run(
+        ["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T %r"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    states: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) >= 2:
+            states[parts[0]] = parts[1] + (f" ({parts[2]})" if len(parts) > 2 else "")
+    return states
+
+
+@dataclass
+class SlurmJobs:
+    """The jobs nexrl submits itself (trainer ranks, inference) next to the
+    ``SLURMCluster``'s rollout jobs; ``cancel()`` ends every one of them."""
+
+    cluster: Any  # the SLURMCluster (its scheduler, its rollout jobs)
+    cfg: SlurmConfig
+    experiment: str
+    trainer_gpus: int = 1
+    log_dir: str | None = None
+    submitted: list[SubmittedJob] = field(default_factory=list)
+
+    def submit(self, role: str, index: int) -> SubmittedJob:
+        from dask_jobqueue.slurm import SLURMJob
+
+        kwargs = job_kwargs(
+            self.cfg,
+            role,
+            experiment=self.experiment,
+            trainer_gpus=self.trainer_gpus,
+            log_dir=self.log_dir,
+        )
+        name = f"{kwargs['job_name']}-{index}"
+        kwargs["job_name"] = name
+        script = SLURMJob(
+            scheduler=self.cluster.scheduler_address, name=name, **kwargs
+        ).job_script()
+        job = SubmittedJob(role, name, _sbatch(script, name))
+        self.submitted.append(job)
+        logger.info("slurm: submitted %s job %s (%s)", role, job.job_id, name)
+        return job
+
+    def rollout_job_ids(self) -> list[str]:
+        return [str(j.job_id) for j in self.cluster.workers.values() if j.job_id]
+
+    def wait_for_workers(self, client: Any, jobs: Sequence[SubmittedJob]) -> dict[str, str]:
+        """``{job name: worker address}`` once every job's worker has joined; a clear
+        error naming the jobs still missing (and their Slurm state) after the timeout."""
+        deadline = time.monotonic() + float(self.cfg.job_start_timeout_s)
+        want = {j.name: j for j in jobs}
+        while True:
+            workers = client.scheduler_info(n_workers=-1)["workers"]
+            found = {w["name"]: addr for addr, w in workers.items() if w.get("name") in want}
+            if len(found) == len(want):
+                return found
+            if time.monotonic() > deadline:
+                missing = [want[n] for n in want if n not in found]
+                states = job_states([j.job_id for j in missing])
+                detail = ", ".join(
+                    f"{j.name} (job {j.job_id}: {states.get(j.job_id, 'not in squeue: ended')})"
+                    for j in missing
+                )
+                raise SlurmError(
+                    f"Slurm jobs did not start a worker within {self.cfg.job_start_timeout_s:g}s "
+                    f"(cluster.slurm.job_start_timeout_s): {detail}; see their logs in "
+                    f"{self.log_dir or 'the job output files'}"
+                )
+            time.sleep(0.5)
+
+    def all_job_ids(self) -> list[str]:
+        return [j.job_id for j in self.submitted] + self.rollout_job_ids()
+
+    def cancel(self) -> None:
+        """scancel every job this run submitted (the rollout jobs via the cluster)."""
+        ids = [j.job_id for j in self.submitted]
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True, timeout=60, check=False)
+            logger.info("slurm: cancelled jobs %s", " ".join(ids))
+        self.submitted.clear()
+
+
+def start_slurm(
+    cfg: SlurmConfig,
+    experiment: str,
+    *,
+    trainer_gpus: int,
+    trainer_ranks: int,
+    inference: bool,
+    log_dir: str | Path | None = None,
+) -> tuple[Any, Any, SlurmJobs, list[str], str | None]:
+    """Start the rollout cluster and submit the trainer (and inference) jobs.
+
+    Returns ``(client, cluster, jobs, trainer_workers, inference_worker)`` once
+    every trainer/inference worker has joined; ``trainer_workers[r]`` is rank
+    ``r``'s worker address.
+    """
+    from dask_jobqueue import SLURMCluster
+    from distributed import Client
+
+    if log_dir is not None:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+    kwargs = job_kwargs(
+        cfg, "rollout", experiment=experiment, trainer_gpus=trainer_gpus, log_dir=log_dir
+    )
+    scheduler_options = {"host": cfg.scheduler_host} if cfg.scheduler_host else {}
+    cluster = SLURMCluster(**kwargs, scheduler_options=scheduler_options)
+    jobs = SlurmJobs(cluster, cfg, experiment, trainer_gpus, str(log_dir) if log_dir else None)
+    client = None
+    try:
+        if cfg.rollout.max_jobs:
+            cluster.adapt(minimum_jobs=cfg.rollout.jobs, maximum_jobs=cfg.rollout.max_jobs)
+        else:
+            cluster.scale(jobs=cfg.rollout.jobs)
+        client = Client(cluster, timeout="120s")
+        own = [jobs.submit("trainer", r) for r in range(trainer_ranks)]
+        if inference:
+            own.append(jobs.submit("inference", 0))
+        found = jobs.wait_for_workers(client, own)
+        trainer_workers = [found[j.name] for j in own if j.role == "trainer"]
+        inference_worker = next((found[j.name] for j in own if j.role == "inference"), None)
+        return client, cluster, jobs, trainer_workers, inference_worker
+    except BaseException:
+        jobs.cancel()
+        if client is not None:
+            client.close()
+        cluster.close()
+        raise

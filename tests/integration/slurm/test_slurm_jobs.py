@@ -1,0 +1,82 @@
+"""A run's Slurm jobs on a real (one-node) Slurm: rollout, trainer and inference
+jobs submitted by ``start_cluster``, each worker in its own job with exactly the
+resources its work asks for, and every job cancelled by ``close()``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from nexrl.config.sections.cluster import (
+    ClusterConfig,
+    SlurmConfig,
+    SlurmJobSize,
+    SlurmRolloutJobs,
+)
+from nexrl.runtime.cluster import start_cluster
+
+from ._slurm import require_slurm, wait_gone
+
+
+def _job_env() -> dict[str, str | None]:
+    return {k: os.environ.get(k) for k in ("SLURM_JOB_ID", "SLURM_JOB_NAME")}
+
+
+def test_rollout_trainer_and_inference_each_run_in_their_own_slurm_jobs(tmp_path: Path) -> None:
+    require_slurm()
+    slurm = SlurmConfig(
+        partition="debug",
+        walltime="00:20:00",
+        scheduler_host="127.0.0.1",
+        job_directives=["--comment=nexrl-test"],
+        prologue=["export NEXRL_PROLOGUE_RAN=yes"],
+        job_start_timeout_s=120,
+        rollout=SlurmRolloutJobs(jobs=2, cores=1, memory="1GB", gpus=0),
+        trainer=SlurmJobSize(cores=1, memory="2GB", gpus=1),
+        inference=SlurmJobSize(cores=1, memory="1GB", gpus=0),
+    )
+    cfg = ClusterConfig(type="slurm", slurm=slurm, dashboard_address=":0")
+    handle = start_cluster(
+        cfg, "jobs", 1, trainer_ranks=2, inference_job=True, log_dir=tmp_path / "slurm"
+    )
+    ids = handle.job_ids()
+    all_ids = [i for role in ids.values() for i in role]
+    try:
+        client = handle.client
+        client.wait_for_workers(5, timeout=120)  # 2 rollout + 2 trainer + 1 inference
+        assert len(ids["trainer"]) == 2 and len(ids["inference"]) == 1
+        assert len(ids["rollout"]) == 2 and len(set(all_ids)) == 5
+
+        workers = client.scheduler_info(n_workers=-1)["workers"]
+        envs = client.run(_job_env)
+        # Every worker runs inside the Slurm job that nexrl submitted for it.
+        assert sorted(e["SLURM_JOB_ID"] for e in envs.values()) == sorted(all_ids)
+        assert all(client.run(lambda: os.environ.get("NEXRL_PROLOGUE_RAN")).values())
+        trainers = handle.trainer_workers or []
+        assert len(trainers) == 2
+        for rank, addr in enumerate(trainers):
+            assert envs[addr]["SLURM_JOB_NAME"] == f"nexrl-jobs-trainer-{rank}"
+            assert workers[addr]["resources"] == {"GPU": 1.0}
+        assert handle.inference_worker is not None
+        assert workers[handle.inference_worker]["resources"] == {"INFERENCE": 1.0}
+        rollout = [a for a in workers if a not in trainers and a != handle.inference_worker]
+        assert all(workers[a]["resources"] == {"CPU": 1.0} for a in rollout)
+
+        # What each kind of work asks for lands only where it belongs.
+        futs = [client.submit(os.getpid, resources={"CPU": 1}, pure=False) for _ in range(8)]
+        client.gather(futs)
+        assert {client.who_has(f)[f.key][0] for f in futs} <= set(rollout)
+        gpu = client.submit(os.getpid, resources={"GPU": 1}, pure=False)
+        gpu.result(timeout=60)
+        assert client.who_has(gpu)[gpu.key][0] in trainers
+
+        # The trainer job asked Slurm for its GPU (gres), with the recipe's directives.
+        show = subprocess.run(
+            ["scontrol", "show", "job", ids["trainer"][0]], capture_output=True, text=True
+        ).stdout
+        assert "gres/gpu=1" in show or "gres:gpu:1" in show or "gpu:1" in show
+        assert "Comment=nexrl-test" in show and "Partition=debug" in show
+    finally:
+        handle.close()
+    assert wait_gone(all_ids) == {}, "jobs left in squeue after close()"
