@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import sys
 
-from nexrl.config.sections.cluster import ClusterConfig, KubernetesConfig, SlurmConfig
-from nexrl.runtime.cluster import kubernetes_cluster_spec, slurm_cluster_kwargs, start_cluster
+from nexrl.config.sections.cluster import (
+    ClusterConfig,
+    KubernetesConfig,
+    SlurmConfig,
+    SlurmJobSize,
+    SlurmRolloutJobs,
+)
+from nexrl.runtime.cluster import kubernetes_cluster_spec, start_cluster
+from nexrl.runtime.slurm import job_kwargs, role_resources
 
 
 def test_local_cluster_offers_gpu_and_cpu_resources_per_worker() -> None:
@@ -21,34 +28,47 @@ def test_local_cluster_offers_gpu_and_cpu_resources_per_worker() -> None:
         handle.close()
 
 
-def test_slurm_job_script_carries_the_recipe_settings() -> None:
-    from dask_jobqueue import SLURMCluster
+def test_slurm_job_scripts_carry_the_recipe_settings_and_each_roles_resources() -> None:
+    from dask_jobqueue.slurm import SLURMJob
 
     cfg = SlurmConfig(
         partition="gpu",
         account="rl",
-        cores=4,
-        memory="16GB",
         walltime="02:00:00",
-        gpus_per_job=2,
         job_directives=["--constraint=a100"],
+        prologue=["module load cuda"],
+        rollout=SlurmRolloutJobs(jobs=3, cores=4, memory="16GB", gpus=0),
+        trainer=SlurmJobSize(cores=8, memory="64GB", gpus=2),
     )
-    cluster = SLURMCluster(**slurm_cluster_kwargs(cfg), scheduler_options={"host": "127.0.0.1"})
-    try:
-        script = cluster.job_script()
-    finally:
-        cluster.close()
-    for line in (
-        "#SBATCH -p gpu",
-        "#SBATCH -A rl",
-        "#SBATCH --cpus-per-task=4",
-        "#SBATCH -t 02:00:00",
-        "#SBATCH --gres=gpu:2",
-        "#SBATCH --constraint=a100",
-    ):
-        assert line in script
-    assert "--resources GPU=2,CPU=4" in script
-    assert script.count(sys.executable) == 1
+    scripts = {
+        role: SLURMJob(
+            scheduler="tcp://10.0.0.1:8786",
+            name=f"w-{role}",
+            **job_kwargs(cfg, role, experiment="exp", trainer_gpus=2),
+        ).job_script()
+        for role in ("rollout", "trainer", "inference")
+    }
+    for script in scripts.values():
+        for line in ("#SBATCH -p gpu", "#SBATCH -A rl", "#SBATCH -t 02:00:00"):
+            assert line in script
+        assert "#SBATCH --constraint=a100" in script
+        assert script.index("module load cuda") < script.index("distributed.cli.dask_worker")
+        assert script.count(sys.executable) == 1
+    assert "#SBATCH -J nexrl-exp-rollout" in scripts["rollout"]
+    assert "#SBATCH --cpus-per-task=4" in scripts["rollout"]
+    assert "--gres" not in scripts["rollout"]
+    assert "--resources CPU=4" in scripts["rollout"]
+    assert "#SBATCH --gres=gpu:2" in scripts["trainer"]
+    assert "#SBATCH --cpus-per-task=8" in scripts["trainer"]
+    assert "--resources GPU=2" in scripts["trainer"]  # resource.trainer_gpus, by construction
+    assert "--resources INFERENCE=1" in scripts["inference"]
+
+
+def test_trainer_jobs_offer_what_a_trainer_asks_for_even_on_a_cpu_partition() -> None:
+    cpu_partition = SlurmJobSize(cores=2, memory="8GB", gpus=0)
+    assert role_resources("trainer", cpu_partition, trainer_gpus=1) == {"GPU": 1.0}
+    assert role_resources("trainer", cpu_partition, trainer_gpus=0) == {"GPU": 1.0}
+    assert role_resources("rollout", cpu_partition, trainer_gpus=1) == {"CPU": 2.0}
 
 
 def test_kubernetes_spec_has_gpu_limits_and_worker_resources() -> None:

@@ -20,6 +20,9 @@ class SlurmJobSize:
 class SlurmRolloutJobs(SlurmJobSize):
     """Rollout/evaluator worker jobs: how many, and the size of each."""
 
+    cores: int = cfg_field(1, help="Cores per job (--cpus-per-task).", minimum=1)
+    memory: str = cfg_field("4GB", help="Memory per job (--mem).")
+    gpus: int = cfg_field(0, help="GPUs per job (--gres=gpu:N; 0 = no gres line).", minimum=0)
     jobs: int = cfg_field(2, help="Rollout jobs to keep running.", minimum=1)
     max_jobs: int | None = cfg_field(
         None,
@@ -27,10 +30,6 @@ class SlurmRolloutJobs(SlurmJobSize):
         "backlog (dask-jobqueue adapt); null = always 'jobs'.",
         minimum=1,
     )
-
-
-def _rollout_jobs() -> SlurmRolloutJobs:
-    return SlurmRolloutJobs(cores=1, memory="4GB", gpus=0)
 
 
 @dataclass
@@ -68,7 +67,7 @@ class SlurmConfig:
         minimum=1.0,
     )
     rollout: SlurmRolloutJobs = cfg_field(
-        default_factory=_rollout_jobs,
+        default_factory=SlurmRolloutJobs,
         help="Rollout/evaluator worker jobs (their Dask workers offer resource "
         "CPU=cores and run the rollout and evaluator futures).",
     )
