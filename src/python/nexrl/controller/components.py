@@ -204,6 +204,7 @@ def _build(
     )
     closers.append(supervisor.close)
     urls = supervisor.start(weights, version)
+    _write_cluster_record(run.root / "cluster.json", cluster, trainer, supervisor)
 
     pool = TrajectoryPool(pool_cfg)
     pool.end_weight_sync(version)
@@ -259,3 +260,29 @@ def _server_factory(cluster: Any) -> Any:
     from nexrl.runtime.remote_server import RemoteEmbeddedServer
 
     return partial(RemoteEmbeddedServer, cluster.client, cluster.inference_worker)
+
+
+def _write_cluster_record(path: Path, cluster: Any, trainer: Any, supervisor: Any) -> None:
+    """``<run>/cluster.json``: where each part of the run is running (on Slurm: the
+    job id each component reports from inside its job)."""
+    import json
+    import os
+
+    def job_id() -> str | None:
+        return os.environ.get("SLURM_JOB_ID")
+
+    trainers = set(cluster.trainer_workers or [])
+    rollout = {
+        addr: jid
+        for addr, jid in cluster.client.run(job_id).items()
+        if addr not in trainers and addr != cluster.inference_worker
+    }
+    server = getattr(supervisor.server, "info", None) or {}
+    record = {
+        "dashboard": cluster.dashboard_link,
+        "slurm_jobs": cluster.job_ids(),
+        "trainer_ranks": trainer.setup_info(),
+        "inference": {"base_urls": supervisor.base_urls, **server},
+        "rollout_workers": rollout,
+    }
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")

@@ -174,6 +174,10 @@ class Controller:
         total = int(self.cfg.trainer.total_train_steps)
         parts.progress.write(f"nexrl: run folder {parts.run.root}")
         parts.progress.write(f"nexrl: Dask dashboard {parts.cluster.dashboard_link}")
+        jobs = parts.cluster.job_ids()
+        if jobs:
+            listed = ", ".join(f"{role} {' '.join(ids)}" for role, ids in jobs.items())
+            parts.progress.write(f"nexrl: Slurm jobs: {listed} (all cancelled when the run ends)")
         if self.step == 0 and self.cfg.validate.validate_before_train and parts.val_groups:
             parts.tracker.log(0, self._validate())
         while self.step < total and self.stop_reason is None:

@@ -5,10 +5,11 @@ scheduler runs in the driver (a login node, or the driver's own batch job);
 every other part of the run is a Dask worker in a Slurm job that this module
 submits and, when the run ends, cancels:
 
-* rollout jobs: a dask-jobqueue ``SLURMCluster`` scaled to ``rollout.jobs``
-  (or adapting up to ``rollout.max_jobs``); their workers offer ``CPU=cores``
-  and run the rollout and evaluator futures. A job that dies (``scancel``,
-  node failure, walltime) is replaced by the cluster; its futures are retried.
+* rollout jobs: a dask-jobqueue ``SLURMCluster`` adapting between
+  ``rollout.jobs`` and ``rollout.max_jobs`` (by the backlog); their workers offer
+  ``CPU=cores`` and run the rollout and evaluator futures. A job that dies
+  (``scancel``, node failure, walltime) is replaced within seconds; the
+  controller rolls its groups out again.
 * trainer jobs: one per trainer rank, named ``nexrl-<experiment>-trainer-<rank>``;
   their workers offer ``GPU=resource.trainer_gpus`` (what a trainer actor asks
   for, by construction) and the driver pins rank ``r`` to job ``r``'s worker.
@@ -234,6 +235,21 @@ class SlurmJobs:
         self.submitted.clear()
 
 
+def _rollout_adaptive() -> type:
+    from distributed.deploy.adaptive import Adaptive
+
+    class RolloutAdaptive(Adaptive):  # type: ignore[misc]
+        """Scales the rollout jobs only: the trainer and inference workers share the
+        scheduler but are not the cluster's to close."""
+
+        async def workers_to_close(self, target: int) -> list[str]:
+            names = await super().workers_to_close(target)
+            own = set(self.cluster.worker_spec)
+            return [n for n in names if n in own]
+
+    return RolloutAdaptive
+
+
 def start_slurm(
     cfg: SlurmConfig,
     experiment: str,
@@ -262,10 +278,14 @@ def start_slurm(
     jobs = SlurmJobs(cluster, cfg, experiment, trainer_gpus, str(log_dir) if log_dir else None)
     client = None
     try:
-        if cfg.rollout.max_jobs:
-            cluster.adapt(minimum_jobs=cfg.rollout.jobs, maximum_jobs=cfg.rollout.max_jobs)
-        else:
-            cluster.scale(jobs=cfg.rollout.jobs)
+        # adapt, also for a fixed count: it replaces a job that died (scancel, node
+        # failure, walltime); scale() alone would not.
+        cluster.adapt(
+            minimum_jobs=cfg.rollout.jobs,
+            maximum_jobs=max(cfg.rollout.jobs, cfg.rollout.max_jobs or 0),
+            interval="2s",
+            Adaptive=_rollout_adaptive(),
+        )
         client = Client(cluster, timeout="120s")
         own = [jobs.submit("trainer", r) for r in range(trainer_ranks)]
         if inference:

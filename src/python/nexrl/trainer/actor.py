@@ -113,6 +113,7 @@ class TrainerActor:
             "rank": self.info.rank if self.info else 0,
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "global_step": t.global_step if t else None,
             "policy_version": t.policy_version if t else None,
             "resumed_from": str(t.resumed_from) if t and t.resumed_from else None,
