@@ -90,9 +90,9 @@ def test_default_recipe_learns_on_slurm_with_every_part_in_its_own_job(tmp_path:
     # Every job the run submitted is gone (the replacement rollout job included).
     all_ids = [i for ids in jobs.values() for i in ids]
     assert wait_gone(all_ids) == {}
-    assert squeue([]) == {} or not any(
-        name.startswith("nexrl-") for name in _queued_names()
-    ), "a nexrl job is still queued"
+    assert squeue([]) == {} or not any(name.startswith("nexrl-") for name in _queued_names()), (
+        "a nexrl job is still queued"
+    )
 
 
 def _queued_names() -> list[str]:

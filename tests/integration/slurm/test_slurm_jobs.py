@@ -33,7 +33,7 @@ def test_rollout_trainer_and_inference_each_run_in_their_own_slurm_jobs(tmp_path
         prologue=["export NEXRL_PROLOGUE_RAN=yes"],
         job_start_timeout_s=120,
         rollout=SlurmRolloutJobs(jobs=2, cores=1, memory="1GB", gpus=0),
-        trainer=SlurmJobSize(cores=1, memory="2GB", gpus=1),
+        trainer=SlurmJobSize(cores=1, memory="1GB", gpus=1),
         inference=SlurmJobSize(cores=1, memory="1GB", gpus=0),
     )
     cfg = ClusterConfig(type="slurm", slurm=slurm, dashboard_address=":0")
@@ -80,3 +80,40 @@ def test_rollout_trainer_and_inference_each_run_in_their_own_slurm_jobs(tmp_path
     finally:
         handle.close()
     assert wait_gone(all_ids) == {}, "jobs left in squeue after close()"
+
+
+def test_sbatch_dry_run_prints_a_driver_script_slurm_accepts(tmp_path: Path) -> None:
+    """``--sbatch --dry-run``: the whole run as one batch job, checked by sbatch itself."""
+    require_slurm()
+    import sys
+
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "nexrl.cli.train",
+        "recipes/max_digit/max_digit_tiny.yaml",
+        "--sbatch",
+        "--dry-run",
+        f"output_dir={out}",
+        "cluster.type=slurm",
+        "cluster.slurm.partition=debug",
+        "cluster.slurm.walltime=00:30:00",
+        "cluster.slurm.prologue=['export NEXRL_X=1']",
+        "seed=3",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    shown = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    assert "#SBATCH -J nexrl-max_digit_tiny-driver" in shown
+    assert "#SBATCH -p debug" in shown and "#SBATCH -t 00:30:00" in shown
+    assert f"#SBATCH -o {out}/logs/slurm/driver-%j.out" in shown
+    assert shown.index("export NEXRL_X=1") < shown.index("nexrl.cli.train")
+    last = shown.strip().splitlines()[-1]
+    assert last.startswith(f"exec {sys.executable} -m nexrl.cli.train ")
+    assert "seed=3" in last and "--sbatch" not in last
+    script = tmp_path / "driver.sh"
+    script.write_text(shown)
+    test_only = subprocess.run(
+        ["sbatch", "--test-only", str(script)], capture_output=True, text=True
+    )
+    assert test_only.returncode == 0 and "to start at" in test_only.stderr, test_only.stderr

@@ -36,6 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.lr=1e-5")
     p.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
     p.add_argument("--check", action="store_true", help="validate the recipe and exit")
+    p.add_argument(
+        "--sbatch",
+        action="store_true",
+        help="submit this run's driver as a Slurm batch job (cluster.slurm settings) and exit",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="with --sbatch: print the job script, submit nothing"
+    )
     return p
 
 
@@ -63,7 +71,47 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.recipe}: recipe is valid")
     if args.print_config or args.check:
         return 0
+    if args.sbatch or args.dry_run:
+        return sbatch(recipe, args.overrides, dry_run=args.dry_run)
     return run(recipe)
+
+
+def sbatch(recipe: Recipe, overrides: list[str], *, dry_run: bool) -> int:
+    """``--sbatch``: the driver as a batch job, so no login shell has to stay open."""
+    from pathlib import Path
+
+    from nexrl.controller.setup import absolute_output_dir
+    from nexrl.runtime.slurm import driver_script, submit_driver
+
+    cfg = recipe.cfg
+    if str(cfg.cluster.type) != "slurm":
+        print(
+            f"error: {recipe.path}: --sbatch runs the driver as a Slurm job: set cluster.type=slurm",
+            file=sys.stderr,
+        )
+        return 2
+    log_dir = Path(absolute_output_dir(cfg)) / "logs" / "slurm"
+    script = driver_script(
+        cfg.cluster.slurm,
+        experiment=str(cfg.experiment_name),
+        recipe=str(Path(recipe.path).resolve()),
+        overrides=overrides,
+        log_dir=log_dir,
+    )
+    if dry_run:
+        print(script, end="")
+        return 0
+    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        job = submit_driver(script, f"nexrl-{cfg.experiment_name}-driver")
+    except NexrlError as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 1
+    print(f"nexrl: submitted the driver as Slurm job {job}; output: {log_dir}/driver-{job}.out")
+    print(
+        f"nexrl: follow it with: tail -f {log_dir}/driver-{job}.out   stop it with: scancel {job}"
+    )
+    return 0
 
 
 def warn(recipe: str, deprecations: tuple[str, ...]) -> None:

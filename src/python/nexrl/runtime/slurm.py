@@ -300,3 +300,49 @@ def start_slurm(
             client.close()
         cluster.close()
         raise
+
+
+def driver_script(
+    cfg: SlurmConfig,
+    *,
+    experiment: str,
+    recipe: str,
+    overrides: Sequence[str],
+    log_dir: str | Path,
+    cores: int = 2,
+    memory: str = "8GB",
+) -> str:
+    """The batch script that runs the driver itself as a Slurm job (``--sbatch``):
+    the same command, the same interpreter and imports, the recipe's partition,
+    account, walltime, directives and prologue; its output in ``log_dir``."""
+    import shlex
+
+    mem_mb = _memory_mb(memory)
+    lines = [
+        "#!/usr/bin/env bash",
+        f"#SBATCH -J nexrl-{experiment}-driver",
+        f"#SBATCH -o {Path(log_dir) / 'driver-%j.out'}",
+        f"#SBATCH --cpus-per-task={cores}",
+        f"#SBATCH --mem={mem_mb}M",
+        f"#SBATCH -t {cfg.walltime}",
+    ]
+    if cfg.partition:
+        lines.append(f"#SBATCH -p {cfg.partition}")
+    if cfg.account:
+        lines.append(f"#SBATCH -A {cfg.account}")
+    lines += [f"#SBATCH {d}" for d in cfg.job_directives]
+    lines += _prologue(cfg)
+    cmd = [sys.executable, "-m", "nexrl.cli.train", recipe, *overrides]
+    lines.append("exec " + " ".join(shlex.quote(c) for c in cmd))
+    return "\n".join(lines) + "\n"
+
+
+def _memory_mb(memory: str) -> int:
+    from dask.utils import parse_bytes
+
+    return max(1, int(parse_bytes(memory) // 2**20))
+
+
+def submit_driver(script: str, name: str) -> str:
+    """sbatch the driver's script; its job id."""
+    return _sbatch(script, name)
