@@ -53,7 +53,7 @@ def _returncode(server: Any) -> int | None:
     if server is None:
         return None
     if hasattr(server, "alive"):
-        return server.returncode  # type: ignore[no-any-return]
+        return server.returncode
     return None if server.process is None else server.process.returncode
 
 

@@ -15,7 +15,13 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-__all__ = ["RemoteEmbeddedServer", "ServerHost"]
+from nexrl.errors import NexrlError
+
+__all__ = ["InferenceJobLost", "RemoteEmbeddedServer", "ServerHost"]
+
+
+class InferenceJobLost(RuntimeError, NexrlError):
+    """The inference job's worker is gone: its server cannot be restarted there."""
 
 
 class ServerHost:
@@ -81,6 +87,13 @@ class RemoteEmbeddedServer:
 
     def _host(self) -> Any:
         if self._actor is None:
+            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            if self.worker not in workers:
+                raise InferenceJobLost(
+                    f"the inference job's Dask worker {self.worker} is gone (its Slurm job "
+                    "ended: scancel, node failure or walltime); run the same command again "
+                    "to resume from the last checkpoint"
+                )
             self._future = self.client.submit(
                 ServerHost,
                 actor=True,

@@ -238,13 +238,13 @@ class SlurmJobs:
 def _rollout_adaptive() -> type:
     from distributed.deploy.adaptive import Adaptive
 
-    class RolloutAdaptive(Adaptive):  # type: ignore[misc]
+    class RolloutAdaptive(Adaptive):
         """Scales the rollout jobs only: the trainer and inference workers share the
         scheduler but are not the cluster's to close."""
 
         async def workers_to_close(self, target: int) -> list[str]:
             names = await super().workers_to_close(target)
-            own = set(self.cluster.worker_spec)
+            own = set(getattr(self.cluster, "worker_spec", {}))
             return [n for n in names if n in own]
 
     return RolloutAdaptive
