@@ -117,3 +117,67 @@ def test_sbatch_dry_run_prints_a_driver_script_slurm_accepts(tmp_path: Path) -> 
         ["sbatch", "--test-only", str(script)], capture_output=True, text=True
     )
     assert test_only.returncode == 0 and "to start at" in test_only.stderr, test_only.stderr
+
+
+def test_the_embedded_server_runs_in_the_inference_job_and_moves_to_a_new_one_when_it_ends(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """The supervisor starts the server in the inference job (not next to the driver);
+    the job is scancel-ed; the health check submits a new inference job and starts
+    the server there; the real openai client gets replies from both."""
+    require_slurm()
+    import openai
+
+    from nexrl.config.sections.runtime import InferenceServiceConfig
+    from nexrl.inference.supervisor import InferenceSupervisor
+
+    slurm = SlurmConfig(
+        partition="debug",
+        walltime="00:20:00",
+        scheduler_host="127.0.0.1",
+        job_start_timeout_s=120,
+        rollout=SlurmRolloutJobs(jobs=1, cores=1, memory="1GB", gpus=0),
+        inference=SlurmJobSize(cores=1, memory="2GB", gpus=0),
+    )
+    cfg = ClusterConfig(type="slurm", slurm=slurm, dashboard_address=":0")
+    handle = start_cluster(
+        cfg, "srv", 1, trainer_ranks=0, inference_job=True, log_dir=tmp_path / "slurm"
+    )
+    service = InferenceServiceConfig(startup_timeout_s=300)
+    supervisor = InferenceSupervisor(
+        service, log_dir=tmp_path / "logs", server_factory=handle.server_factory()
+    )
+    ids: list[str] = []
+    try:
+        supervisor.start(tiny_model_dir, 0)
+
+        def ask() -> str:
+            (url,) = supervisor.base_urls
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", timeout=60, max_retries=1)
+            reply = client.chat.completions.create(
+                model=service.served_model_name,
+                messages=[{"role": "user", "content": "1 2 3"}],
+                max_tokens=2,
+            )
+            return reply.choices[0].message.content or ""
+
+        first = supervisor.server.info
+        ids.append(first["slurm_job_id"])
+        assert first["slurm_job_id"] == handle.job_ids()["inference"][0]
+        assert isinstance(ask(), str)
+        assert supervisor.check() is False  # healthy: nothing to do
+
+        subprocess.run(["scancel", first["slurm_job_id"]], check=True)
+        assert wait_gone([first["slurm_job_id"]]) == {}
+        assert supervisor.check() is True  # restarted, in a new job
+        second = supervisor.server.info
+        ids.append(second["slurm_job_id"])
+        assert second["slurm_job_id"] not in (None, first["slurm_job_id"])
+        assert handle.job_ids()["inference"] == ids
+        assert supervisor.base_urls == [second["base_url"]]
+        assert isinstance(ask(), str)
+        assert supervisor.restarts == 1
+    finally:
+        supervisor.close()
+        handle.close()
+    assert wait_gone(ids + handle.job_ids().get("rollout", [])) == {}

@@ -200,7 +200,7 @@ def _build(
         inference_cfg,
         log_dir=run.logs,
         seed=int(cfg.seed),
-        server_factory=_server_factory(cluster),
+        server_factory=cluster.server_factory(),  # Slurm: in the inference job
     )
     closers.append(supervisor.close)
     urls = supervisor.start(weights, version)
@@ -249,17 +249,6 @@ def _build(
         plot_every=int(cfg.logger.plot_every),
         _closers=closers,
     )
-
-
-def _server_factory(cluster: Any) -> Any:
-    """Slurm: the embedded server starts in the inference job, not next to the driver."""
-    if cluster.inference_worker is None:
-        return None
-    from functools import partial
-
-    from nexrl.runtime.remote_server import RemoteEmbeddedServer
-
-    return partial(RemoteEmbeddedServer, cluster.client, cluster.inference_worker)
 
 
 def _write_cluster_record(path: Path, cluster: Any, trainer: Any, supervisor: Any) -> None:

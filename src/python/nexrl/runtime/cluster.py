@@ -58,6 +58,30 @@ class ClusterHandle:
             ids.setdefault(job.role, []).append(job.job_id)
         return ids
 
+    def live_inference_worker(self) -> str:
+        """The inference job's worker address; on Slurm, a job that ended (scancel,
+        node failure, walltime) is replaced by a new one first."""
+        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        if self.inference_worker in workers:
+            return str(self.inference_worker)
+        if self.slurm_jobs is None:
+            raise RuntimeError("this cluster has no inference job")
+        index = sum(1 for j in self.slurm_jobs.submitted if j.role == "inference")
+        job = self.slurm_jobs.submit("inference", index)
+        self.inference_worker = self.slurm_jobs.wait_for_workers(self.client, [job])[job.name]
+        return self.inference_worker
+
+    def server_factory(self) -> Any:
+        """How the inference supervisor starts the embedded server: None (a child of
+        the driver) unless the cluster has an inference job (Slurm)."""
+        if self.inference_worker is None:
+            return None
+        from functools import partial
+
+        from nexrl.runtime.remote_server import RemoteEmbeddedServer
+
+        return partial(RemoteEmbeddedServer, self.client, self.live_inference_worker)
+
     def close(self) -> None:
         if self._closed:
             return

@@ -13,6 +13,7 @@ ends takes its server with it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from nexrl.errors import NexrlError
@@ -22,6 +23,15 @@ __all__ = ["InferenceJobLost", "RemoteEmbeddedServer", "ServerHost"]
 
 class InferenceJobLost(RuntimeError, NexrlError):
     """The inference job's worker is gone: its server cannot be restarted there."""
+
+
+def self_address() -> str | None:
+    from distributed import get_worker
+
+    try:
+        return str(get_worker().address)
+    except ValueError:
+        return None
 
 
 class ServerHost:
@@ -72,13 +82,16 @@ class RemoteEmbeddedServer:
     def __init__(
         self,
         client: Any,
-        worker: str,
+        worker: str | Callable[[], str],
         model: str,
         *,
         timeout_s: float = 600.0,
         **kwargs: Any,
     ) -> None:
-        self.client, self.worker, self.model = client, worker, model
+        """``worker``: the address of the worker to start it on, or a callable that
+        returns one (on Slurm: the inference job's, replaced if it ended)."""
+        self.client, self.locate, self.model = client, worker, model
+        self.worker: str | None = None
         self.kwargs = {**kwargs, "exit_with_parent": True}
         self.timeout_s = timeout_s
         self.info: dict[str, Any] = {}
@@ -87,6 +100,7 @@ class RemoteEmbeddedServer:
 
     def _host(self) -> Any:
         if self._actor is None:
+            self.worker = self.locate() if callable(self.locate) else self.locate
             workers = self.client.scheduler_info(n_workers=-1)["workers"]
             if self.worker not in workers:
                 raise InferenceJobLost(
