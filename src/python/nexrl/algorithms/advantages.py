@@ -35,9 +35,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nexrl.algorithms.registry import ADVANTAGE_ESTIMATORS
+from nexrl.algorithms.registry import ADVANTAGE_ESTIMATORS, presets
 
 __all__ = [
+    "dr_grpo",
     "group_ids_from_keys",
     "grpo",
     "reinforce_plus_plus",
@@ -261,6 +262,40 @@ def grpo(
     adv = torch.where(stats.informative, adv, 0.0)
     out = _finish(adv, response_mask, dtype)
     return out, out
+
+
+@ADVANTAGE_ESTIMATORS.register("dr_grpo")
+@presets(loss_agg_mode="seq-mean-token-sum-norm")
+def dr_grpo(
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    group_ids: Tensor,
+    run_ids: Tensor | None = None,
+    *,
+    norm_adv_by_std: bool = False,
+    std_ddof: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """Dr.GRPO ("GRPO done right"): ``A_i = r_i - mean_g``, no division by the group std.
+
+    The same group statistics as :func:`grpo` (with ``norm_adv_by_std=False`` by
+    default). Its other half is the loss aggregation: it presets
+    ``loss_agg_mode: seq-mean-token-sum-norm`` (the constant normaliser ``C``,
+    ``algorithm.loss_norm_length``, default the max response length) instead of
+    dividing each sequence by its own length. A recipe that sets
+    ``loss_agg_mode`` or ``norm_adv_by_std`` overrides either half.
+
+    Source: Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
+    Perspective" (https://arxiv.org/abs/2503.20783): both biases of GRPO, the std
+    normalisation and the ``1/|o_i|`` length normalisation, removed.
+    """
+    return grpo(
+        token_level_rewards,
+        response_mask,
+        group_ids,
+        run_ids,
+        norm_adv_by_std=norm_adv_by_std,
+        std_ddof=std_ddof,
+    )
 
 
 @ADVANTAGE_ESTIMATORS.register("rloo")

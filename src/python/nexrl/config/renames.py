@@ -37,6 +37,8 @@ RENAMED: dict[str, str] = {
     "rollout_worker.num_workers": "rollout_worker.max_groups_in_flight",
     "trainer.save_freq": "trainer.save_every",
     "validate.freq": "validate.every",
+    "algorithm.off_policy_correction": "algorithm.rollout_correction.mode",
+    "algorithm.tis_max_ratio": "algorithm.rollout_correction.threshold",
 }
 
 # New key ('file.py:Class') -> (old file-or-module key, old class-name key).
