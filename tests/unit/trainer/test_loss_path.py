@@ -271,3 +271,35 @@ def test_importance_sampling_max_ratio_from_the_config(tiny_model_dir: Path) -> 
     loss, metrics = trainer._compute_loss(mb, mb["old_log_probs"] + shift, None)
     assert loss.item() == pytest.approx(-1.35)
     assert float(metrics["actor/pg_clipfrac"]) == pytest.approx(0.5)
+
+
+# ----------------------------------------------------------------- recipe checks
+
+
+def test_recipe_mistakes_in_the_algorithm_section_are_named() -> None:
+    from nexrl.config.errors import RecipeError
+
+    with pytest.raises(RecipeError) as info:
+        load_recipe_checked(
+            "recipes/max_digit/max_digit_tiny.yaml",
+            [
+                "algorithm.policy_loss=importance_sampling",
+                "algorithm.clip_ratio_high=0.28",
+                "algorithm.loss_agg_mode=seq-mean-token-men",
+                "algorithm.rollout_correction.mode=tsi",
+            ],
+        )
+    text = info.value.render()
+    assert "algorithm.clip_ratio_high: policy loss 'importance_sampling' does not take it" in text
+    assert "did you mean 'seq-mean-token-mean'" in text
+    assert "algorithm.rollout_correction.mode: unknown mode 'tsi'" in text
+
+
+def test_old_tis_keys_still_work() -> None:
+    recipe = load_recipe_checked(
+        "recipes/max_digit/max_digit_tiny.yaml",
+        ["+algorithm.off_policy_correction=tis", "+algorithm.tis_max_ratio=3.0"],
+    )
+    rc = recipe.cfg.algorithm.rollout_correction
+    assert (rc.mode, rc.threshold) == ("tis", 3.0)
+    assert any("algorithm.rollout_correction.mode" in d for d in recipe.deprecations)

@@ -72,7 +72,10 @@ class SelfHostedGrpoTrainer(SelfHostedTrainer):
             metrics["actor/reward_kl"] = float(kl[mask].mean()) if mask.any() else 0.0
         batch["token_level_rewards"] = rewards
         run_ids = batch.tensors.get("run_ids")
-        options: dict[str, Any] = {"norm_adv_by_std": algo.norm_adv_by_std, "std_ddof": algo.std_ddof}
+        options: dict[str, Any] = {
+            "norm_adv_by_std": algo.norm_adv_by_std,
+            "std_ddof": algo.std_ddof,
+        }
         options["gamma"] = algo.gamma
         advantages, returns = call_with_options(
             ADVANTAGE_ESTIMATORS.get(algo.advantage_estimator),
