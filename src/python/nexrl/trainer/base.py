@@ -50,9 +50,9 @@ import torch
 from torch import Tensor
 
 from nexrl.algorithms import KL_CONTROLLERS, resolve_algorithm
-from nexrl.errors import NexrlError
 from nexrl.trainer.batch_io import load_batch
 from nexrl.trainer.engine import TrainingEngine, load_backend
+from nexrl.trainer.errors import TrainerError
 from nexrl.trainer.loss import call_with_options, policy_gradient_loss
 from nexrl.trainer.ops import (
     loss_units,
@@ -69,10 +69,6 @@ from nexrl.weights.checkpoint import CheckpointManager
 from nexrl.weights.snapshot import PublishedSnapshot, SnapshotPublisher, list_snapshots
 
 __all__ = ["SelfHostedTrainer", "TrainerError", "call_with_options"]
-
-
-class TrainerError(RuntimeError, NexrlError):
-    """A trainer was misused or got a batch it cannot train on; the message says why."""
 
 
 class _WeightedSums:

@@ -33,14 +33,10 @@ from torch import Tensor
 from nexrl.algorithms import KL_PENALTIES, POLICY_LOSSES, agg_loss, rollout_correction
 from nexrl.algorithms.defaults import LOSS_FIELDS
 from nexrl.config.sections.algorithm import AlgorithmConfig
-from nexrl.errors import NexrlError
+from nexrl.trainer.errors import TrainerError
 from nexrl.types.batch import Batch
 
-__all__ = ["LossPathError", "call_with_options", "correct_rollout", "policy_gradient_loss"]
-
-
-class LossPathError(RuntimeError, NexrlError):
-    """A batch lacks what the configured loss needs; the message names it."""
+__all__ = ["call_with_options", "correct_rollout", "policy_gradient_loss"]
 
 
 def call_with_options(fn: Any, *args: Any, **options: Any) -> Any:
@@ -58,7 +54,7 @@ def correct_rollout(batch: Batch, algo: AlgorithmConfig) -> dict[str, float]:
     rc = algo.rollout_correction
     if "behaviour_log_probs" not in batch:
         if rc.mode != "none":
-            raise LossPathError(
+            raise TrainerError(
                 f"algorithm.rollout_correction.mode {rc.mode!r} needs the rollout's log-probs "
                 "(batch 'behaviour_log_probs', from the pool's logprobs column)"
             )
@@ -91,7 +87,7 @@ def policy_gradient_loss(
     """The micro-batch's loss (a mean over its loss units) and metrics (module doc)."""
     for key in ("advantages", "old_log_probs", "response_mask"):
         if key not in mb:
-            raise LossPathError(
+            raise TrainerError(
                 f"the batch has no {key!r}; compute it in _prepare_batch "
                 "(SelfHostedGrpoTrainer does) or override _compute_loss"
             )
@@ -116,7 +112,7 @@ def policy_gradient_loss(
     norm = algo.loss_norm_length
     if use_kl_loss:
         if "ref_log_probs" not in mb:
-            raise LossPathError("the KL loss needs 'ref_log_probs' in the batch")
+            raise TrainerError("the KL loss needs 'ref_log_probs' in the batch")
         kl = KL_PENALTIES.get(algo.kl_penalty)(log_probs, mb["ref_log_probs"], mask)
         kl_loss = agg_loss(kl, mask, mode, norm_length=norm)
         loss = loss + kl_coef * kl_loss
