@@ -83,7 +83,7 @@ class PlainLoop:
         self.model.train()
         logits = self.model(**model_inputs(b)).logits
         lp, _ = response_log_probs(logits, b.prompt_width, b["responses"], entropy_grad=None)
-        loss, _ = ppo_clip(lp, b["old_log_probs"], adv, mask, "token-mean", clip_ratio=0.2)
+        loss, _ = ppo_clip(lp, b["old_log_probs"], adv, mask, "token-mean")
         with torch.no_grad():  # the trainer reports entropy too
             z = logits[:, b.prompt_width - 1 : -1].float()
             entropy_from_logits(z)

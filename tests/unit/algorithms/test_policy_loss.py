@@ -46,7 +46,7 @@ def test_agg_loss_modes(mode: str, expected: float) -> None:
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_agg_loss_all_masked_is_zero(mode: str) -> None:
-    out = agg_loss(LOSS, torch.zeros(3, 3), mode)
+    out = agg_loss(LOSS, torch.zeros(3, 3), mode, norm_length=4.0)
     assert out.item() == 0.0
 
 
@@ -78,7 +78,7 @@ def ppo_inputs() -> tuple[torch.Tensor, torch.Tensor]:
 
 def test_ppo_clip_symmetric() -> None:
     new, old = ppo_inputs()
-    loss, metrics = ppo_clip(new, old, ADV, torch.ones(1, 5), clip_ratio=0.2)
+    loss, metrics = ppo_clip(new, old, ADV, torch.ones(1, 5))
     assert loss.item() == pytest.approx(-0.1)
     assert metrics["clip_frac"].item() == pytest.approx(0.4)
     assert metrics["clip_frac_lower"].item() == 0.0
@@ -202,7 +202,7 @@ def test_gspo_sequence_ratio_and_gradient() -> None:
     new = (old + t([[LN(2.0), 0.0, 0.0], [0.0, 0.0, 5.0]])).requires_grad_()
     adv = t([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
     mask = torch.tensor([[1, 1, 0], [1, 1, 0]])
-    loss, metrics = gspo(new, old, adv, mask, clip_ratio=0.2)
+    loss, metrics = gspo(new, old, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.2)
     assert loss.item() == pytest.approx(-0.1)
     assert metrics["clip_frac"].item() == pytest.approx(0.5)
     assert metrics["ratio_mean"].item() == pytest.approx((math.sqrt(2) + 1) / 2)

@@ -10,7 +10,9 @@ from nexrl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     KL_CONTROLLERS,
     KL_PENALTIES,
+    LOSS_AGGREGATIONS,
     POLICY_LOSSES,
+    ROLLOUT_CORRECTIONS,
     Registry,
     UnknownNameError,
     advantages,
@@ -100,6 +102,7 @@ def test_unhashable_name_raises_unknown_name_error() -> None:
 
 def test_package_registers_every_algorithm() -> None:
     assert ADVANTAGE_ESTIMATORS.names() == [
+        "dr_grpo",
         "grpo",
         "reinforce_plus_plus",
         "reinforce_plus_plus_baseline",
@@ -108,6 +111,13 @@ def test_package_registers_every_algorithm() -> None:
     assert POLICY_LOSSES.names() == ["gspo", "importance_sampling", "ppo_clip"]
     assert KL_PENALTIES.names() == ["abs", "k1", "k2", "k3", "kl", "low_var_kl", "mse"]
     assert KL_CONTROLLERS.names() == ["adaptive", "fixed"]
+    assert LOSS_AGGREGATIONS.names() == [
+        "seq-mean-token-mean",
+        "seq-mean-token-sum",
+        "seq-mean-token-sum-norm",
+        "token-mean",
+    ]
+    assert ROLLOUT_CORRECTIONS.names() == ["mis", "tis"]
 
 
 def test_registered_objects_are_the_module_functions() -> None:

@@ -94,3 +94,60 @@ def test_developer_guide_adds_a_recipe_check_in_a_plugin(tmp_path: Path) -> None
     finally:  # unit test files share a process: the check goes with this test
         for name in [n for n, fn in CHECKS.items() if fn.__name__ == "lr_below_one"]:
             del CHECKS[name]
+
+
+def _algorithms_section() -> str:
+    text = Path("docs/user-guide.md").read_text()
+    start = text.index("## Algorithms")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_user_guide_algorithm_examples_resolve_as_described(tmp_path: Path) -> None:
+    blocks = re.findall(r"```yaml\n(.*?)```", _algorithms_section(), re.S)
+    assert len(blocks) == 3
+    resolved = []
+    for block in blocks:
+        recipe = tmp_path / "recipe.yaml"
+        base = OmegaConf.load("recipes/max_digit/max_digit_tiny.yaml")
+        recipe.write_text(OmegaConf.to_yaml(OmegaConf.merge(base, OmegaConf.create(block))))
+        resolved.append(load_recipe_checked(recipe).cfg.algorithm)
+    gspo, dr_grpo, corrected = resolved
+    assert (gspo.clip_ratio_low, gspo.clip_ratio_high) == (3e-4, 4e-4)
+    assert gspo.loss_agg_mode == "seq-mean-token-mean"
+    assert dr_grpo.loss_agg_mode == "seq-mean-token-sum-norm" and not dr_grpo.norm_adv_by_std
+    assert dr_grpo.loss_norm_length == 1  # max_digit's rollout_worker.max_response_length
+    rc = corrected.rollout_correction
+    assert (rc.mode, rc.level, rc.threshold) == ("mis", "sequence", 2.0)
+
+
+def test_user_guide_print_config_shows_the_resolved_algorithm(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from nexrl.cli.train import main
+
+    (command,) = [
+        b for b in re.findall(r"```\n(.*?)```", _algorithms_section(), re.S) if "nexrl train" in b
+    ]
+    args = command.split()[2:]
+    assert main(args) == 0
+    printed = OmegaConf.create(capsys.readouterr().out)
+    assert printed.algorithm.clip_ratio_low == 3e-4 and printed.algorithm.clip_ratio_high == 4e-4
+    assert printed.algorithm.loss_agg_mode == "seq-mean-token-mean"
+
+
+def test_user_guide_defaults_table_matches_the_registered_functions() -> None:
+    from nexrl.algorithms import POLICY_LOSSES
+    from nexrl.algorithms.defaults import keyword_defaults
+
+    rows = re.findall(
+        r"^\| `policy_loss: (\w+)` \| ([^|]*) \| `([^`]*)` \|", _algorithms_section(), re.M
+    )
+    assert {name for name, _, _ in rows} == set(POLICY_LOSSES.names())
+    for name, bounds, mode in rows:
+        defaults = keyword_defaults(POLICY_LOSSES.get(name))
+        assert defaults["loss_agg_mode"] == mode
+        if "clip_ratio_low" in defaults:
+            low, high = (float(b) for b in bounds.split("(")[0].split("/"))
+            assert (low, high) == (defaults["clip_ratio_low"], defaults["clip_ratio_high"])
+        else:
+            assert bounds.strip() == "(none)"

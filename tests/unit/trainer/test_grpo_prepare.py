@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from nexrl.algorithms import ADVANTAGE_ESTIMATORS, KL_PENALTIES, token_level_from_scalar
+from nexrl.config.sections.algorithm import RolloutCorrectionConfig
 from nexrl.trainer import SelfHostedTrainer, TrainerError
-from nexrl.types.batch import Batch
 from tests.unit.trainer._helpers import make_batch, spec
 from tests.unit.trainer._plain_engine import plain_trainer
 
@@ -52,23 +52,26 @@ def test_all_groups_filtered_skips_the_update(tiny_model_dir: Path, vocab_size: 
     assert torch.equal(trainer.full_state_dict()["lm_head.weight"], before)
 
 
-def test_tis_weights_scale_advantages(tiny_model_dir: Path, vocab_size: int) -> None:
-    base = plain_trainer(spec(tiny_model_dir))
+def test_tis_weights_come_from_old_vs_rollout_log_probs(
+    tiny_model_dir: Path, vocab_size: int
+) -> None:
     tis = plain_trainer(
-        spec(tiny_model_dir, algorithm={"off_policy_correction": "tis", "tis_max_ratio": 2.0})
+        spec(
+            tiny_model_dir,
+            algorithm={"rollout_correction": RolloutCorrectionConfig(mode="tis", threshold=2.0)},
+        )
     )
     raw = make_batch(vocab_size, model_dir=tiny_model_dir)
     shift = torch.zeros_like(raw["behaviour_log_probs"])
     shift[::2] = math.log(3.0)  # behaviour 3x less likely -> weight min(3, 2) = 2
     shift[1::4] = math.log(1.5)  # -> weight 1.5
     raw.tensors["behaviour_log_probs"] = raw["behaviour_log_probs"] - shift
-    a, _ = base._prepare_batch(Batch(dict(raw.tensors), dict(raw.meta)))
     b, metrics = tis._prepare_batch(raw)
-    weight = torch.exp(shift).clamp(max=2.0)
-    assert torch.allclose(b["advantages"], a["advantages"] * weight, atol=1e-5)
-    # Mean over valid response tokens of the truncated weights (1, 1.5 or 2 per row).
     valid = raw["response_mask"].bool()
-    assert metrics["actor/tis_weight_mean"] == pytest.approx(float(weight[valid].mean()))
+    weight = torch.where(valid, torch.exp(shift).clamp(max=2.0), 0.0)
+    assert torch.allclose(b["rollout_is_weights"], weight, atol=1e-5)
+    # Mean over valid response tokens of the truncated weights (1, 1.5 or 2 per row).
+    assert metrics["rollout_corr/weight_mean"] == pytest.approx(float(weight[valid].mean()))
 
 
 def test_kl_in_reward_subtracts_the_penalty(tiny_model_dir: Path, vocab_size: int) -> None:

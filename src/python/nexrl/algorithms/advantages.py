@@ -35,9 +35,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nexrl.algorithms.registry import ADVANTAGE_ESTIMATORS
+from nexrl.algorithms.registry import ADVANTAGE_ESTIMATORS, presets
 
 __all__ = [
+    "dr_grpo",
     "group_ids_from_keys",
     "grpo",
     "reinforce_plus_plus",
@@ -242,6 +243,9 @@ def grpo(
     ``std_g`` uses ``std_ddof`` (1: unbiased, like ``torch.std``; 0: population).
     ``A_i = 0`` for groups with < 2 runs (singletons, one shared run id) or with
     equal run means. Returns ``(advantages, advantages)``.
+
+    Source: DeepSeekMath (Shao et al. 2024, https://arxiv.org/abs/2402.03300),
+    outcome supervision. Defaults: ``norm_adv_by_std=True``, ``std_ddof=1``.
     """
     _check_inputs(token_level_rewards, response_mask, group_ids, run_ids)
     if std_ddof not in (0, 1):
@@ -263,6 +267,40 @@ def grpo(
     return out, out
 
 
+@ADVANTAGE_ESTIMATORS.register("dr_grpo")
+@presets(loss_agg_mode="seq-mean-token-sum-norm")
+def dr_grpo(
+    token_level_rewards: Tensor,
+    response_mask: Tensor,
+    group_ids: Tensor,
+    run_ids: Tensor | None = None,
+    *,
+    norm_adv_by_std: bool = False,
+    std_ddof: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """Dr.GRPO ("GRPO done right"): ``A_i = r_i - mean_g``, no division by the group std.
+
+    The same group statistics as :func:`grpo` (with ``norm_adv_by_std=False`` by
+    default). Its other half is the loss aggregation: it presets
+    ``loss_agg_mode: seq-mean-token-sum-norm`` (the constant normaliser ``C``,
+    ``algorithm.loss_norm_length``, default the max response length) instead of
+    dividing each sequence by its own length. A recipe that sets
+    ``loss_agg_mode`` or ``norm_adv_by_std`` overrides either half.
+
+    Source: Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
+    Perspective" (https://arxiv.org/abs/2503.20783): both biases of GRPO, the std
+    normalisation and the ``1/|o_i|`` length normalisation, removed.
+    """
+    return grpo(
+        token_level_rewards,
+        response_mask,
+        group_ids,
+        run_ids,
+        norm_adv_by_std=norm_adv_by_std,
+        std_ddof=std_ddof,
+    )
+
+
 @ADVANTAGE_ESTIMATORS.register("rloo")
 def rloo(
     token_level_rewards: Tensor,
@@ -276,6 +314,10 @@ def rloo(
     unit is the run: ``A_i = r_i - (sum_{q in g} m_q - m_{p(i)}) / (n_runs - 1)``.
     ``A_i = 0`` for groups with < 2 runs or equal run means.
     Returns ``(advantages, advantages)``.
+
+    Source: Kool et al. 2019, "Buy 4 REINFORCE Samples, Get a Baseline for Free!"
+    (https://openreview.net/forum?id=r1lgTGL5DE); Ahmadian et al. 2024
+    (https://arxiv.org/abs/2402.14740) for LLMs.
     """
     _check_inputs(token_level_rewards, response_mask, group_ids, run_ids)
     dtype = _out_dtype(token_level_rewards)
@@ -306,6 +348,9 @@ def reinforce_plus_plus(
     neither discount nor cut the return), then
     ``A_t = (G_t - mean(G)) / sqrt(var(G) + eps)`` with mean / unbiased var over
     all valid tokens of the batch. Groups are not used. Returns ``(A, G)``.
+
+    Source: Hu 2025, "REINFORCE++" (https://arxiv.org/abs/2501.03262).
+    Defaults: ``gamma=1``.
     """
     _check_inputs(token_level_rewards, response_mask, group_ids, run_ids)
     if not 0.0 <= gamma <= 1.0:
@@ -332,6 +377,9 @@ def reinforce_plus_plus_baseline(
     broadcast over the valid tokens of ``i``; then
     ``A = (b - mean(b)) / sqrt(var(b) + eps)`` over all valid tokens of the batch.
     Returns ``(A, A)``.
+
+    Source: Hu 2025, "REINFORCE++" (https://arxiv.org/abs/2501.03262), the
+    group-baseline variant (as in verl's ``reinforce_plus_plus_baseline``).
     """
     _check_inputs(token_level_rewards, response_mask, group_ids, run_ids)
     dtype = _out_dtype(token_level_rewards)

@@ -1,14 +1,16 @@
-"""The algorithms' checks: every ``algorithm`` name is registered (built in or by a plugin)."""
+"""The algorithms' checks: every ``algorithm`` name is registered (built in or by a
+plugin), and every field set is one the chosen functions take."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from nexrl.config.checks import register_check
 
-__all__ = ["registered_algorithms"]
+__all__ = ["registered_algorithms", "settings_apply"]
 
 
 @register_check
@@ -22,9 +24,37 @@ def registered_algorithms(cfg: DictConfig, roots: list[Path]) -> list[str]:
         ("policy_loss", algorithms.POLICY_LOSSES),
         ("kl_penalty", algorithms.KL_PENALTIES),
         ("kl_controller", algorithms.KL_CONTROLLERS),
+        ("loss_agg_mode", algorithms.LOSS_AGGREGATIONS),
     ):
+        if a[field] is None:
+            continue
         try:
             registry.get(a[field])
         except KeyError as exc:
             out.append(f"algorithm.{field}: {exc.args[0] if exc.args else exc}")
+    mode = a.rollout_correction.mode
+    if mode != "none" and mode not in algorithms.ROLLOUT_CORRECTIONS:
+        valid = ", ".join(["'none'", *(repr(n) for n in algorithms.ROLLOUT_CORRECTIONS.names())])
+        out.append(f"algorithm.rollout_correction.mode: unknown mode {mode!r}; valid: {valid}")
     return out
+
+
+@register_check
+def settings_apply(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """A loss setting the chosen policy loss does not take is a mistake, not a no-op."""
+    from nexrl.algorithms import POLICY_LOSSES
+    from nexrl.algorithms.defaults import LOSS_FIELDS
+
+    a = cfg.algorithm
+    if a.policy_loss not in POLICY_LOSSES:
+        return []  # registered_algorithms says so
+    loss = POLICY_LOSSES.get(a.policy_loss)
+    params = inspect.signature(loss).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    return [
+        f"algorithm.{field}: policy loss {a.policy_loss!r} does not take it; remove it or "
+        "choose a loss that does"
+        for field in LOSS_FIELDS
+        if a[field] is not None and field not in params
+    ]

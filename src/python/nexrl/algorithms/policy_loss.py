@@ -1,4 +1,4 @@
-"""Policy-gradient losses (registered in ``POLICY_LOSSES``) and loss aggregation.
+"""Policy-gradient losses (registered in ``POLICY_LOSSES``).
 
 Every loss has the same call shape::
 
@@ -6,8 +6,12 @@ Every loss has the same call shape::
        old_log_prob: Tensor[B, T],    # log pi_old(y_t), the behaviour policy
        advantages: Tensor[B, T],
        response_mask: Tensor[B, T],   # 1/True on tokens the policy produced
-       loss_agg_mode: str = ...,      # see agg_loss
+       loss_agg_mode: str = ...,      # nexrl.algorithms.aggregation (the loss's default)
+       *, loss_norm_length=None,      # C of the constant-normaliser aggregation
        **options) -> (loss: Tensor[], metrics: dict[str, Tensor])
+
+Each loss's keyword defaults (``loss_agg_mode``, clip bounds, ``max_ratio``) are
+its own: a recipe field left null takes them (``nexrl.algorithms.defaults``).
 
 Masked positions never reach the loss: their log-ratio and advantage are
 replaced by 0 *before* any arithmetic (``torch.where``), so padding that holds
@@ -23,38 +27,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nexrl.algorithms.registry import POLICY_LOSSES, UnknownNameError
+from nexrl.algorithms.aggregation import agg_loss
+from nexrl.algorithms.registry import POLICY_LOSSES
 
-__all__ = ["LOSS_AGG_MODES", "agg_loss", "gspo", "importance_sampling", "ppo_clip"]
+__all__ = ["gspo", "importance_sampling", "ppo_clip"]
 
-LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 _LOG_RATIO_BOUND = 20.0
-
-
-def agg_loss(loss_mat: Tensor, mask: Tensor, mode: str = "token-mean") -> Tensor:
-    """Reduce a per-token loss ``L [B, T]`` to a scalar over the valid tokens ``m``.
-
-    - ``token-mean``:          ``sum_{i,t} m L / sum_{i,t} m``
-    - ``seq-mean-token-sum``:  ``1/|S| sum_{i in S} sum_t m L``
-    - ``seq-mean-token-mean``: ``1/|S| sum_{i in S} (sum_t m L / sum_t m)``
-
-    ``S`` is the set of rows with at least one valid token (fully masked rows,
-    e.g. padding rows of a micro-batch, do not dilute the mean). The loss is 0
-    when nothing is valid. Values at masked positions are ignored, even NaN.
-    """
-    if mode not in LOSS_AGG_MODES:
-        raise UnknownNameError("loss aggregation mode", str(mode), list(LOSS_AGG_MODES))
-    if loss_mat.shape != mask.shape:
-        raise ValueError(f"loss_mat shape {tuple(loss_mat.shape)} != mask {tuple(mask.shape)}")
-    valid = mask.bool()
-    masked = torch.where(valid, loss_mat, 0.0)
-    if mode == "token-mean":
-        return masked.sum() / valid.sum().clamp_min(1)
-    tokens_per_seq = valid.sum(-1)
-    seq_loss = masked.sum(-1)
-    if mode == "seq-mean-token-mean":
-        seq_loss = seq_loss / tokens_per_seq.clamp_min(1)
-    return seq_loss.sum() / (tokens_per_seq > 0).sum().clamp_min(1)
 
 
 def _masked_mean(values: Tensor, valid: Tensor) -> Tensor:
@@ -79,11 +57,7 @@ def _prepare(
     return valid, log_ratio, torch.where(valid, advantages.detach(), 0.0)
 
 
-def _clip_bounds(
-    clip_ratio: float, clip_ratio_low: float | None, clip_ratio_high: float | None
-) -> tuple[float, float]:
-    low = clip_ratio if clip_ratio_low is None else clip_ratio_low
-    high = clip_ratio if clip_ratio_high is None else clip_ratio_high
+def _clip_bounds(low: float, high: float) -> tuple[float, float]:
     if not 0.0 <= low < 1.0:
         raise ValueError(f"clip_ratio_low must be in [0, 1), got {low!r}")
     if high < 0.0:
@@ -99,10 +73,10 @@ def ppo_clip(
     response_mask: Tensor,
     loss_agg_mode: str = "token-mean",
     *,
-    clip_ratio: float = 0.2,
-    clip_ratio_low: float | None = None,
-    clip_ratio_high: float | None = None,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
     clip_ratio_c: float | None = None,
+    loss_norm_length: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate with asymmetric bounds (DAPO clip-higher) and dual clip.
 
@@ -110,9 +84,13 @@ def ppo_clip(
     ``L_t = max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high))``;
     with ``clip_ratio_c = c`` (> 1) and ``A < 0``: ``L_t = min(L_t, -A c)``
     (dual clip: bounds the loss of very large ratios on negative advantages).
-    ``eps_low`` / ``eps_high`` default to ``clip_ratio``.
+
+    Sources: PPO, Schulman et al. 2017 (https://arxiv.org/abs/1707.06347), eq. 7;
+    clip-higher, DAPO (Yu et al. 2025, https://arxiv.org/abs/2503.14476), sec. 3.1
+    (``eps_high = 0.28``); dual clip, Ye et al. 2020 (https://arxiv.org/abs/1912.09729).
+    Defaults: ``eps_low = eps_high = 0.2``, no dual clip, ``token-mean``.
     """
-    lower, upper = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    lower, upper = _clip_bounds(clip_ratio_low, clip_ratio_high)
     if clip_ratio_c is not None and clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c!r}")
     valid, log_ratio, adv = _prepare(log_prob, old_log_prob, advantages, response_mask)
@@ -129,7 +107,7 @@ def ppo_clip(
         metrics["clip_frac_lower"] = _masked_mean(lower_hit.to(ratio.dtype), valid)
     else:
         metrics["clip_frac_lower"] = torch.zeros((), dtype=ratio.dtype, device=ratio.device)
-    loss = agg_loss(losses, valid, loss_agg_mode)
+    loss = agg_loss(losses, valid, loss_agg_mode, norm_length=loss_norm_length)
     metrics["approx_kl"] = _masked_mean(-log_ratio, valid)
     metrics["ratio_mean"] = _masked_mean(ratio, valid)
     return loss, {k: v.detach() for k, v in metrics.items()}
@@ -143,9 +121,9 @@ def gspo(
     response_mask: Tensor,
     loss_agg_mode: str = "seq-mean-token-mean",
     *,
-    clip_ratio: float | None = None,
-    clip_ratio_low: float | None = None,
-    clip_ratio_high: float | None = None,
+    clip_ratio_low: float = 3e-4,
+    clip_ratio_high: float = 4e-4,
+    loss_norm_length: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO: clipped surrogate on the sequence-level ratio.
 
@@ -153,17 +131,15 @@ def gspo(
     ``L_{i,t} = max(-A s_i, -A clip(s_i, 1 - eps_low, 1 + eps_high))``.
     Implemented in the GSPO-token form ``s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]``
     (same value as ``s_i``; gradient ``s_i * grad log pi(y_t)``), log-ratio capped
-    at 10 as in verl. With ``seq-mean-token-mean`` (the default) the gradient
-    equals the paper's sequence-level one. ``eps_low`` / ``eps_high`` fall back to
-    ``clip_ratio``, then to the paper's 3e-4 / 4e-4.
+    at 10 as in verl. With ``seq-mean-token-mean`` (the default: the paper's
+    ``1/G sum_i`` over sequences) the gradient equals the paper's sequence-level one.
+
+    Source: Zheng et al. 2025, "Group Sequence Policy Optimization"
+    (https://arxiv.org/abs/2507.18071), the GSPO objective and its GSPO-token
+    variant; the paper's experiments clip at ``eps_low = 3e-4``, ``eps_high = 4e-4``:
+    these are the defaults, with ``seq-mean-token-mean`` aggregation.
     """
-    default_low = 3e-4 if clip_ratio is None else clip_ratio
-    default_high = 4e-4 if clip_ratio is None else clip_ratio
-    lower, upper = _clip_bounds(
-        default_low,
-        default_low if clip_ratio_low is None else clip_ratio_low,
-        default_high if clip_ratio_high is None else clip_ratio_high,
-    )
+    lower, upper = _clip_bounds(clip_ratio_low, clip_ratio_high)
     valid, log_ratio, adv = _prepare(log_prob, old_log_prob, advantages, response_mask)
     lengths = valid.sum(-1).clamp_min(1)
     seq_log_ratio = log_ratio.sum(-1) / lengths
@@ -173,7 +149,7 @@ def gspo(
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(lower, upper)
     losses = torch.maximum(unclipped, clipped)
-    loss = agg_loss(losses, valid, loss_agg_mode)
+    loss = agg_loss(losses, valid, loss_agg_mode, norm_length=loss_norm_length)
     nonempty = valid.any(-1)
     metrics = {
         "clip_frac": _masked_mean((clipped > unclipped).to(ratio.dtype), valid),
@@ -192,6 +168,7 @@ def importance_sampling(
     loss_agg_mode: str = "token-mean",
     *,
     max_ratio: float | None = None,
+    loss_norm_length: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Off-policy policy gradient with (optionally truncated) importance weights.
 
@@ -201,6 +178,12 @@ def importance_sampling(
     gradient of ``-A rho_t``; truncated tokens keep a gradient scaled by
     ``max_ratio`` (truncated IS as in ACER / V-trace) instead of losing it as a clip would.
     ``clip_frac`` reports the fraction of truncated tokens.
+
+    Sources: the importance-sampled policy gradient (e.g. Degris et al. 2012,
+    https://arxiv.org/abs/1205.4839); truncation as in ACER (Wang et al. 2016,
+    https://arxiv.org/abs/1611.01224) and V-trace (Espeholt et al. 2018,
+    https://arxiv.org/abs/1802.01561). Defaults: no truncation
+    (``algorithm.max_ratio``), ``token-mean``.
     """
     if max_ratio is not None and max_ratio <= 0.0:
         raise ValueError(f"max_ratio must be > 0, got {max_ratio!r}")
@@ -210,7 +193,7 @@ def importance_sampling(
     safe_log_prob = torch.where(valid, log_prob, 0.0)
     score = torch.exp(safe_log_prob - safe_log_prob.detach())  # value 1, grad = grad log_prob
     losses = -adv * weight.detach() * score
-    loss = agg_loss(losses, valid, loss_agg_mode)
+    loss = agg_loss(losses, valid, loss_agg_mode, norm_length=loss_norm_length)
     truncated = ratio > max_ratio if max_ratio is not None else torch.zeros_like(valid)
     metrics = {
         "clip_frac": _masked_mean(truncated.to(ratio.dtype), valid),

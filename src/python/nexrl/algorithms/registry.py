@@ -21,6 +21,15 @@ the submodules when :mod:`nexrl.algorithms` is imported:
     classes with ``value``, ``update(current_kl, n_steps)``, ``state_dict()``,
     ``load_state_dict(state)``.
 
+``LOSS_AGGREGATIONS`` (:mod:`.aggregation`)
+    :class:`~nexrl.algorithms.aggregation.LossAggregation` entries:
+    ``reduce(masked_loss [B, T], valid [B, T], norm_length)`` and their units.
+
+An implementation's own defaults are its keyword defaults; an advantage
+estimator can also ask the other pieces for defaults with :func:`presets`
+(``dr_grpo`` asks for the constant-normaliser aggregation).
+:func:`nexrl.algorithms.defaults.resolve_algorithm` applies both.
+
 Looking up an unknown name raises :class:`UnknownNameError`, which says which
 registry was asked, suggests the closest valid name and lists all of them.
 """
@@ -28,7 +37,7 @@ registry was asked, suggests the closest valid name and lists all of them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from nexrl.util.registry import Registry, UnknownNameError
 
@@ -37,9 +46,15 @@ __all__ = [
     "KL_CONTROLLERS",
     "KL_PENALTIES",
     "POLICY_LOSSES",
+    "PRESETS_ATTR",
     "Registry",
     "UnknownNameError",
+    "presets",
+    "presets_of",
 ]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+PRESETS_ATTR = "__nexrl_presets__"
 
 
 # The value types are kept loose (``Callable[..., Any]`` / ``type``): each
@@ -48,3 +63,19 @@ ADVANTAGE_ESTIMATORS: Registry[Callable[..., Any]] = Registry("advantage estimat
 POLICY_LOSSES: Registry[Callable[..., Any]] = Registry("policy loss")
 KL_PENALTIES: Registry[Callable[..., Any]] = Registry("KL penalty")
 KL_CONTROLLERS: Registry[type[Any]] = Registry("KL controller")
+
+
+def presets(**defaults: Any) -> Callable[[_F], _F]:
+    """Decorator: the ``algorithm`` fields this implementation sets when the recipe
+    leaves them null (e.g. ``@presets(loss_agg_mode="seq-mean-token-sum-norm")``)."""
+
+    def decorator(fn: _F) -> _F:
+        setattr(fn, PRESETS_ATTR, dict(defaults))
+        return fn
+
+    return decorator
+
+
+def presets_of(fn: Any) -> dict[str, Any]:
+    """The presets :func:`presets` attached to ``fn`` ({} if none)."""
+    return dict(getattr(fn, PRESETS_ATTR, {}))

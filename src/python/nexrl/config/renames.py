@@ -41,6 +41,8 @@ RENAMED: dict[str, str] = {
     "cluster.slurm.memory": "cluster.slurm.rollout.memory",
     "cluster.slurm.gpus_per_job": "cluster.slurm.rollout.gpus",
     "cluster.slurm.n_jobs": "cluster.slurm.rollout.jobs",
+    "algorithm.off_policy_correction": "algorithm.rollout_correction.mode",
+    "algorithm.tis_max_ratio": "algorithm.rollout_correction.threshold",
 }
 
 # New key ('file.py:Class') -> (old file-or-module key, old class-name key).

@@ -10,6 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from nexrl.algorithms import checks as algorithm_checks
+from nexrl.algorithms.defaults import LOSS_FIELDS
 from nexrl.config.checks import run_checks
 from nexrl.config.errors import RecipeError
 from nexrl.config.paths import resolve_path
@@ -100,7 +101,24 @@ def load_recipe_checked(
     problems.extend(p for p in checked if not _about(p, bad))
     if problems:
         raise RecipeError(problems, deprecations)
+    _resolve_algorithm(cfg)
     return Recipe(path=path, cfg=cfg, roots=roots, plugins=plugins, deprecations=deprecations)
+
+
+def _resolve_algorithm(cfg: DictConfig) -> None:
+    """Fill the ``algorithm`` fields left null with the chosen algorithm's own defaults
+    (``nexrl.algorithms.resolve_algorithm``), so ``--print-config`` and the run's
+    ``config.yaml`` show the values in effect."""
+    from nexrl.algorithms import resolve_algorithm
+    from nexrl.config.schema import typed
+
+    resolved = resolve_algorithm(
+        typed(cfg.algorithm), max_response_length=int(cfg.rollout_worker.max_response_length)
+    )
+    for name in ("norm_adv_by_std", "loss_agg_mode", "loss_norm_length"):
+        cfg.algorithm[name] = getattr(resolved, name)
+    for name in LOSS_FIELDS:
+        cfg.algorithm[name] = getattr(resolved, name)
 
 
 def _typed(raw: DictConfig, bad: set[str]) -> DictConfig | None:

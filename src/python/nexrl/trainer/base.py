@@ -17,13 +17,16 @@ the micro-batch size and world size: ``(1/W) sum_ranks sum_b L_b n_b W / N =
 sum_b L_b n_b / N``. Every rank runs the same number of forwards (the shard
 padding guarantees it), which ZeRO-3 collectives need.
 
-The default loss is the policy gradient through the registries::
+The default loss is the policy gradient through the registries
+(``nexrl.trainer.loss.policy_gradient_loss``)::
 
-    L = policy_loss(log_pi, old_log_pi, A, mask, loss_agg_mode)       (POLICY_LOSSES)
+    L = policy_loss(log_pi, old_log_pi, A * w_rollout, mask, loss_agg_mode, ...)
       + beta * agg(kl_penalty(log_pi, ref_log_pi))   if kl_loss_coef > 0 (KL_PENALTIES)
       - entropy_coeff * agg(H(pi))                   if entropy_coeff > 0
 
-``beta`` is the KL controller's value (``KL_CONTROLLERS``, initialised with
+with ``self.algo`` the recipe's ``algorithm`` section resolved
+(``nexrl.algorithms.resolve_algorithm``: null fields take the chosen loss's and
+estimator's own defaults). ``beta`` is the KL controller's value (``KL_CONTROLLERS``, initialised with
 ``kl_loss_coef``); with ``use_kl_in_reward`` the KL goes into the rewards
 instead (see ``SelfHostedGrpoTrainer``). A reference model (a frozen copy of
 the initial model) is loaded when either needs it.
@@ -34,11 +37,10 @@ Subclasses override ``_prepare_batch`` (must leave ``advantages`` and
 
 from __future__ import annotations
 
-import inspect
 import math
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -47,10 +49,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nexrl.algorithms import KL_CONTROLLERS, KL_PENALTIES, POLICY_LOSSES, agg_loss
-from nexrl.errors import NexrlError
+from nexrl.algorithms import KL_CONTROLLERS, resolve_algorithm
 from nexrl.trainer.batch_io import load_batch
 from nexrl.trainer.engine import TrainingEngine, load_backend
+from nexrl.trainer.errors import TrainerError
+from nexrl.trainer.loss import call_with_options, policy_gradient_loss
 from nexrl.trainer.ops import (
     loss_units,
     micro_batches,
@@ -66,18 +69,6 @@ from nexrl.weights.checkpoint import CheckpointManager
 from nexrl.weights.snapshot import PublishedSnapshot, SnapshotPublisher, list_snapshots
 
 __all__ = ["SelfHostedTrainer", "TrainerError", "call_with_options"]
-
-
-class TrainerError(RuntimeError, NexrlError):
-    """A trainer was misused or got a batch it cannot train on; the message says why."""
-
-
-def call_with_options(fn: Callable[..., Any], *args: Any, **options: Any) -> Any:
-    """Call ``fn(*args, **options)`` passing only the options ``fn`` accepts."""
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return fn(*args, **options)
-    return fn(*args, **{k: v for k, v in options.items() if k in params})
 
 
 class _WeightedSums:
@@ -112,7 +103,15 @@ class SelfHostedTrainer:
         engine: TrainingEngine | None = None,
         model: torch.nn.Module | None = None,
     ) -> None:
-        self.spec, self.cfg, self.algo = spec, spec.trainer, spec.algorithm
+        self.spec, self.cfg = spec, spec.trainer
+        self.algo = resolve_algorithm(spec.algorithm)
+        self.loss_agg_mode: str = self.algo.loss_agg_mode or "token-mean"
+        if _needs_norm_length(self.algo):
+            raise TrainerError(
+                f"algorithm.loss_norm_length: loss_agg_mode {self.algo.loss_agg_mode!r} divides "
+                "by a constant length; set it (TrainerSpec.from_recipe uses "
+                "rollout_worker.max_response_length)"
+            )
         _seed_everything(spec.seed)
         if model is None:
             model = self._load_model(spec.model_path, torch.float32)
@@ -237,7 +236,7 @@ class SelfHostedTrainer:
         with _timed(timings, "prepare"):
             batch, prepared = self._prepare_batch(batch)
         metrics.update(prepared)
-        units = loss_units(batch, self.algo.loss_agg_mode) if len(batch) else 0
+        units = loss_units(batch, self.loss_agg_mode) if len(batch) else 0
         updated = units > 0
         if updated:
             with _timed(timings, "update"):
@@ -290,7 +289,7 @@ class SelfHostedTrainer:
                 mb = mb.to(self.device)
                 log_probs, entropy = self._forward(mb, entropy_grad=self.algo.entropy_coeff > 0)
                 loss, m = self._compute_loss(mb, log_probs, entropy)
-                share = loss_units(mb, self.algo.loss_agg_mode) / units
+                share = loss_units(mb, self.loss_agg_mode) / units
                 self.engine.backward(loss * (share * self.world_size))
                 sums.add({**m, "actor/loss": loss.detach()}, share)
             norms.append(self.engine.step())
@@ -315,33 +314,14 @@ class SelfHostedTrainer:
                 f"{type(self).__name__}: the batch has no 'advantages'; compute them in "
                 "_prepare_batch (SelfHostedGrpoTrainer does) or override _compute_loss"
             )
-        algo, mask = self.algo, mb["response_mask"].bool()
-        loss, pm = call_with_options(
-            POLICY_LOSSES.get(algo.policy_loss),
+        return policy_gradient_loss(
+            mb,
             log_probs,
-            mb["old_log_probs"],
-            mb["advantages"],
-            mask,
-            algo.loss_agg_mode,
-            clip_ratio_low=algo.clip_ratio_low,
-            clip_ratio_high=algo.clip_ratio_high,
-            clip_ratio_c=algo.clip_ratio_c,
+            entropy,
+            self.algo,
+            kl_coef=float(self.kl_ctrl.value),
+            use_kl_loss=self.use_kl_loss,
         )
-        metrics: dict[str, Tensor | float] = {"actor/pg_loss": loss.detach()}
-        metrics.update(
-            {f"actor/{'pg_clipfrac' if k == 'clip_frac' else k}": v for k, v in pm.items()}
-        )
-        if self.use_kl_loss:
-            kl = KL_PENALTIES.get(algo.kl_penalty)(log_probs, mb["ref_log_probs"], mask)
-            kl_loss = agg_loss(kl, mask, algo.loss_agg_mode)
-            loss = loss + self.kl_ctrl.value * kl_loss
-            metrics["actor/kl_loss"] = kl_loss.detach()
-        if entropy is not None:
-            ent = agg_loss(entropy, mask, algo.loss_agg_mode)
-            metrics["actor/entropy"] = ent.detach()
-            if algo.entropy_coeff > 0:
-                loss = loss - algo.entropy_coeff * ent
-        return loss, metrics
 
     # -- log-probs on the global batch -----------------------------------------------
     @torch.no_grad()
@@ -438,6 +418,13 @@ class SelfHostedTrainer:
         if self.publisher is not None:
             self.publisher.wait()
         self.engine.close(destroy_process_group=destroy_process_group)
+
+
+def _needs_norm_length(algo: Any) -> bool:
+    from nexrl.algorithms import LOSS_AGGREGATIONS
+
+    mode = LOSS_AGGREGATIONS.get(algo.loss_agg_mode or "token-mean")
+    return mode.uses_norm_length and algo.loss_norm_length is None
 
 
 def _seed_everything(seed: int) -> None:

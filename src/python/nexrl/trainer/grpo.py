@@ -8,20 +8,22 @@
     3. token rewards: r_{i,t} = reward_i on the last valid response token, 0 elsewhere
     4. use_kl_in_reward: r_{i,t} -= beta * kl_penalty(old_log_probs, ref_log_probs)
     5. (A, returns) = ADVANTAGE_ESTIMATORS[advantage_estimator](r, mask, group_ids, run_ids)
-    6. off_policy_correction == "tis": w_t = min(exp(old_t - behaviour_t), tis_max_ratio),
-       A_t <- w_t * A_t
+    6. rollout correction (``nexrl.trainer.loss.correct_rollout``): the importance
+       weights of old_log_probs vs the rollout's behaviour_log_probs
+       (``algorithm.rollout_correction``: tis / mis, token / sequence) as
+       ``rollout_is_weights``; mis also masks tokens out of response_mask; the
+       mismatch metrics (``rollout_corr/...``) every step
 
-Step 6 weights the token losses: every registered policy loss is positively
-homogeneous in the advantage (``L(w A) = w L(A)`` for ``w > 0``, clipping
-included), so scaling ``A`` by the truncated importance weight is the same as
-scaling each token's loss, as truncated importance sampling prescribes.
+The weights of step 6 scale the advantages in the loss: every registered
+policy loss is positively homogeneous in the advantage (``L(w A) = w L(A)``
+for ``w > 0``, clipping included), so that is the same as scaling each token's
+loss, as importance sampling prescribes.
 """
 
 from __future__ import annotations
 
 import time
-
-import torch
+from typing import Any
 
 from nexrl.algorithms import (
     ADVANTAGE_ESTIMATORS,
@@ -29,7 +31,8 @@ from nexrl.algorithms import (
     token_level_from_scalar,
     zero_variance_group_mask,
 )
-from nexrl.trainer.base import SelfHostedTrainer, TrainerError, call_with_options
+from nexrl.trainer.base import SelfHostedTrainer, TrainerError
+from nexrl.trainer.loss import call_with_options, correct_rollout
 from nexrl.types.batch import Batch
 
 __all__ = ["SelfHostedGrpoTrainer"]
@@ -69,27 +72,20 @@ class SelfHostedGrpoTrainer(SelfHostedTrainer):
             metrics["actor/reward_kl"] = float(kl[mask].mean()) if mask.any() else 0.0
         batch["token_level_rewards"] = rewards
         run_ids = batch.tensors.get("run_ids")
+        options: dict[str, Any] = {
+            "norm_adv_by_std": algo.norm_adv_by_std,
+            "std_ddof": algo.std_ddof,
+        }
+        options["gamma"] = algo.gamma
         advantages, returns = call_with_options(
             ADVANTAGE_ESTIMATORS.get(algo.advantage_estimator),
             rewards,
             mask,
             batch["group_ids"],
             run_ids,
-            norm_adv_by_std=algo.norm_adv_by_std,
-            std_ddof=algo.std_ddof,
-            gamma=algo.gamma,
+            **{k: v for k, v in options.items() if v is not None},
         )
         batch["returns"] = returns
-        if algo.off_policy_correction == "tis":
-            if "behaviour_log_probs" not in batch:
-                raise TrainerError("off_policy_correction 'tis' needs behaviour_log_probs")
-            log_w = torch.where(mask, batch["old_log_probs"] - batch["behaviour_log_probs"], 0.0)
-            weight = torch.exp(log_w.clamp(max=20.0)).clamp(max=algo.tis_max_ratio)
-            advantages = advantages * weight
-            if mask.any():
-                metrics["actor/tis_weight_mean"] = float(weight[mask].mean())
-                metrics["actor/tis_clip_frac"] = float(
-                    (log_w[mask] > torch.log(torch.tensor(algo.tis_max_ratio))).float().mean()
-                )
+        metrics.update(correct_rollout(batch, algo))
         batch["advantages"] = advantages
         return batch, metrics

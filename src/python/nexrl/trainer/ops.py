@@ -7,8 +7,8 @@ predict response token ``t``::
     log pi(y_t) = z[P+t-1, y_t] - logsumexp(z[P+t-1, :])     (in float32)
 
 Loss units (what a ``loss_agg_mode`` averages over, see
-``nexrl.algorithms.agg_loss``): valid tokens for ``token-mean``, sequences with
-at least one valid token for the ``seq-mean-*`` modes.
+``nexrl.algorithms.aggregation``): valid tokens for ``token-mean``, sequences
+with at least one valid token for the ``seq-mean-*`` modes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nexrl.algorithms import entropy_from_logits
+from nexrl.algorithms import agg_units, entropy_from_logits
 from nexrl.types.batch import Batch
 
 __all__ = [
@@ -64,10 +64,7 @@ def response_valid(batch: Batch) -> Tensor:
 
 def loss_units(batch: Batch, mode: str) -> int:
     """Valid tokens (``token-mean``) or non-empty sequences (``seq-mean-*``)."""
-    mask = batch["response_mask"].bool()
-    if mode == "token-mean":
-        return int(mask.sum())
-    return int(mask.any(-1).sum())
+    return int(agg_units(batch["response_mask"], mode))
 
 
 def shard_rows(batch: Batch, rank: int, world_size: int) -> Batch:

@@ -26,8 +26,9 @@ class SelfHostedSftTrainer(SelfHostedTrainer):
         self, mb: Batch, log_probs: Tensor, entropy: Tensor | None
     ) -> tuple[Tensor, dict[str, Tensor | float]]:
         mask = mb["response_mask"].bool()
-        loss = agg_loss(-log_probs, mask, self.algo.loss_agg_mode)
+        mode, norm = self.loss_agg_mode, self.algo.loss_norm_length
+        loss = agg_loss(-log_probs, mask, mode, norm_length=norm)
         metrics: dict[str, Tensor | float] = {"actor/sft_loss": loss.detach()}
         if entropy is not None:
-            metrics["actor/entropy"] = agg_loss(entropy, mask, self.algo.loss_agg_mode).detach()
+            metrics["actor/entropy"] = agg_loss(entropy, mask, mode, norm_length=norm).detach()
         return loss, metrics

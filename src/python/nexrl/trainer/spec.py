@@ -60,14 +60,21 @@ class TrainerSpec:
         """From a validated recipe (``Recipe.cfg``, a DictConfig, or a ``RecipeConfig``).
 
         ``model_path`` is the initial model folder the caller prepared (a
-        ``model.path`` copy or the tiny model it saved). Checkpoints go to
+        ``model.path`` copy or the tiny model it saved). ``algorithm`` is resolved
+        (null fields take the chosen algorithm's defaults; ``loss_norm_length``
+        defaults to ``rollout_worker.max_response_length``). Checkpoints go to
         ``<output_dir>/checkpoints``.
         """
+        from nexrl.algorithms import resolve_algorithm
         from nexrl.config.schema import typed
 
+        algorithm = resolve_algorithm(
+            typed(cfg.algorithm),
+            max_response_length=int(cfg.rollout_worker.max_response_length),
+        )
         return cls(
             trainer=typed(cfg.trainer),
-            algorithm=typed(cfg.algorithm),
+            algorithm=algorithm,
             model_path=str(model_path),
             tokenizer_path=cfg.model.tokenizer_path,
             snapshot_dir=str(cfg.weight.snapshot_dir),

@@ -1,4 +1,10 @@
-"""``algorithm``: advantage estimator, policy loss and KL, selected by registered name."""
+"""``algorithm``: advantage estimator, policy loss and KL, selected by registered name.
+
+A field whose default is ``null`` takes the chosen algorithm's own default
+(``nexrl.algorithms.defaults.resolve_algorithm``): the recipe loader fills it
+in, so ``nexrl train RECIPE --print-config`` and the run's ``config.yaml``
+show the values in effect.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +14,41 @@ from nexrl.config.fields import cfg_field
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    mode: str = cfg_field(
+        "none",
+        help="Correct for the mismatch between the inference engine's log-probs (the "
+        "pool's) and the trainer's: 'none', 'tis' (truncated importance sampling: weight "
+        "min(rho, threshold)) or 'mis' (masked importance sampling: tokens or sequences "
+        "with rho > threshold leave the loss). The mismatch metrics (rollout_corr/...) are "
+        "logged every step either way.",
+    )
+    level: str = cfg_field(
+        "token",
+        help="Importance ratio rho per token (exp(old - rollout)) or per sequence "
+        "(exp of the sum over its tokens, on every token of the sequence).",
+        choices=("token", "sequence"),
+    )
+    threshold: float = cfg_field(
+        2.0, help="Upper bound of rho: truncation (tis) or mask (mis).", minimum=1.0
+    )
+    threshold_low: float | None = cfg_field(
+        None, help="mis: also mask rho below this (null = no lower bound).", minimum=0.0
+    )
+
+
+@dataclass
 class AlgorithmConfig:
     advantage_estimator: str = cfg_field(
         "grpo",
         help="Registered advantage estimator (nexrl.algorithms.ADVANTAGE_ESTIMATORS), "
-        "e.g. grpo, rloo, reinforce_plus_plus.",
+        "e.g. grpo, dr_grpo (no std division, constant loss normaliser), rloo, "
+        "reinforce_plus_plus, reinforce_plus_plus_baseline.",
     )
-    norm_adv_by_std: bool = cfg_field(
-        True, help="GRPO: divide by the group std (false = Dr.GRPO, mean-centred only)."
+    norm_adv_by_std: bool | None = cfg_field(
+        None,
+        help="GRPO: divide by the group std; null = the estimator's default (grpo: true, "
+        "dr_grpo: false).",
     )
     std_ddof: int = cfg_field(
         1,
@@ -28,30 +61,53 @@ class AlgorithmConfig:
         help="Registered policy loss (nexrl.algorithms.POLICY_LOSSES), e.g. ppo_clip, gspo, "
         "importance_sampling.",
     )
-    loss_agg_mode: str = cfg_field(
-        "token-mean",
-        help="How token losses become one number.",
-        choices=("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"),
+    loss_agg_mode: str | None = cfg_field(
+        None,
+        help="How token losses become one number (nexrl.algorithms.LOSS_AGGREGATIONS): "
+        "token-mean, seq-mean-token-sum, seq-mean-token-mean or seq-mean-token-sum-norm "
+        "(Dr.GRPO's constant normaliser, loss_norm_length). null = the advantage "
+        "estimator's preset (dr_grpo: seq-mean-token-sum-norm), else the policy loss's "
+        "default (ppo_clip, importance_sampling: token-mean; gspo: seq-mean-token-mean).",
     )
-    clip_ratio_low: float = cfg_field(0.2, help="PPO clip: lower bound is 1 - this.", minimum=0.0)
-    clip_ratio_high: float = cfg_field(
-        0.2, help="PPO clip: upper bound is 1 + this (DAPO clip-higher uses 0.28).", minimum=0.0
+    loss_norm_length: float | None = cfg_field(
+        None,
+        help="The constant C of seq-mean-token-sum-norm (each sequence's token sum / C); "
+        "null = rollout_worker.max_response_length.",
+        minimum=1.0,
+    )
+    clip_ratio_low: float | None = cfg_field(
+        None,
+        help="Clip: lower bound of the ratio is 1 - this; null = the policy loss's default "
+        "(ppo_clip: 0.2, gspo: 3e-4).",
+        minimum=0.0,
+    )
+    clip_ratio_high: float | None = cfg_field(
+        None,
+        help="Clip: upper bound of the ratio is 1 + this; null = the policy loss's default "
+        "(ppo_clip: 0.2, gspo: 4e-4; DAPO clip-higher uses 0.28 with ppo_clip).",
+        minimum=0.0,
     )
     clip_ratio_c: float | None = cfg_field(
-        None, help="Dual-clip bound for negative advantages (e.g. 3.0); null = off.", minimum=1.0
+        None,
+        help="ppo_clip: dual-clip bound for negative advantages (e.g. 3.0); null = off.",
+        minimum=1.0,
+    )
+    max_ratio: float | None = cfg_field(
+        None,
+        help="importance_sampling: truncate the importance weight at this; null = the "
+        "loss's default (no truncation).",
+        minimum=0.0,
     )
     do_old_log_prob_compute: bool = cfg_field(
         True,
         help="Recompute old log-probs with the trainer's weights before the update "
         "(false = use the behaviour log-probs from inference).",
     )
-    off_policy_correction: str = cfg_field(
-        "none",
-        help="Correct for the inference/trainer mismatch: 'none' or 'tis' (truncated "
-        "importance sampling with the behaviour log-probs).",
-        choices=("none", "tis"),
+    rollout_correction: RolloutCorrectionConfig = cfg_field(
+        default_factory=RolloutCorrectionConfig,
+        help="Rollout correction: importance weights for the inference/trainer log-prob "
+        "mismatch (TIS, MIS; token or sequence level).",
     )
-    tis_max_ratio: float = cfg_field(2.0, help="Truncation of the TIS weight.", minimum=1.0)
     kl_penalty: str = cfg_field(
         "low_var_kl", help="Registered KL penalty (kl, abs, mse, low_var_kl)."
     )
