@@ -32,6 +32,8 @@ from nexrl.pool.layout import PoolStoreError
 from nexrl.pool.pool import PoolConfigError
 from nexrl.rollout_worker.agent.config import AgentConfigError
 from nexrl.rollout_worker.openai_agent.entrypoint import AgentError
+from nexrl.runtime.remote_server import InferenceJobLost
+from nexrl.runtime.slurm import SlurmError
 from nexrl.trainer.actor import TrainerGroupError
 from nexrl.trainer.base import TrainerError
 from nexrl.types.batch import BatchError
@@ -68,6 +70,8 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     ServerStartError: (RuntimeError,),
     ReloadError: (RuntimeError,),
     EmbeddedSnapshotError: (ValueError,),
+    SlurmError: (RuntimeError,),
+    InferenceJobLost: (RuntimeError,),
 }
 
 # Raised and caught inside one module, never shown to a user as such.
