@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from nexrl.trainer.checks import zero_problems
-from nexrl.trainer.schedule import lr_lambda
+from nexrl.trainer.schedule import continue_schedule, lr_lambda
 from nexrl.util.net import free_port
 
 if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
@@ -184,6 +184,7 @@ class DeepSpeedEngine:
         )
         self.engine = engine
         self.config = config
+        self.base_lr = float(cfg.lr)
 
     # -- compute ----------------------------------------------------------------
     @property
@@ -268,6 +269,8 @@ class DeepSpeedEngine:
         )
         if path is None:
             raise RuntimeError(f"DeepSpeed could not load checkpoint {load_dir}/{tag}")
+        if self.engine.lr_scheduler is not None:  # the recipe's schedule, at the loaded step
+            continue_schedule(self.engine.lr_scheduler, self.base_lr)
 
     def close(self, destroy_process_group: bool = False) -> None:
         destroy = getattr(self.engine, "destroy", None)

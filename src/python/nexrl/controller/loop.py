@@ -152,6 +152,9 @@ class Controller:
         self.counters.update(state.counters)
         self.scheduler.restore(state.pending, state.trained, committed_group_ids(parts.pool))
         self._last_ckpt_step = self.step
+        if info.get("schedule_note"):  # the resumed recipe moved the LR schedule's end
+            logger.warning("%s", info["schedule_note"])
+            parts.progress.write(f"warning: {info['schedule_note']}")
         logger.info(
             "resumed from %s at step %d (policy v%d); %d groups were in flight, %d groups "
             "already in the pool are not rolled out again",
