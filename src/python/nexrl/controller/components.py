@@ -143,6 +143,7 @@ def _build(
     from nexrl.metrics import MetricsTracker, ProgressDisplay
     from nexrl.pool import TrajectoryPool
     from nexrl.runtime.cluster import start_cluster
+    from nexrl.runtime.task_logs import install_task_logs, route_logs
     from nexrl.trainer import TrainerGroup, TrainerSpec
     from nexrl.weights.snapshot import latest_snapshot
 
@@ -168,6 +169,9 @@ def _build(
         plugins=recipe.plugins,  # imported in every worker before any task or actor
     )
     closers.append(cluster.close)
+    # Dask's error records (task tracebacks): in full in the log files, once on the terminal
+    closers.append(route_logs(run.logs / "driver.log", shown_as="logs/driver.log"))
+    install_task_logs(cluster.client, run.logs)
     logger.info("Dask dashboard: %s", cluster.dashboard_link)
 
     spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)

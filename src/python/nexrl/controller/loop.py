@@ -199,6 +199,7 @@ class Controller:
         if self.step > self._last_ckpt_step and self.step > 0:
             self._checkpoint()
         summary = parts.finish()
+        parts.progress.close()  # the bar's last line goes before the summary, not after it
         parts.progress.write(summary)
         failed = self.evaluator_policy.check_finished()
         if failed is not None:
