@@ -28,6 +28,7 @@ SCRIPT = textwrap.dedent(
         logging.getLogger("nexrl.rollout_worker.base").warning(
             "evaluator NoAnswer failed: KeyError: 'answer'"
         )
+        logging.getLogger("backends.training.deepspeed_engine").info("deepspeed: op built")
         return 0.0
 
     def evaluate(i):
@@ -87,3 +88,4 @@ def test_a_failing_task_is_one_line_per_failure_on_the_terminal(tmp_path: Path) 
     assert text.count("Traceback:") == 12
     assert "in evaluate" in text and "raise KeyError" in text
     assert text.count("evaluator NoAnswer failed") == 8
+    assert text.count("deepspeed: op built") == 8 and "op built" not in proc.stderr

@@ -162,6 +162,9 @@ def _build(
     val_groups = validation_groups(recipe, length)
     group_size = int(cfg.rollout_worker.group_size)
 
+    # Dask's error records (task tracebacks): in full in the log files, once on the
+    # terminal; undone after the cluster closed (closers run in reverse)
+    closers.append(route_logs(run.logs / "driver.log", shown_as="logs/driver.log"))
     cluster = start_cluster(
         cfg.cluster,
         str(cfg.experiment_name),
@@ -169,8 +172,6 @@ def _build(
         plugins=recipe.plugins,  # imported in every worker before any task or actor
     )
     closers.append(cluster.close)
-    # Dask's error records (task tracebacks): in full in the log files, once on the terminal
-    closers.append(route_logs(run.logs / "driver.log", shown_as="logs/driver.log"))
     install_task_logs(cluster.client, run.logs)
     logger.info("Dask dashboard: %s", cluster.dashboard_link)
 

@@ -10,7 +10,8 @@ process it runs in,
 
 * a file handler on ``log_file``: every record, traceback included;
 * ``OneLinePerFailure`` on stderr instead of their stream handlers: a record
-  below WARNING as before; a WARNING or ERROR one as one line
+  below WARNING as before (shown if its logger printed it before, else only in
+  the file: a worker's ``nexrl`` / ``backends`` INFO); a WARNING or ERROR one as one line
   (``distributed.worker - ERROR - Compute Failed evaluate-g3-r0: TypeError(...)``)
   the first time that failure is seen (the same exception in another task is
   the same failure), and only in the file after that.
@@ -77,15 +78,18 @@ class OneLinePerFailure(logging.StreamHandler[TextIO]):
     the module doc); ``counts`` holds how often each was seen. ``where`` names the
     log file that has every record in full."""
 
-    def __init__(self, stream: TextIO, where: str) -> None:
+    def __init__(self, stream: TextIO, where: str, shown_below_warning: Sequence[str] = ()) -> None:
         super().__init__(stream)
         self.where = where
+        self.shown_below_warning = tuple(shown_below_warning)  # loggers whose INFO was shown
         self.counts: dict[tuple[str, ...], int] = {}
         self.setFormatter(logging.Formatter("%(asctime)s - %(name)s - %(levelname)s - %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno < logging.WARNING:
-            super().emit(record)
+            name = record.name
+            if any(name == n or name.startswith(f"{n}.") for n in self.shown_below_warning):
+                super().emit(record)  # as before (a logger that printed it already)
             return
         what, failure = one_line(record)
         # one exception in many tasks is one failure: the kind of record, not its task key
@@ -122,12 +126,13 @@ def route_logs(
     log_file.parent.mkdir(parents=True, exist_ok=True)
     file_handler = logging.FileHandler(log_file)
     file_handler.setFormatter(logging.Formatter(FORMAT))
-    terminal = OneLinePerFailure(sys.stderr, shown_as or str(log_file))
     names = [
         n
         for n in (*loggers, *sorted(logging.Logger.manager.loggerDict))
         if n in loggers or any(n.startswith(f"{top}.") for top in loggers)
     ]
+    printed = [n for n in dict.fromkeys(names) if _stream_handlers(logging.getLogger(n))]
+    terminal = OneLinePerFailure(sys.stderr, shown_as or str(log_file), printed)
     changed: list[tuple[logging.Logger, list[logging.Handler], bool]] = []
     for name in dict.fromkeys(names):
         logger = logging.getLogger(name)
