@@ -133,7 +133,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(
             f"evaluator errors: {s['evaluator_errors']}"
             + (f" ({share:.1%} of trained samples)" if share is not None else "")
-            + "; see logs/driver.log"
+            + "; each one is in logs/dask-worker-*.log"
         )
     return "\n".join(lines)
 
