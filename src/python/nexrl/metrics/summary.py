@@ -15,7 +15,7 @@ SUMMARY_FILE = "summary.json"
 TRAIN_KEY = "reward/mean"
 VAL_KEY = "val/reward/mean"
 WINDOW = 5  # steps averaged at the start and at the end
-RUNNING_KEY = "time/running_s"  # written by MetricsTracker (seconds spent running)
+RUNNING_KEY = "time/running_s"  # written by JsonlSink (seconds spent running)
 
 
 def _number(value: Any) -> float | None:
@@ -63,7 +63,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
       ``rollout/evaluator_errors``), ``evaluator_error_share``: their share of the
       trained samples (mean ``eval/evaluator_error`` over the steps);
     * ``wall_time_s``: the time the run spent running: the last
-      ``time/running_s`` (``MetricsTracker`` counts it, without the gap between a
+      ``time/running_s`` (the jsonl sink counts it, without the gap between a
       stopped run and its resume); for rows without it, last minus first ``time``.
 
     Missing values are ``None``.

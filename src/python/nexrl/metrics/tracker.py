@@ -4,34 +4,24 @@ The jsonl sink is always built (``metrics.jsonl`` is the run's record, read
 back for plots and the summary) and its errors propagate. Any other sink that
 raises while logging is reported once as a warning and disabled: a dashboard
 going away never stops training.
-
-Every row gets ``time/running_s``: the seconds this run has been running, counted
-from the tracker's construction (just before the training loop) and carried over
-from the rows a resumed run keeps, so the idle gap between a stopped run and its
-resume is not counted (the summary's wall time is the last of it).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from nexrl.metrics.sinks import (
     METRIC_SINKS,
-    METRICS_FILE,
     JsonlSink,
     MetricSink,
     MetricSinkError,
     parse_metric_lines,
 )
 
-__all__ = ["RUNNING_KEY", "MetricsTracker", "read_metrics"]
-
-RUNNING_KEY = "time/running_s"
+__all__ = ["MetricsTracker", "read_metrics"]
 
 log = logging.getLogger("nexrl.metrics")
 
@@ -83,17 +73,6 @@ class MetricsTracker:
         except BaseException:
             self.close()
             raise
-        self._running_before = self._running_so_far()
-        self._started = time.monotonic()
-
-    def _running_so_far(self) -> float:
-        """The running time the rows kept in metrics.jsonl (a resumed run's) reached."""
-        path = self.output_dir / METRICS_FILE
-        if not path.exists():
-            return 0.0
-        values = [row.get(RUNNING_KEY) for row in read_metrics(path)]
-        done = [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
-        return max(done, default=0.0)
 
     @property
     def active(self) -> list[str]:
@@ -103,7 +82,6 @@ class MetricsTracker:
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Send ``metrics`` (values converted to float) for ``step`` to every active sink."""
         values = {str(k): float(v) for k, v in metrics.items()}
-        values.setdefault(RUNNING_KEY, self._running_before + time.monotonic() - self._started)
         for sink in list(self.sinks):
             try:
                 sink.log(step, values)
