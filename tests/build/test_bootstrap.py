@@ -11,26 +11,35 @@ from pathlib import Path
 ROOT = Path.cwd()
 
 
-def test_without_python39_prints_one_line_saying_what_to_install(tmp_path: Path) -> None:
-    # A machine with no CPython 3.9 anywhere: empty HOME (no cached venv),
-    # empty pyenv root, and a PATH with only a shell and coreutils.
+def _run_without_python39(tmp_path: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """``./pants --version`` on a machine with no CPython 3.9 anywhere: empty HOME (no
+    cached venv), empty pyenv root, and a PATH with only a shell and coreutils. The
+    script stops at the bootstrap's first step, after its checks of the machine."""
     bindir = tmp_path / "bin"
-    bindir.mkdir()
+    bindir.mkdir(exist_ok=True)
     for tool in ("bash", "dirname", "mkdir", "sha256sum", "cut", "rm", "mv"):
+        if (bindir / tool).exists():
+            continue
         src = subprocess.run(["bash", "-c", f"command -v {tool}"], capture_output=True, text=True)
         (bindir / tool).symlink_to(src.stdout.strip())
     env = {
         "HOME": str(tmp_path / "home"),
         "PYENV_ROOT": str(tmp_path / "pyenv"),
         "PATH": str(bindir),
+        **extra_env,
     }
-    proc = subprocess.run(
+    return subprocess.run(
         [str(bindir / "bash"), str(ROOT / "pants"), "--version"],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=ROOT,
     )
+
+
+def test_without_python39_prints_one_line_saying_what_to_install(tmp_path: Path) -> None:
+    proc = _run_without_python39(tmp_path)
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -90,3 +99,53 @@ def test_ci_runs_the_cold_path_check() -> None:
     assert "pants run src/python/nexrl:train -- recipes/max_digit/max_digit_tiny.yaml" in cold
     assert 'mount --bind "$tmp/cache" "$HOME/.cache"' in cold
     assert 'mount --bind "$tmp/pex" "$HOME/.pex"' in cold
+
+
+def test_another_pants_running_in_the_repo_is_named_in_one_line(tmp_path: Path) -> None:
+    """A Pants client running in this repo (as ``./pants run ...`` leaves it: ``python -m
+    pants run ...`` with its working directory in the repo) makes a second ``./pants``
+    say at once that it will wait for it, and how not to."""
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    client = venv_bin / "python"  # runs as `.../bin/python -m pants run ...`, 60 s
+    client.write_text("#!/bin/bash\nsleep 60\n")
+    client.chmod(0o755)
+    running = subprocess.Popen(
+        [str(client), "-m", "pants", "run", "src/python/nexrl:train", "--", "r.yaml"],
+        cwd=ROOT / "tests",  # a folder of the repo
+    )
+    try:
+        proc = _run_without_python39(tmp_path)
+        concurrent = _run_without_python39(tmp_path, PANTS_CONCURRENT="true")
+    finally:
+        running.kill()
+        running.wait()
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2, proc.stderr
+    assert lines[0] == (
+        f"note: another ./pants is running in this repo (pid {running.pid}: pants run "
+        "src/python/nexrl:train -- r.yaml); this call waits up to 60 s for it to finish, "
+        "then fails: wait for it, or run this one with PANTS_CONCURRENT=true (a separate "
+        "Pants, slower to start)"
+    )
+    assert "CPython 3.9" in lines[1]  # then the script goes on as usual
+    assert "note:" not in concurrent.stderr  # PANTS_CONCURRENT=true: nothing to wait for
+    after = _run_without_python39(tmp_path)  # the other one has finished
+    assert "note:" not in after.stderr
+
+
+def test_a_pants_running_in_another_folder_is_not_reported(tmp_path: Path) -> None:
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    client = venv_bin / "python"
+    client.write_text("#!/bin/bash\nsleep 60\n")
+    client.chmod(0o755)
+    elsewhere = tmp_path / "other-repo"
+    elsewhere.mkdir()
+    running = subprocess.Popen([str(client), "-m", "pants", "test", "::"], cwd=elsewhere)
+    try:
+        proc = _run_without_python39(tmp_path)
+    finally:
+        running.kill()
+        running.wait()
+    assert "note:" not in proc.stderr

@@ -87,6 +87,19 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
     stop = [line for line in proc.stderr.splitlines() if line.startswith("error: the run stopped")]
     assert len(stop) == 1, proc.stderr[-3000:]
     assert "MaxDigitEvaluator" in stop[0] and "KeyError" in stop[0]
+    # 64 failed samples: each in a worker's log file, once per worker on the terminal
+    warned = [
+        line
+        for line in proc.stderr.splitlines()
+        if line.startswith("nexrl.rollout_worker.base - WARNING - evaluator MaxDigitEvaluator")
+    ]
+    assert 1 <= len(warned) <= 2, proc.stderr[-3000:]  # cluster.n_workers=2
+    assert "Traceback" not in proc.stderr
+    logged = "".join(p.read_text() for p in (out / "logs").glob("dask-worker-*.log"))
+    assert logged.count("MaxDigitEvaluator failed") == 64
     assert [r["step"] for r in train_rows(out)] == [1, 2]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["evaluator_errors"] == 64 and summary["evaluator_error_share"] == 1.0
+    assert "evaluator errors: 64 (100.0% of trained samples); each one is in logs/dask-worker-" in (
+        proc.stderr
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -145,3 +146,79 @@ def test_resume_continues_as_if_uninterrupted(
     for k, v in wa.items():
         assert torch.allclose(v, wb[k], atol=1e-6), k
     assert (tmp_path / "ck" / "latest").read_text().strip() == "step_4"  # the final checkpoint
+
+
+# cosine, no warm-up, lr 3e-3: f(s) = (1 + cos(pi s / T)) / 2 for the s-th update
+LR = 3e-3
+COS_4 = [LR * 1.0, LR * 0.8535533905932737, LR * 0.5, LR * 0.14644660940672624]  # T = 4
+
+
+def _schedule_settings(total: int, schedule_steps: int | None = None) -> dict[str, Any]:
+    return {
+        "trainer": {
+            "lr": LR,
+            "lr_scheduler": "cosine",
+            "total_train_steps": total,
+            "lr_schedule_steps": schedule_steps,
+        }
+    }
+
+
+def _run_then_resume(
+    model_dir: Path, vocab_size: int, ck: Path, first: dict[str, Any], second: dict[str, Any]
+) -> tuple[list[float], Any]:
+    """Two steps under ``first`` (checkpointed at its end), then a new trainer resuming
+    under ``second`` to step 4: the lr of each of the 4 steps, and the resumed trainer."""
+    batches = [make_batch(vocab_size, groups=2, group_size=4, seed=i) for i in range(4)]
+    a = create_trainer(spec(model_dir, checkpoint_dir=str(ck), **first))
+    lrs = [a.train_step(b)["actor/lr"] for b in batches[:2]]
+    assert (ck / "latest").read_text().strip() == "step_2"
+    a.close()
+    b = create_trainer(spec(model_dir, checkpoint_dir=str(ck), resume_mode="auto", **second))
+    assert b.global_step == 2
+    lrs += [b.train_step(x)["actor/lr"] for x in batches[2:]]
+    return lrs, b
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_a_short_run_on_the_full_schedule_resumes_seamlessly(
+    tiny_model_dir: Path, vocab_size: int, tmp_path: Path, stage: int
+) -> None:
+    """total_train_steps=2 lr_schedule_steps=4, resumed with total_train_steps=4: the
+    4-step cosine, step for step, and no warning."""
+    first = _schedule_settings(2, schedule_steps=4)
+    first["trainer"]["zero_stage"] = stage
+    second = _schedule_settings(4)
+    second["trainer"]["zero_stage"] = stage
+    lrs, resumed = _run_then_resume(tiny_model_dir, vocab_size, tmp_path / "ck", first, second)
+    assert lrs == pytest.approx(COS_4)
+    assert resumed.schedule_note is None
+
+
+def test_a_decayed_run_resumed_with_more_steps_continues_on_the_longer_schedule(
+    tiny_model_dir: Path, vocab_size: int, tmp_path: Path
+) -> None:
+    """A 2-step cosine (lr 3e-3, then 1.5e-3, ending at 0) resumed with
+    total_train_steps=4: steps 3 and 4 take the 4-step cosine's lr at updates 2 and 3
+    (not 0.0, and not a fresh cosine from 3e-3), with a note saying the end moved."""
+    lrs, resumed = _run_then_resume(
+        tiny_model_dir, vocab_size, tmp_path / "ck", _schedule_settings(2), _schedule_settings(4)
+    )
+    assert lrs == pytest.approx([LR, LR * 0.5, COS_4[2], COS_4[3]])
+    assert resumed.schedule_note == (
+        "the cosine LR schedule now ends at step 4 (the checkpoint's run had it end at "
+        "step 2): from step 3 the lr follows the 4-step schedule (0 -> 0.0015); set "
+        "trainer.lr_schedule_steps=2 to keep the old end"
+    )
+
+
+def test_a_resume_takes_the_recipes_lr(
+    tiny_model_dir: Path, vocab_size: int, tmp_path: Path
+) -> None:
+    """trainer.lr changed on resume: the schedule continues from the new base lr."""
+    second = _schedule_settings(4, schedule_steps=4)
+    second["trainer"]["lr"] = 2 * LR
+    lrs, _ = _run_then_resume(
+        tiny_model_dir, vocab_size, tmp_path / "ck", _schedule_settings(2, 4), second
+    )
+    assert lrs == pytest.approx([COS_4[0], COS_4[1], 2 * COS_4[2], 2 * COS_4[3]])

@@ -110,3 +110,24 @@ def test_one_line_joins_a_message_that_spans_lines() -> None:
         "pool.zarr: not a pool | fix: point at a pool"
     )
     assert one_line(PoolStoreError()) == "PoolStoreError"
+
+
+def test_shortening_a_decaying_schedule_warns_once_with_the_fix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """max_digit_tiny: 300 steps of cosine. total_train_steps=20 also ends the schedule
+    at 20: one warning line naming the recipe's 300 and the key that keeps it."""
+    assert main([RECIPE, "trainer.total_train_steps=20", "--check"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert err == [
+        f"warning: {RECIPE}: trainer.total_train_steps=20 also ends the cosine LR schedule at "
+        "step 20 instead of the recipe's step 300; to stop early on the recipe's schedule add "
+        "trainer.lr_schedule_steps=300"
+    ]
+    for quiet in (
+        ["trainer.total_train_steps=20", "trainer.lr_schedule_steps=300"],  # the fix
+        ["trainer.total_train_steps=20", "trainer.lr_scheduler=constant"],  # no end to move
+        ["trainer.total_train_steps=300"],  # the recipe's own value
+    ):
+        assert main([RECIPE, *quiet, "--check"]) == 0
+        assert "warning" not in capsys.readouterr().err

@@ -38,3 +38,41 @@ def test_no_reward_rows_returns_none(tmp_path: Path) -> None:
     assert plot_reward_curve(rows, out) is None
     assert plot_reward_curve([], out) is None
     assert not out.exists()
+
+
+def test_evaluator_metrics_are_plotted_per_step(tmp_path: Path) -> None:
+    """eval/<name> rows (as the controller logs them) get a panel of their own, one line
+    per metric with the logged values; a resumed step's later row wins."""
+    from nexrl.metrics import read_metrics
+    from nexrl.metrics.plots import reward_figure
+    from nexrl.metrics.tracker import MetricsTracker
+
+    with MetricsTracker([], tmp_path, run_name="r") as tracker:
+        for step in (1, 2, 3):
+            tracker.log(
+                step,
+                {
+                    "reward/mean": step / 10,
+                    "eval/partial_credit": step / 4,
+                    "eval/exact": float(step == 3),
+                },
+            )
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    rows.append({"step": 3, "eval/exact": 0.5})  # step 3 logged again
+    fig = reward_figure(rows)
+    reward_ax, eval_ax = fig.axes
+    assert [line.get_label() for line in reward_ax.get_lines()] == ["train reward/mean"]
+    lines = {line.get_label(): line for line in eval_ax.get_lines()}
+    assert sorted(lines) == ["exact", "partial_credit"]
+    assert list(lines["partial_credit"].get_xdata()) == [1, 2, 3]
+    assert list(lines["partial_credit"].get_ydata()) == [0.25, 0.5, 0.75]
+    assert list(lines["exact"].get_ydata()) == [0.0, 0.0, 0.5]
+    out = tmp_path / "plots" / "reward_curve.png"
+    assert plot_reward_curve(rows, out) == out and out.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_without_evaluator_metrics_there_is_one_panel() -> None:
+    from nexrl.metrics.plots import reward_figure
+
+    fig = reward_figure([{"step": 1, "reward/mean": 0.5}])
+    assert len(fig.axes) == 1

@@ -1,8 +1,18 @@
-"""ProgressDisplay: plain lines off a terminal, a tqdm bar when asked."""
+"""ProgressDisplay: plain lines off a terminal, a tqdm bar on one (a real
+pseudo-terminal, in a child process) or when asked."""
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
 
 from nexrl.metrics import ProgressDisplay
 
@@ -18,7 +28,8 @@ def test_plain_lines_when_not_a_tty() -> None:
     lines = stream.getvalue().splitlines()
     assert len(lines) == 3
     assert lines[0].startswith("step 3/100 reward=0.412 traj/s=12.3 elapsed=")
-    assert lines[1].startswith("step 4/100 reward=0.500 lag=1 elapsed=")
+    assert lines[1].startswith("step 4/100 reward=0.500 staleness=1 elapsed=")
+    assert "eta=" in lines[0] and "eta=" in lines[1]
     assert "other" not in lines[1]
     assert lines[2] == "validation done"
 
@@ -37,4 +48,80 @@ def test_bar_when_enabled_shows_postfix() -> None:
     progress.close()
     text = stream.getvalue()
     assert "5/10" in text
-    assert "step=5 reward=0.750 lag=2" in text
+    assert "reward=0.750 staleness=2" in text and "eta " in text
+
+
+# A child that shows 3 steps the way the controller does (on sys.stderr, the default).
+CHILD = """
+import sys, time
+from nexrl.metrics import ProgressDisplay
+progress = ProgressDisplay(3)
+for step in (1, 2, 3):
+    time.sleep(0.05)
+    progress.update(step, {
+        "reward/mean": 0.25 * step, "perf/trajectories_per_s": 4.0, "version/lag_max": 1,
+        "eval/exact": 0.5, "eval/partial_credit": 0.75,
+    })
+progress.close()
+progress.write("summary: the last line")
+"""
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def _run_on_a_pty(rows: int, columns: int) -> str:
+    """Run CHILD with stdin/stdout/stderr on a new pseudo-terminal of that size; all it
+    wrote."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=_env(),
+    )
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        out += data
+    os.close(leader)
+    assert child.wait() == 0, out
+    return out.decode()
+
+
+@pytest.mark.parametrize("size", [(24, 120), (0, 0)], ids=["sized", "no-size"])
+def test_a_bar_with_eta_on_a_pseudo_terminal(size: tuple[int, int]) -> None:
+    """On a terminal: a bar (redrawn in place with \\r) with step/total, elapsed and ETA,
+    reward, traj/s, staleness and the evaluator metrics; no plain lines. A terminal that
+    reports no size (0 x 0) still gets the bar (tqdm alone drew nothing there)."""
+    text = _run_on_a_pty(*size)
+    frames = [f for f in text.replace("\r\n", "\n").replace("\n", "\r").split("\r") if f.strip()]
+    bar = [f for f in frames if f.startswith("train 3/3 |")]
+    assert bar, text
+    assert "| 00:00 eta 00:00, reward=0.750 traj/s=4.0 staleness=1 " in bar[-1]
+    assert bar[-1].rstrip().endswith("exact=0.5 partial_credit=0.75")
+    assert any(f.startswith("train 1/3 |") and " eta " in f for f in frames)
+    assert "step 1/3" not in text  # no plain lines
+    assert frames[-1].strip() == "summary: the last line"
+
+
+def test_plain_lines_with_eta_when_stderr_is_a_pipe() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=_env(), check=True
+    )
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 4 and "\r" not in proc.stderr
+    assert lines[0].startswith(
+        "step 1/3 reward=0.250 traj/s=4.0 staleness=1 exact=0.5 partial_credit=0.75 elapsed="
+    )
+    assert lines[0].endswith("s") and " eta=" in lines[0] and lines[2].endswith(" eta=0s")
+    assert lines[3] == "summary: the last line"

@@ -101,3 +101,35 @@ def test_every_sink_is_documented_in_logger_config() -> None:
     for name in METRIC_SINKS:
         assert name in help_text
     assert "always on" in help_text
+
+
+def test_wall_time_counts_only_time_running_across_a_resume(tmp_path: Path) -> None:
+    """A run logs steps 1-3 (checkpoint at 2) over ~0.3 s, stops, sits idle 1.5 s, and is
+    resumed at step 2 for steps 3-4 over ~0.2 s: the summary's wall time is the ~0.4 s
+    that led to the rows kept (step 3's first attempt, dropped on resume, is not
+    counted), not the ~2 s between the first row and the last."""
+    import time
+
+    from nexrl.metrics import summarize
+
+    first = MetricsTracker([], tmp_path, run_name="r")
+    for step in (1, 2, 3):
+        time.sleep(0.1)
+        first.log(step, {"reward/mean": 0.1})
+    first.close()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    at_checkpoint = rows[1]["time/running_s"]
+    assert 0.2 <= at_checkpoint < rows[2]["time/running_s"]
+    time.sleep(1.5)  # stopped: nothing runs
+    resumed = MetricsTracker([], tmp_path, run_name="r", resume_step=2)
+    for step in (3, 4):
+        time.sleep(0.1)
+        resumed.log(step, {"reward/mean": 0.2})
+    resumed.close()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    running = [r["time/running_s"] for r in rows]
+    assert running == sorted(running) and running[2] > at_checkpoint + 0.09  # (ms rounding)
+    summary = summarize(rows)
+    assert summary["wall_time_s"] == running[-1]
+    assert 0.4 <= summary["wall_time_s"] < 1.5 < rows[-1]["time"] - rows[0]["time"]

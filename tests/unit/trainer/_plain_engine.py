@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from nexrl.trainer.schedule import lr_lambda
+from nexrl.trainer.schedule import continue_schedule, lr_lambda
 
 
 class PlainEngine:
@@ -88,6 +88,7 @@ class PlainEngine:
         self._module.load_state_dict(state["model"])
         self.opt.load_state_dict(state["opt"])
         self.sched.load_state_dict(state["sched"])
+        continue_schedule(self.sched, self.cfg.lr)
 
     def close(self, destroy_process_group: bool = False) -> None:
         pass

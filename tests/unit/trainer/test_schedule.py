@@ -31,3 +31,22 @@ def test_cosine_halfway_is_half() -> None:
 def test_unknown_schedule_is_named() -> None:
     with pytest.raises(ValueError, match=r"'cosin'.*constant, linear, cosine"):
         lr_lambda("cosin", 0, 10)
+
+
+def test_a_note_only_when_a_decaying_schedules_end_moved() -> None:
+    from types import SimpleNamespace
+
+    from nexrl.trainer.schedule import schedule_change_note
+
+    cfg = SimpleNamespace(lr=1e-3, lr_scheduler="linear", warmup_steps=0, ppo_epochs=1)
+    assert schedule_change_note(10, 10, 5, cfg) is None  # same end
+    assert schedule_change_note(None, 10, 5, cfg) is None  # an older checkpoint: unknown
+    assert (
+        schedule_change_note(
+            10, 20, 5, SimpleNamespace(**{**vars(cfg), "lr_scheduler": "constant"})
+        )
+        is None
+    )
+    # linear: 1 - 5/10 = 0.5 -> 1 - 5/20 = 0.75 of 1e-3
+    note = schedule_change_note(10, 20, 5, cfg)
+    assert note is not None and "(0.0005 -> 0.00075)" in note and "from step 6" in note

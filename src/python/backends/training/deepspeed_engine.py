@@ -24,6 +24,8 @@ Not run here: NCCL, bf16, offload, ZeRO-3 on several GPUs.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import math
 import os
@@ -33,7 +35,7 @@ from typing import Any
 import torch
 
 from nexrl.trainer.checks import zero_problems
-from nexrl.trainer.schedule import lr_lambda
+from nexrl.trainer.schedule import continue_schedule, lr_lambda
 from nexrl.util.net import free_port
 
 if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
@@ -42,6 +44,7 @@ if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
 __all__ = ["DeepSpeedEngine", "build_engine", "ds_config", "init_distributed", "uses_gpu"]
 
 REQUIRES = ("deepspeed",)  # checked by nexrl.trainer.engine.load_backend
+log = logging.getLogger(__name__)
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
@@ -112,12 +115,17 @@ def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, int]:
         )
     on_gpu = uses_gpu()
     if not dist.is_initialized():
-        deepspeed.init_distributed(
-            dist_backend="nccl" if on_gpu else "gloo",
-            auto_mpi_discovery=False,
-            timeout=timedelta(seconds=timeout_s),
-            verbose=False,
-        )
+        printed = io.StringIO()  # "DeepSpeed ... built successfully": a log line, not output
+        with contextlib.redirect_stdout(printed):
+            deepspeed.init_distributed(
+                dist_backend="nccl" if on_gpu else "gloo",
+                auto_mpi_discovery=False,
+                timeout=timedelta(seconds=timeout_s),
+                verbose=False,
+            )
+        for line in printed.getvalue().splitlines():
+            if line.strip():
+                log.info("deepspeed: %s", line.strip())
     if dist.get_world_size() != world:
         raise RuntimeError(
             f"this process already joined a process group of {dist.get_world_size()} ranks, "
@@ -184,6 +192,7 @@ class DeepSpeedEngine:
         )
         self.engine = engine
         self.config = config
+        self.base_lr = float(cfg.lr)
 
     # -- compute ----------------------------------------------------------------
     @property
@@ -268,6 +277,8 @@ class DeepSpeedEngine:
         )
         if path is None:
             raise RuntimeError(f"DeepSpeed could not load checkpoint {load_dir}/{tag}")
+        if self.engine.lr_scheduler is not None:  # the recipe's schedule, at the loaded step
+            continue_schedule(self.engine.lr_scheduler, self.base_lr)
 
     def close(self, destroy_process_group: bool = False) -> None:
         destroy = getattr(self.engine, "destroy", None)

@@ -9,7 +9,9 @@ a message naming the failing component (the traceback is in
 ``<output_dir>/logs/driver.log``); any other ``NexrlError`` (e.g. a
 ``trainer.world_size`` the cluster cannot place) is one ``error:`` line, exit 1.
 A recipe that still uses a renamed key works, with one ``warning:`` line per
-old key naming the new one (``nexrl.config.renames``).
+old key naming the new one (``nexrl.config.renames``); an override that also
+moves something else (``trainer.total_train_steps`` moving the LR schedule's end)
+gets a ``warning:`` line too (``nexrl.recipe.notes``).
 Ctrl-C checkpoints and exits 130.
 """
 
@@ -65,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.recipe}: {one_line(exc)}", file=sys.stderr)
         return 2
     warn(args.recipe, recipe.deprecations)
+    if not args.print_config:
+        from nexrl.recipe.notes import override_notes
+
+        warn(args.recipe, tuple(override_notes(recipe, args.overrides)))
     if args.print_config:
         print(OmegaConf.to_yaml(recipe.cfg, resolve=True), end="")
     if args.check:
@@ -114,9 +120,10 @@ def sbatch(recipe: Recipe, overrides: list[str], *, dry_run: bool) -> int:
     return 0
 
 
-def warn(recipe: str, deprecations: tuple[str, ...]) -> None:
-    """One ``warning:`` line on stderr per renamed key the recipe still uses."""
-    for line in deprecations:
+def warn(recipe: str, lines: tuple[str, ...]) -> None:
+    """One ``warning:`` line on stderr per line (a renamed key the recipe still uses, an
+    override's side effect)."""
+    for line in lines:
         print(f"warning: {recipe}: {line}", file=sys.stderr)
 
 

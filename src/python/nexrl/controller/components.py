@@ -143,6 +143,7 @@ def _build(
     from nexrl.metrics import MetricsTracker, ProgressDisplay
     from nexrl.pool import TrajectoryPool
     from nexrl.runtime.cluster import start_cluster
+    from nexrl.runtime.task_logs import install_task_logs, route_logs
     from nexrl.trainer import TrainerGroup, TrainerSpec
     from nexrl.weights.snapshot import latest_snapshot
 
@@ -162,6 +163,9 @@ def _build(
     group_size = int(cfg.rollout_worker.group_size)
 
     inference_cfg = cfg.service.inference_service
+    # Dask's error records (task tracebacks): in full in the log files, once on the
+    # terminal; undone after the cluster closed (closers run in reverse)
+    closers.append(route_logs(run.logs / "driver.log", shown_as="logs/driver.log"))
     cluster = start_cluster(
         cfg.cluster,
         str(cfg.experiment_name),
@@ -172,6 +176,7 @@ def _build(
         log_dir=run.logs / "slurm",
     )
     closers.append(cluster.close)
+    install_task_logs(cluster.client, run.logs)
     logger.info("Dask dashboard: %s", cluster.dashboard_link)
     for role, ids in cluster.job_ids().items():
         logger.info("slurm: %s jobs %s", role, " ".join(ids) or "(none yet)")

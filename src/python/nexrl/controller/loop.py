@@ -72,6 +72,7 @@ class Controller:
         self.step = 0
         self.version = 0
         self.stop_reason: str | None = None
+        self.summary: str | None = None  # the end-of-run summary, once written
         self.counters: dict[str, float] = {
             "failed_groups": 0,
             "duplicate_trajectories_dropped": 0,
@@ -110,6 +111,8 @@ class Controller:
             self._restore_signals(previous)
             if self.components is not None:
                 self.components.close()
+                if self.summary is not None:  # last, after what shutting down printed
+                    self.components.progress.write(self.summary)
 
     def _install_signals(self) -> dict[int, Any]:
         def handler(signum: int, _frame: Any) -> None:
@@ -152,6 +155,9 @@ class Controller:
         self.counters.update(state.counters)
         self.scheduler.restore(state.pending, state.trained, committed_group_ids(parts.pool))
         self._last_ckpt_step = self.step
+        if info.get("schedule_note"):  # the resumed recipe moved the LR schedule's end
+            logger.warning("%s", info["schedule_note"])
+            parts.progress.write(f"warning: {info['schedule_note']}")
         logger.info(
             "resumed from %s at step %d (policy v%d); %d groups were in flight, %d groups "
             "already in the pool are not rolled out again",
@@ -199,8 +205,7 @@ class Controller:
             parts.tracker.log(self.step, self._validate())  # the final policy is always validated
         if self.step > self._last_ckpt_step and self.step > 0:
             self._checkpoint()
-        summary = parts.finish()
-        parts.progress.write(summary)
+        summary = self.summary = parts.finish()  # printed by run() once all is closed
         failed = self.evaluator_policy.check_finished()
         if failed is not None:
             raise ControllerError(failed)

@@ -1,4 +1,9 @@
-"""Reward curve PNG from metrics.jsonl rows (matplotlib, Agg, no display needed)."""
+"""Reward curve PNG from metrics.jsonl rows (matplotlib, Agg, no display needed).
+
+The top panel has the training and validation reward; when the rows carry
+evaluator metrics (``eval/<name>``, the step's mean of each metric the
+evaluator returned), a second panel below plots each of them per step.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,11 @@ from typing import Any
 
 from nexrl.util.files import atomic_path
 
-__all__ = ["plot_reward_curve"]
+__all__ = ["EVAL_PREFIX", "plot_reward_curve", "reward_figure"]
 
 TRAIN_KEY = "reward/mean"
 VAL_KEY = "val/reward/mean"
+EVAL_PREFIX = "eval/"
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -24,23 +30,28 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float
     return steps, [points[s] for s in steps]
 
 
-def plot_reward_curve(
-    rows: list[dict[str, Any]], out_png: Path, *, title: str | None = None
-) -> Path | None:
-    """Draw training ``reward/mean`` (line) and ``val/reward/mean`` (markers) against
-    ``step`` into ``out_png``, replacing it atomically. Returns the path, or ``None``
-    (and writes nothing) when no row has a reward."""
+def _eval_keys(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted({k for row in rows for k in row if k.startswith(EVAL_PREFIX)})
+
+
+def reward_figure(rows: list[dict[str, Any]], *, title: str | None = None) -> Any:
+    """The ``matplotlib.figure.Figure`` ``plot_reward_curve`` saves: training
+    ``reward/mean`` (line) and ``val/reward/mean`` (markers) against ``step`` and,
+    below, one line per ``eval/<name>`` metric (labelled ``<name>``); ``None`` when
+    no row has a reward or an evaluator metric."""
     train_steps, train = _series(rows, TRAIN_KEY)
     val_steps, val = _series(rows, VAL_KEY)
-    if not train and not val:
+    evals = [(k[len(EVAL_PREFIX) :], *_series(rows, k)) for k in _eval_keys(rows)]
+    evals = [e for e in evals if e[1]]
+    if not train and not val and not evals:
         return None
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 4), dpi=100)
+    fig = Figure(figsize=(7, 6.5 if evals else 4), dpi=100)
     FigureCanvasAgg(fig)  # explicit Agg canvas: no pyplot, no global backend switch
-    ax = fig.add_subplot()
+    ax = fig.add_subplot(2, 1, 1) if evals else fig.add_subplot()
     if train:
         ax.plot(train_steps, train, color="tab:blue", linewidth=1.5, label="train reward/mean")
     if val:
@@ -56,9 +67,29 @@ def plot_reward_curve(
     ax.set_xlabel("step")
     ax.set_ylabel("mean reward")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="best")
+    if train or val:
+        ax.legend(loc="best")
+    if evals:
+        ev = fig.add_subplot(2, 1, 2, sharex=ax)
+        for name, steps, values in evals:
+            ev.plot(steps, values, linewidth=1.2, label=name)
+        ev.set_title("Evaluator metrics (mean per step)")
+        ev.set_xlabel("step")
+        ev.set_ylabel("eval/<name>")
+        ev.grid(True, alpha=0.3)
+        ev.legend(loc="best", fontsize="small")
     fig.tight_layout()
+    return fig
 
+
+def plot_reward_curve(
+    rows: list[dict[str, Any]], out_png: Path, *, title: str | None = None
+) -> Path | None:
+    """Save ``reward_figure(rows)`` into ``out_png``, replacing it atomically. Returns
+    the path, or ``None`` (and writes nothing) when there is nothing to plot."""
+    fig = reward_figure(rows, title=title)
+    if fig is None:
+        return None
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out_png, fsync=False, fsync_parent=False) as tmp:

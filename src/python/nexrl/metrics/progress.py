@@ -1,13 +1,19 @@
 """``ProgressDisplay``: training progress for a person watching the run.
 
-On a terminal it is a tqdm bar whose postfix shows the step, the mean reward,
-the throughput and the policy staleness. When the stream is not a terminal
-(CI logs, ``nohup``, a file) a bar would be unreadable, so one plain line is
-printed per step instead: ``step 3/100 reward=0.412 traj/s=12.5 lag=1``.
+On a terminal it is a tqdm bar: ``train 3/100 |#   | 00:41 eta 22:30,
+reward=0.412 traj/s=12.5 staleness=1 exact=0.25`` (the step, the time so far and
+the time left, then the mean reward, the throughput, the policy staleness ``version/lag_max``
+and up to three evaluator metrics ``eval/<name>``). When the stream is not a
+terminal (CI logs, ``nohup``, a file) a bar would be unreadable, so one plain
+line is printed per step instead, with the same fields:
+``step 3/100 reward=0.412 traj/s=12.5 staleness=1 elapsed=41s eta=1350s``. A
+terminal that reports no size (a bare pseudo-terminal: tqdm would draw nothing)
+gets a bar 160 columns wide. A narrower terminal cuts the line at its width.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -20,10 +26,25 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("reward/mean", "reward", ".3f"),
     ("val/reward/mean", "val_reward", ".3f"),
     ("perf/trajectories_per_s", "traj/s", ".1f"),
-    ("version/lag_max", "lag", "g"),
+    ("version/lag_max", "staleness", "g"),
 )
 EVAL_PREFIX = "eval/"
 EVAL_SHOWN = 3  # evaluator metrics shown (eval/<name>, first by name), errors always
+BAR_FORMAT = "train {n_fmt}/{total_fmt} |{bar:12}| {elapsed} eta {remaining}{postfix}"
+FALLBACK_COLUMNS = 160
+
+
+FALLBACK_ROWS = 24
+
+
+def _has_size(stream: TextIO) -> bool:
+    """Whether the terminal reports its size (a bare pseudo-terminal reports 0 x 0, and
+    tqdm then draws nothing at all)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+    return size.columns > 0 and size.lines > 0
 
 
 def _eval_fields(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -64,7 +85,7 @@ class ProgressDisplay:
         stream: TextIO | None = None,
     ) -> None:
         self.total_steps = int(total_steps)
-        self.step = int(initial_step)
+        self.step = self.initial_step = int(initial_step)
         self.stream: TextIO = stream if stream is not None else sys.stderr
         if enabled is None:
             isatty = getattr(self.stream, "isatty", None)
@@ -74,13 +95,17 @@ class ProgressDisplay:
         if enabled:
             from tqdm import tqdm
 
+            sized = _has_size(self.stream)
             self._bar = tqdm(
                 total=self.total_steps,
                 initial=self.step,
                 file=self.stream,
                 desc="train",
                 unit="step",
-                dynamic_ncols=True,
+                bar_format=BAR_FORMAT,
+                dynamic_ncols=sized,  # follows a resized terminal
+                ncols=None if sized else FALLBACK_COLUMNS,
+                nrows=None if sized else FALLBACK_ROWS,
             )
 
     @property
@@ -95,13 +120,15 @@ class ProgressDisplay:
         if self._bar is not None:
             if self.step > self._bar.n:
                 self._bar.update(self.step - self._bar.n)
-            postfix = [f"step={self.step}", *(f"{label}={text}" for label, text in fields)]
-            self._bar.set_postfix_str(" ".join(postfix))
+            self._bar.set_postfix_str(" ".join(f"{label}={text}" for label, text in fields))
             return
         elapsed = time.monotonic() - self._started
         parts = [f"step {self.step}/{self.total_steps}"]
         parts += [f"{label}={text}" for label, text in fields]
         parts.append(f"elapsed={elapsed:.0f}s")
+        done = self.step - self.initial_step
+        if done > 0:  # this command's pace so far, for the steps left
+            parts.append(f"eta={elapsed / done * max(0, self.total_steps - self.step):.0f}s")
         print(" ".join(parts), file=self.stream, flush=True)
 
     def write(self, msg: str) -> None:

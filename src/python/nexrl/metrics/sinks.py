@@ -44,7 +44,8 @@ __all__ = [
 ]
 
 METRICS_FILE = "metrics.jsonl"
-RESERVED_KEYS = ("step", "time")
+RUNNING_KEY = "time/running_s"
+RESERVED_KEYS = ("step", "time", RUNNING_KEY)
 
 log = logging.getLogger("nexrl.metrics")
 
@@ -150,14 +151,21 @@ class MetricSink(ABC):
 
 
 class JsonlSink(MetricSink):
-    """Appends ``{"step": S, "time": T, "<metric>": value, ...}`` lines to metrics.jsonl.
+    """Appends ``{"step": S, "time": T, "time/running_s": R, "<metric>": value, ...}``
+    lines to metrics.jsonl.
+
+    ``time/running_s`` is the seconds the run has been running: counted from this
+    sink's construction (just before the training loop) and carried on from the
+    rows a resumed run keeps, so the idle gap between a stopped run and its resume
+    is not counted (the summary's wall time is its last value).
 
     NaN and infinities are written as ``null``. Each line is flushed (not
     fsynced) as it is written. On open, a torn last line left by a killed process
     is dropped; with ``resume_step=S`` rows with ``step > S`` are removed too (the
     file is rewritten atomically), since those steps will be run again.
     ``resume_step=0`` therefore starts the file afresh; ``None`` keeps every row.
-    The metric keys ``step`` and ``time`` are reserved and ignored if passed.
+    The metric keys ``step``, ``time`` and ``time/running_s`` are reserved and
+    ignored if passed.
     """
 
     name = "jsonl"
@@ -173,12 +181,15 @@ class JsonlSink(MetricSink):
         super().__init__(output_dir, run_name=run_name, config=config, resume_step=resume_step)
         self.path = self.output_dir / METRICS_FILE
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        self._repair(resume_step)
+        self._running_before = self._repair(resume_step)
+        self._started = time.monotonic()
         self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
 
-    def _repair(self, resume_step: int | None) -> None:
+    def _repair(self, resume_step: int | None) -> float:
+        """Drop the rows a resume redoes (and a torn last line); the running time the
+        rows kept reached."""
         if not self.path.exists():
-            return
+            return 0.0
         text = self.path.read_text(encoding="utf-8")
         rows, torn = parse_metric_lines(text, str(self.path))
         kept = rows
@@ -196,6 +207,11 @@ class JsonlSink(MetricSink):
                 " and a torn last line" if torn else "",
             )
             self._rewrite(kept)
+        running = [row.get(RUNNING_KEY) for row in kept]
+        return max(
+            (float(v) for v in running if isinstance(v, int | float) and math.isfinite(v)),
+            default=0.0,
+        )
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
         text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
@@ -204,7 +220,12 @@ class JsonlSink(MetricSink):
     def log(self, step: int, metrics: dict[str, float]) -> None:
         if self._file is None:
             raise ValueError(f"{self.path}: log() after close()")
-        row: dict[str, Any] = {"step": int(step), "time": round(time.time(), 3)}
+        running = self._running_before + time.monotonic() - self._started
+        row: dict[str, Any] = {
+            "step": int(step),
+            "time": round(time.time(), 3),
+            RUNNING_KEY: round(running, 3),
+        }
         for key, value in metrics.items():
             if key not in RESERVED_KEYS:
                 row[key] = _finite_or_none(float(value))

@@ -15,6 +15,7 @@ SUMMARY_FILE = "summary.json"
 TRAIN_KEY = "reward/mean"
 VAL_KEY = "val/reward/mean"
 WINDOW = 5  # steps averaged at the start and at the end
+RUNNING_KEY = "time/running_s"  # written by JsonlSink (seconds spent running)
 
 
 def _number(value: Any) -> float | None:
@@ -38,6 +39,13 @@ def _by_step(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
+def _wall_time(rows: list[dict[str, Any]], times: list[float]) -> float | None:
+    running = [v for v in (_number(r.get(RUNNING_KEY)) for r in rows) if v is not None]
+    if running:
+        return max(running)
+    return max(times) - min(times) if times else None
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -54,8 +62,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     * ``evaluator_errors``: samples whose evaluator raised (the last
       ``rollout/evaluator_errors``), ``evaluator_error_share``: their share of the
       trained samples (mean ``eval/evaluator_error`` over the steps);
-    * ``wall_time_s``: last minus first ``time`` (from the first logged row to
-      the last; includes any pause between a crash and its resume).
+    * ``wall_time_s``: the time the run spent running: the last
+      ``time/running_s`` (the jsonl sink counts it, without the gap between a
+      stopped run and its resume); for rows without it, last minus first ``time``.
 
     Missing values are ``None``.
     """
@@ -80,7 +89,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "val_reward_best_step": best[0] if best else None,
         "evaluator_errors": int(max(errors)) if errors else None,
         "evaluator_error_share": _mean(error_share),
-        "wall_time_s": max(times) - min(times) if times else None,
+        "wall_time_s": _wall_time(rows, times),
     }
 
 
@@ -124,7 +133,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(
             f"evaluator errors: {s['evaluator_errors']}"
             + (f" ({share:.1%} of trained samples)" if share is not None else "")
-            + "; see logs/driver.log"
+            + "; each one is in logs/dask-worker-*.log"
         )
     return "\n".join(lines)
 

@@ -117,6 +117,7 @@ class TrainerActor:
             "global_step": t.global_step if t else None,
             "policy_version": t.policy_version if t else None,
             "resumed_from": str(t.resumed_from) if t and t.resumed_from else None,
+            "schedule_note": getattr(t, "schedule_note", None) if t else None,
         }
 
     def train_step(self, batch: Any) -> dict[str, float]:

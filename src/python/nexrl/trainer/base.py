@@ -63,6 +63,7 @@ from nexrl.trainer.ops import (
     shard_rows,
 )
 from nexrl.trainer.result import StepResult
+from nexrl.trainer.schedule import schedule_change_note
 from nexrl.trainer.spec import TrainerSpec
 from nexrl.types.batch import Batch
 from nexrl.weights.checkpoint import CheckpointManager
@@ -121,7 +122,7 @@ class SelfHostedTrainer:
             engine = build(
                 model,
                 self.cfg,
-                total_optimizer_steps=self.cfg.total_train_steps * self.cfg.ppo_epochs,
+                total_optimizer_steps=self.schedule_steps * self.cfg.ppo_epochs,
                 dist_timeout_s=spec.dist_timeout_s,
             )
         self.engine = engine
@@ -151,9 +152,16 @@ class SelfHostedTrainer:
             else None
         )
         self.resumed_from: Path | None = None
+        self.schedule_note: str | None = None  # set on resume when the schedule's end moved
         self._resume()
 
     # -- construction -----------------------------------------------------------
+    @property
+    def schedule_steps(self) -> int:
+        """Training steps the LR schedule spans (``trainer.lr_schedule_steps``, else
+        ``trainer.total_train_steps``)."""
+        return int(getattr(self.cfg, "lr_schedule_steps", None) or self.cfg.total_train_steps)
+
     @staticmethod
     def _load_model(path: str, dtype: torch.dtype) -> torch.nn.Module:
         from transformers import AutoModelForCausalLM
@@ -205,6 +213,7 @@ class SelfHostedTrainer:
             "optimizer_steps": self.optimizer_steps,
             "kl_controller": self.kl_ctrl.state_dict(),
             "trainer_class": f"{type(self).__module__}.{type(self).__qualname__}",
+            "lr_schedule_steps": self.schedule_steps,
             "extra": self.extra_state,
         }
 
@@ -214,6 +223,9 @@ class SelfHostedTrainer:
         self.optimizer_steps = int(state["optimizer_steps"])
         self.kl_ctrl.load_state_dict(state["kl_controller"])
         self.extra_state = dict(state.get("extra") or {})
+        self.schedule_note = schedule_change_note(
+            state.get("lr_schedule_steps"), self.schedule_steps, self.global_step, self.cfg
+        )
 
     # -- the step ---------------------------------------------------------------
     def train_step(self, batch: Batch | str | Path) -> dict[str, float]:

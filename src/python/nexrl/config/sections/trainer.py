@@ -37,6 +37,17 @@ class TrainerConfig:
         "constant", help="LR schedule.", choices=("constant", "linear", "cosine")
     )
     warmup_steps: int = cfg_field(0, help="Linear warm-up steps.", minimum=0)
+    lr_schedule_steps: int | None = cfg_field(
+        None,
+        help="Training steps the LR schedule spans: the linear/cosine decay reaches 0 here "
+        "(null = trainer.total_train_steps). Set it to stop a run early on the recipe's "
+        "schedule: total_train_steps=20 lr_schedule_steps=100 trains the first 20 steps of "
+        "the 100-step schedule, and resuming with total_train_steps=100 continues it "
+        "exactly. The lr of step s depends only on s and the current recipe, so a run "
+        "resumed with a different end continues on the new schedule from its step (a "
+        "warning says so).",
+        minimum=1,
+    )
     micro_batch_size: int = cfg_field(
         8, help="Sequences per forward/backward on one rank.", minimum=1
     )

@@ -1,0 +1,189 @@
+"""Dask workers' error records (task tracebacks) go to a log file; the terminal gets
+one line per distinct failure.
+
+Dask sends its ``distributed.*`` loggers to a stream handler on stderr in every
+process, and a worker's own warnings (an evaluator that raised) reach stderr
+too: a task that fails on every sample (an evaluator class without
+``evaluate()``) printed one multi-line ``Compute Failed`` record with its
+traceback per task. ``route_logs(log_file, loggers)`` gives those loggers, in the
+process it runs in,
+
+* a file handler on ``log_file``: every record, traceback included;
+* ``OneLinePerFailure`` on stderr instead of their stream handlers: a record
+  below WARNING as before (shown if its logger printed it before, else only in
+  the file: a worker's ``nexrl`` / ``backends`` INFO); a WARNING or ERROR one as one line
+  (``distributed.worker - ERROR - Compute Failed evaluate-g3-r0: TypeError(...)``)
+  the first time that failure is seen (the same exception in another task is
+  the same failure), and only in the file after that.
+
+The driver routes the scheduler's and client's records (``distributed``) into
+``logs/driver.log``; ``install_task_logs(client, log_dir)`` registers
+``RouteTaskLogs``, a Dask ``WorkerPlugin`` that routes ``distributed``, ``nexrl``
+and ``backends`` in every worker, now and later, into
+``logs/dask-worker-<name>.log``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+__all__ = [
+    "WORKER_LOGGERS",
+    "OneLinePerFailure",
+    "RouteTaskLogs",
+    "install_task_logs",
+    "route_logs",
+]
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+WORKER_LOGGERS = ("distributed", "nexrl", "backends")
+_EXCEPTION = re.compile(r"^Exception:\s*(.*)$", re.MULTILINE)
+_KEY = re.compile(r"^Key:\s*(.*)$", re.MULTILINE)
+
+
+def _unquote(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def one_line(record: logging.LogRecord) -> tuple[str, str]:
+    """``(what, failure)`` of a record, each on one line: the message's first line (plus
+    the task key of a Dask ``Compute Failed``) and the exception, if any."""
+    message = record.getMessage()
+    what = message.strip().splitlines()[0].strip() if message.strip() else record.levelname
+    key = _KEY.search(message)
+    if key:
+        what = f"{what} {key.group(1).strip()}"
+    found = _EXCEPTION.search(message)
+    if found:
+        failure = _unquote(found.group(1).strip())
+    elif record.exc_info and record.exc_info[1] is not None:
+        exc = record.exc_info[1]
+        failure = f"{type(exc).__name__}: {exc}"
+    else:
+        failure = ""
+    return what, " ".join(failure.split())
+
+
+class OneLinePerFailure(logging.StreamHandler[TextIO]):
+    """Writes records of WARNING and above as one line, once per distinct failure (see
+    the module doc); ``counts`` holds how often each was seen. ``where`` names the
+    log file that has every record in full."""
+
+    def __init__(self, stream: TextIO, where: str, shown_below_warning: Sequence[str] = ()) -> None:
+        super().__init__(stream)
+        self.where = where
+        self.shown_below_warning = tuple(shown_below_warning)  # loggers whose INFO was shown
+        self.counts: dict[tuple[str, ...], int] = {}
+        self.setFormatter(logging.Formatter("%(asctime)s - %(name)s - %(levelname)s - %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno < logging.WARNING:
+            name = record.name
+            if any(name == n or name.startswith(f"{n}.") for n in self.shown_below_warning):
+                super().emit(record)  # as before (a logger that printed it already)
+            return
+        what, failure = one_line(record)
+        # one exception in many tasks is one failure: the kind of record, not its task key
+        seen = (record.name, what.split(" ", 1)[0], failure) if failure else (record.name, what)
+        self.counts[seen] = self.counts.get(seen, 0) + 1
+        if self.counts[seen] > 1:
+            return
+        line = f"{record.name} - {record.levelname} - {what}" + (f": {failure}" if failure else "")
+        try:
+            self.stream.write(f"{line} (details and repeats: {self.where})\n")
+            self.flush()
+        except Exception:
+            self.handleError(record)
+
+
+def _stream_handlers(logger: logging.Logger) -> list[logging.Handler]:
+    return [
+        h
+        for h in logger.handlers
+        if type(h) is logging.StreamHandler
+        and getattr(h, "stream", None) in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    ]
+
+
+def route_logs(
+    log_file: str | Path,
+    loggers: Sequence[str] = ("distributed",),
+    *,
+    shown_as: str | None = None,
+) -> Callable[[], None]:
+    """Route ``loggers`` (and their descendants that have handlers of their own) in this
+    process as the module doc says; returns the function that undoes it."""
+    log_file = Path(log_file)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    file_handler = logging.FileHandler(log_file)
+    file_handler.setFormatter(logging.Formatter(FORMAT))
+    names = [
+        n
+        for n in (*loggers, *sorted(logging.Logger.manager.loggerDict))
+        if n in loggers or any(n.startswith(f"{top}.") for top in loggers)
+    ]
+    printed = [n for n in dict.fromkeys(names) if _stream_handlers(logging.getLogger(n))]
+    terminal = OneLinePerFailure(sys.stderr, shown_as or str(log_file), printed)
+    changed: list[tuple[logging.Logger, list[logging.Handler], bool]] = []
+    for name in dict.fromkeys(names):
+        logger = logging.getLogger(name)
+        streams = _stream_handlers(logger)
+        if not streams and name not in loggers:
+            continue  # a descendant without handlers: its records reach the top one
+        changed.append((logger, streams, logger.propagate))
+        for h in streams:
+            logger.removeHandler(h)
+        logger.addHandler(file_handler)
+        logger.addHandler(terminal)
+        logger.propagate = False
+
+    def undo() -> None:
+        for logger, streams, propagate in changed:
+            logger.removeHandler(file_handler)
+            logger.removeHandler(terminal)
+            for h in streams:
+                logger.addHandler(h)
+            logger.propagate = propagate
+        file_handler.close()
+
+    return undo
+
+
+class RouteTaskLogs(WorkerPlugin):
+    """Routes ``WORKER_LOGGERS`` of a worker's process into
+    ``<log_dir>/dask-worker-<name>.log`` (named ``<shown_dir>/...`` on the terminal)."""
+
+    name = "nexrl-task-logs"
+
+    def __init__(self, log_dir: str | Path, shown_dir: str = "logs") -> None:
+        self.log_dir = str(log_dir)
+        self.shown_dir = shown_dir
+        self._undo: Callable[[], None] | None = None
+
+    def setup(self, worker: Any) -> None:
+        name = re.sub(r"[^\w.-]", "_", str(worker.name))
+        file = f"dask-worker-{name}.log"
+        logging.getLogger("backends").setLevel(logging.INFO)  # e.g. what DeepSpeed printed
+        self._undo = route_logs(
+            Path(self.log_dir) / file, WORKER_LOGGERS, shown_as=f"{self.shown_dir}/{file}"
+        )
+
+    def teardown(self, worker: Any) -> None:
+        if self._undo is not None:
+            self._undo()
+            self._undo = None
+
+
+def install_task_logs(client: Any, log_dir: str | Path) -> None:
+    """Route the logs of every worker of ``client``'s cluster, now and later, into
+    ``log_dir`` (register right after the client connects)."""
+    client.register_plugin(RouteTaskLogs(log_dir))

@@ -1,0 +1,63 @@
+"""What a person at a terminal sees: ``nexrl train`` on a real pseudo-terminal.
+
+The default recipe for 2 steps, the CLI in a child process whose stdin, stdout and
+stderr are a new pseudo-terminal (as a shell's are): a progress bar with the
+step, ETA, reward and the evaluator's metric is drawn, and the summary is the
+last thing printed (DeepSpeed's "built successfully" line goes to a worker's log
+file, not after it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+from tests.e2e._recipe import RECIPE, overrides, subprocess_env
+
+
+def _run_on_a_terminal(args: list[str]) -> tuple[int, str]:
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "nexrl.cli.train", *args],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=subprocess_env(),
+    )
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # every process holding the terminal has closed it
+            break
+        if not data:
+            break
+        out += data
+    os.close(leader)
+    return child.wait(timeout=60), out.decode(errors="replace")
+
+
+def test_a_bar_with_eta_and_the_summary_last(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    rc, text = _run_on_a_terminal([RECIPE, *overrides(out, steps=2)])
+    assert rc == 0, text[-3000:]
+    frames = [f.strip() for f in text.replace("\n", "\r").split("\r") if f.strip()]
+    bar = [f for f in frames if f.startswith("train 2/2 |")]
+    assert bar, text[-3000:]
+    assert " eta " in bar[-1] and "reward=" in bar[-1] and "staleness=" in bar[-1]
+    assert "answered_a_digit=" in bar[-1]  # the evaluator's metric (eval/answered_a_digit)
+    assert any(f.startswith("train 1/2 |") for f in frames)
+    assert not any(f.startswith("step 1/2") for f in frames)  # no plain lines on a terminal
+    summary = frames.index(next(f for f in frames if f.startswith("steps: 2 (1 -> 2)")))
+    assert [f.split(":")[0] for f in frames[summary:]] == ["steps", "reward (mean of 5 steps)"]
+    assert "built successfully" not in text
+    logs = "".join(p.read_text() for p in (out / "logs").glob("dask-worker-*.log"))
+    assert "built successfully" in logs

@@ -1,0 +1,91 @@
+"""Task tracebacks (and warnings) of Dask workers go to the run's log files; the
+terminal gets one line per distinct failure.
+
+A real ``LocalCluster`` of worker processes in a child process whose stderr is the
+"terminal" this test reads: the workers inherit it, as they inherit a user's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from distributed import Client, LocalCluster, wait
+
+    from nexrl.runtime.task_logs import install_task_logs, route_logs
+
+    logs = sys.argv[1]
+
+    def scored(i):  # an evaluator that raised is logged and scored 0 (the task succeeds)
+        import logging
+
+        logging.getLogger("nexrl.rollout_worker.base").warning(
+            "evaluator NoAnswer failed: KeyError: 'answer'"
+        )
+        logging.getLogger("backends.training.deepspeed_engine").info("deepspeed: op built")
+        return 0.0
+
+    def evaluate(i):
+        if i % 4 == 3:
+            raise TypeError("Can't instantiate abstract class NoEvaluate without evaluate")
+        raise KeyError("answer")
+
+    if __name__ == "__main__":
+        with LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster, Client(cluster) as client:
+            restore = route_logs(f"{logs}/driver.log", shown_as="logs/driver.log")
+            install_task_logs(client, logs)
+            futures = [client.submit(evaluate, i, key=f"evaluate-g{i}-r0") for i in range(12)]
+            wait(futures)
+            assert all(f.status == "error" for f in futures)
+            assert client.gather([client.submit(scored, i) for i in range(8)]) == [0.0] * 8
+            restore()
+        print("done", file=sys.stderr)
+    """
+)
+
+
+def test_a_failing_task_is_one_line_per_failure_on_the_terminal(tmp_path: Path) -> None:
+    script = tmp_path / "failing_tasks.py"
+    script.write_text(SCRIPT)
+    logs = tmp_path / "logs"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(logs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    terminal = proc.stderr.splitlines()
+    assert terminal[-1] == "done"
+    failures = [line for line in terminal if "Compute Failed" in line]
+    # 12 failed tasks, 2 distinct failures, 2 workers: at most one line each per worker
+    assert {("KeyError" in line, "TypeError" in line) for line in failures} == {
+        (True, False),
+        (False, True),
+    }
+    assert 2 <= len(failures) <= 4, proc.stderr
+    assert "Traceback" not in proc.stderr and "File " not in proc.stderr
+    warned = [line for line in terminal if "evaluator NoAnswer failed" in line]
+    assert 1 <= len(warned) <= 2, proc.stderr  # 8 warnings: once per worker at most
+    assert warned[0].startswith("nexrl.rollout_worker.base - WARNING - evaluator NoAnswer")
+    for line in failures:
+        assert line.startswith("distributed.worker - ERROR - Compute Failed evaluate-g")
+        assert "(details and repeats: logs/dask-worker-" in line
+    # every failure, traceback included, is in the workers' log files
+    text = "".join(p.read_text() for p in sorted(logs.glob("dask-worker-*.log")))
+    assert text.count("Compute Failed") == 12
+    assert text.count("Traceback:") == 12
+    assert "in evaluate" in text and "raise KeyError" in text
+    assert text.count("evaluator NoAnswer failed") == 8
+    assert text.count("deepspeed: op built") == 8 and "op built" not in proc.stderr
