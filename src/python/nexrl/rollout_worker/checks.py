@@ -25,6 +25,8 @@ __all__ = [
 @register_check
 def evaluator_class(cfg: DictConfig, roots: list[Path]) -> list[str]:
     """``rollout_worker.evaluator`` names a class that loads and has ``evaluate``."""
+    if cfg.get("mode", "rl") == "sft":
+        return []  # no rollouts: nothing to score
     field = "rollout_worker.evaluator"
     spec = str(cfg.rollout_worker.evaluator)
     try:
