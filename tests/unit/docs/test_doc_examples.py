@@ -115,9 +115,8 @@ def test_user_guide_sft_blocks_are_the_shipped_recipes_and_they_check(
     rl_cfg = load_recipe_checked(
         "recipes/max_digit_sft/grpo_from_sft.yaml", [f"model.path={tiny_model_dir}"]
     ).cfg
-    assert OmegaConf.to_container(OmegaConf.create(blocks[2]))["model"]["path"] == (  # type: ignore[index]
-        "runs/max_digit_sft/snapshots/latest"
-    )
+    shown: Any = OmegaConf.to_container(OmegaConf.create(blocks[2]))
+    assert shown["model"]["path"] == "runs/max_digit_sft/snapshots/latest"
     assert rl_cfg.mode == "rl" and rl_cfg.validate.validate_before_train
 
 

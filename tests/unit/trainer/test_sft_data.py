@@ -59,8 +59,9 @@ def test_label_mask_is_the_assistant_answer_and_its_stop_token(tmp_path: Path) -
 
 def test_bad_row_names_field_file_row_and_key(tmp_path: Path) -> None:
     tok: Any = build_tokenizer(WORDS, byte_fallback=False)
-    bad = {"messages": [{"role": "user", "content": "max 1 2 3"}, {"role": "assistant"}]}
-    bad["messages"][1]["content"] = 3  # type: ignore[index]
+    bad: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "max 1 2 3"}, {"role": "assistant", "content": 3}]
+    }
     f = write_jsonl(tmp_path / "c.jsonl", [convo(1, 2, 3), bad])
     with pytest.raises(WarmStartError, match=r"^data\.data_files: .*c\.jsonl:2: messages\[1\]"):
         encode_files(tok, [f], "data.data_files", 64, [0])

@@ -221,9 +221,7 @@ class SftRun:
 
         t0 = time.perf_counter()
         examples = self.data.next_examples()
-        batch = sft_batch(
-            examples, self.pad_id, packing=self.packing, max_length=self.max_length
-        )
+        batch = sft_batch(examples, self.pad_id, packing=self.packing, max_length=self.max_length)
         path = save_batch(batch, self.run_dir.batches / f"step_{self.step + 1}.pt")
         result = self._wait("step", path, f"train_step {self.step + 1}")
         self.step, self.version = int(result.global_step), int(result.policy_version)
@@ -253,7 +251,10 @@ class SftRun:
         size = int(self.cfg.data.sft_batch_size)
         for k in range(0, len(self.val), size):
             batch = sft_batch(
-                self.val[k : k + size], self.pad_id, packing=self.packing, max_length=self.max_length
+                self.val[k : k + size],
+                self.pad_id,
+                packing=self.packing,
+                max_length=self.max_length,
             )
             path = save_batch(batch, self.run_dir.batches / f"val_{k}.pt")
             out = self._wait("validation_loss", path, f"validation at step {self.step}")
