@@ -34,6 +34,7 @@ from nexrl.rollout_worker.agent.config import AgentConfigError
 from nexrl.rollout_worker.openai_agent.entrypoint import AgentError
 from nexrl.trainer.actor import TrainerGroupError
 from nexrl.trainer.base import TrainerError
+from nexrl.trainer.sft_data import SftDataError
 from nexrl.types.batch import BatchError
 from nexrl.types.trajectory import TrajectoryError
 from nexrl.weights.checkpoint import CheckpointError
@@ -61,6 +62,7 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     MetricSinkError: (RuntimeError,),
     InferenceError: (RuntimeError,),
     WarmStartError: (ValueError,),
+    SftDataError: (DataError, ValueError),
     AgentConfigError: (ValueError,),
     AgentError: (RuntimeError,),
     AgentServiceError: (RuntimeError,),

@@ -31,21 +31,17 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from nexrl.controller.loop import ControllerError
 from nexrl.controller.rundir import RunDir
 from nexrl.controller.setup import absolute_output_dir, load_tokenizer, pad_token_id
-from nexrl.errors import NexrlError
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import Recipe
 
-__all__ = ["SftRun", "SftRunError"]
+__all__ = ["SftRun"]
 
 logger = logging.getLogger(__name__)
 POLL_S = 0.05
 STATE_KEY = "sft_data"
-
-
-class SftRunError(RuntimeError, NexrlError):
-    """The SFT run stopped on an error; the message names the failing component."""
 
 
 def _stop_ids(model_dir: Path, tok: Any) -> list[int]:
@@ -143,7 +139,7 @@ class SftRun:
         if resumed:
             state = self.trainer.call("extra_state")[0].get(STATE_KEY)
             if state is None:
-                raise SftRunError(
+                raise ControllerError(
                     f"checkpoint {info['resumed_from']} has no SFT data position (written by "
                     "an RL run?); use another output_dir or resume.mode=disable"
                 )
@@ -190,7 +186,7 @@ class SftRun:
             try:
                 self.trainer.call("publish_snapshot")
             except Exception as exc:
-                raise SftRunError(f"trainer: final snapshot: {exc}") from exc
+                raise ControllerError(f"trainer: final snapshot: {exc}") from exc
             self._published = self.version
         if self.step > self._last_ckpt:
             self._checkpoint()
@@ -203,7 +199,7 @@ class SftRun:
         pending = self.trainer.start(method, str(path))
         while not pending.done():
             if time.monotonic() > pending.deadline:
-                raise SftRunError(
+                raise ControllerError(
                     f"trainer: {what} still running after {self.trainer.timeout_s:g}s "
                     "(a hung rank?); see logs/driver.log"
                 )
@@ -211,7 +207,7 @@ class SftRun:
         try:
             return pending.result()[0]
         except Exception as exc:
-            raise SftRunError(f"trainer: {what}: {exc}") from exc
+            raise ControllerError(f"trainer: {what}: {exc}") from exc
         finally:
             path.unlink(missing_ok=True)
 
@@ -268,5 +264,5 @@ class SftRun:
         try:
             self.trainer.save_checkpoint(state)
         except Exception as exc:
-            raise SftRunError(f"trainer checkpoint at step {self.step}: {exc}") from exc
+            raise ControllerError(f"trainer checkpoint at step {self.step}: {exc}") from exc
         self._last_ckpt = self.step

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nexrl.errors import NexrlError
+from nexrl.data.errors import DataError
 from nexrl.modeling.warm_start import encode_demo, load_demos
 from nexrl.types.batch import Batch
 
@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 Encoded = tuple[list[int], list[int]]  # (token ids, label mask: 1 on assistant tokens)
 
 
-class SftDataError(ValueError, NexrlError):
+class SftDataError(DataError, ValueError):
     """The SFT dataset cannot be used (the message names the field and file)."""
 
 
