@@ -36,6 +36,7 @@ from nexrl.runtime.remote_server import InferenceJobLost
 from nexrl.runtime.slurm import SlurmError
 from nexrl.trainer.actor import TrainerGroupError
 from nexrl.trainer.base import TrainerError
+from nexrl.trainer.sft_data import SftDataError
 from nexrl.types.batch import BatchError
 from nexrl.types.trajectory import TrajectoryError
 from nexrl.weights.checkpoint import CheckpointError
@@ -63,6 +64,7 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     MetricSinkError: (RuntimeError,),
     InferenceError: (RuntimeError,),
     WarmStartError: (ValueError,),
+    SftDataError: (DataError, ValueError),
     AgentConfigError: (ValueError,),
     AgentError: (RuntimeError,),
     AgentServiceError: (RuntimeError,),

@@ -151,3 +151,54 @@ def test_user_guide_defaults_table_matches_the_registered_functions() -> None:
             assert (low, high) == (defaults["clip_ratio_low"], defaults["clip_ratio_high"])
         else:
             assert bounds.strip() == "(none)"
+
+
+def _sft_section() -> str:
+    text = Path("docs/user-guide.md").read_text()
+    start = text.index("## Supervised fine-tuning from a dataset")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_user_guide_sft_blocks_are_the_shipped_recipes_and_they_check(
+    tiny_model_dir: Path,
+) -> None:
+    blocks = re.findall(r"```yaml\n(.*?)```", _sft_section(), re.S)
+    sft = Path("recipes/max_digit_sft/sft_tiny.yaml").read_text()
+    rl = Path("recipes/max_digit_sft/grpo_from_sft.yaml").read_text()
+    assert len(blocks) == 3
+    assert blocks[0] in sft and blocks[1] in sft and blocks[2] in rl
+    assert load_recipe_checked("recipes/max_digit_sft/sft_tiny.yaml").cfg.mode == "sft"
+    # the RL recipe checks once its model.path exists (here: a tiny model in its place)
+    rl_cfg = load_recipe_checked(
+        "recipes/max_digit_sft/grpo_from_sft.yaml", [f"model.path={tiny_model_dir}"]
+    ).cfg
+    shown: Any = OmegaConf.to_container(OmegaConf.create(blocks[2]))
+    assert shown["model"]["path"] == "runs/max_digit_sft/snapshots/latest"
+    assert rl_cfg.mode == "rl" and rl_cfg.validate.validate_before_train
+
+
+def test_user_guide_sft_data_line_and_its_label_mask(tmp_path: Path) -> None:
+    from nexrl.modeling import build_tokenizer
+    from nexrl.trainer.sft_data import encode_files
+
+    (line,) = re.findall(r"```json\n(.*?)\n```", _sft_section(), re.S)
+    train = Path("recipes/max_digit_sft/data/train.jsonl")
+    assert train.read_text().splitlines()[0] == line
+    vocab = list(load_recipe_checked("recipes/max_digit_sft/sft_tiny.yaml").cfg.model.tiny.vocab)
+    tok: Any = build_tokenizer(vocab, byte_fallback=False)
+    stop = [int(tok.convert_tokens_to_ids("<|im_end|>"))]
+    ((ids, mask),) = encode_files(tok, [train], "data.data_files", 64, stop)[:1]
+    assert tok.decode([t for t, m in zip(ids, mask, strict=True) if m]) == "4<|im_end|>"
+    # the guide's bad-row message, for a row 7 whose answer is not a string
+    rows = train.read_text().splitlines()[:7]
+    rows[6] = '{"messages": [{"role": "user", "content": "max 1 2 3"}, ' + (
+        '{"role": "assistant", "content": 3}]}'
+    )
+    bad = tmp_path / "train.jsonl"
+    bad.write_text("\n".join(rows) + "\n")
+    with pytest.raises(ValueError) as err:
+        encode_files(tok, [bad], "data.data_files", 64, stop)
+    shown = re.search(r"`(data\.data_files: .*?)`", _sft_section())
+    assert shown is not None
+    expected = shown.group(1).replace("recipes/max_digit_sft/data/train.jsonl", str(bad))
+    assert str(err.value) == expected

@@ -9,7 +9,8 @@ Extra checks the validator applies, from the field metadata:
 * ``choices``: the value must be one of these (a "did you mean" is offered);
 * ``path``: the value (or each list item) names a file or folder that must
   exist, resolved against the recipe's workspace root;
-* ``minimum``: numbers must be >= this.
+* ``minimum``: numbers must be >= this;
+* ``rl_only``: a required field that ``mode: sft`` (no rollouts) does not need.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def cfg_field(
     choices: Sequence[str] | None = None,
     path: bool = False,
     minimum: float | None = None,
+    rl_only: bool = False,
 ) -> Any:
     """A documented dataclass field; ``default=MISSING`` makes it required."""
     metadata = {
@@ -38,6 +40,7 @@ def cfg_field(
         "choices": tuple(choices) if choices else None,
         "path": path,
         "minimum": minimum,
+        "rl_only": rl_only,
     }
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)

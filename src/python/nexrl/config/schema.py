@@ -38,6 +38,15 @@ class RecipeConfig:
         help="Run folder: pool.zarr, snapshots, checkpoints, metrics.jsonl, plots.",
     )
     seed: int = cfg_field(42, help="Global seed (data order, sampling, init).")
+    mode: str = cfg_field(
+        "rl",
+        help="'rl': rollouts, rewards and the RL trainer (the loop in docs/developer-guide.md); "
+        "'sft': supervised fine-tuning from a dataset of conversations (data.data_files, "
+        "JSON lines of OpenAI-style 'messages'), no rollouts, no inference service: needs "
+        "trainer.type self_hosted_sft; validation loss on validate.data_files every "
+        "validate.every steps (docs/user-guide.md, 'Supervised fine-tuning from a dataset').",
+        choices=("rl", "sft"),
+    )
     plugins: list[str] = cfg_field(
         default_factory=list,
         help="Python files (path/to/file.py, a recipe path) or modules (package.module) "

@@ -61,7 +61,8 @@ def structure_problems(cls: type, node: DictConfig, roots: list[Path]) -> list[t
     """``(dotted path, problem)`` for every structure problem of ``node``."""
     all_paths = [p for p, _ in schema_leaves(cls)]
     problems: list[tuple[str, str]] = []
-    _walk(cls, node, "", roots, problems, all_paths)
+    mode = node.get("mode", "rl") if isinstance(node, DictConfig) else "rl"
+    _walk(cls, node, "", roots, problems, all_paths, str(mode))
     return problems
 
 
@@ -89,6 +90,7 @@ def _walk(
     roots: list[Path],
     out: list[tuple[str, str]],
     all_paths: list[str],
+    mode: str = "rl",
 ) -> None:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -104,7 +106,7 @@ def _walk(
         path = f"{prefix}{name}"
         value = _get(node, name, path, out)
         if value is _MISSING_MARK:
-            if _is_required(f):
+            if _is_required(f) and not (mode != "rl" and f.metadata.get("rl_only")):
                 out.append(
                     (path, f"{path}: required field is missing ({f.metadata.get('help', '')})")
                 )
@@ -112,7 +114,7 @@ def _walk(
         tp = hints[name]
         if dataclasses.is_dataclass(tp):
             if isinstance(value, DictConfig):
-                _walk(typing.cast(type, tp), value, f"{path}.", roots, out, all_paths)
+                _walk(typing.cast(type, tp), value, f"{path}.", roots, out, all_paths, mode)
             else:
                 out.append((path, f"{path}: expected a mapping of settings, got {value!r}"))
             continue

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from nexrl.controller.components import Components, build_components
 from nexrl.controller.dispatch import Harvest
@@ -91,13 +92,22 @@ class Controller:
         self._val_summaries: list[Any] = []  # validation results being collected
         self.evaluator_policy = EvaluatorFailurePolicy(
             int(self.cfg.rollout_worker.max_evaluator_error_steps),
-            str(self.cfg.rollout_worker.evaluator),
+            str(OmegaConf.select(self.cfg, "rollout_worker.evaluator", default="none")),
         )
 
     # -- entry ------------------------------------------------------------------
     def run(self) -> RunResult:
         previous = self._install_signals()
         try:
+            if str(self.cfg.get("mode", "rl")) == "sft":  # no rollouts (nexrl.controller.sft)
+                from nexrl.controller.sft import SftRun
+
+                steps, out, summary = SftRun(
+                    self.recipe,
+                    progress=self.show_progress,
+                    should_stop=lambda: self.stop_reason is not None,
+                ).run()
+                return RunResult(steps, out, self.stop_reason, summary)
             self.components = build_components(
                 self.recipe,
                 progress=self.show_progress,

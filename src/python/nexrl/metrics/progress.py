@@ -27,6 +27,8 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("val/reward/mean", "val_reward", ".3f"),
     ("perf/trajectories_per_s", "traj/s", ".1f"),
     ("version/lag_max", "staleness", "g"),
+    ("actor/sft_loss", "loss", ".4f"),  # mode: sft
+    ("val/loss", "val_loss", ".4f"),
 )
 EVAL_PREFIX = "eval/"
 EVAL_SHOWN = 3  # evaluator metrics shown (eval/<name>, first by name), errors always

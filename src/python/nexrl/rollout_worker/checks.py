@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from nexrl.config.checks import register_check
 from nexrl.config.errors import RecipeError
@@ -25,7 +25,11 @@ __all__ = [
 @register_check
 def evaluator_class(cfg: DictConfig, roots: list[Path]) -> list[str]:
     """``rollout_worker.evaluator`` names a class that loads and has ``evaluate``."""
+    if cfg.get("mode", "rl") == "sft":
+        return []  # no rollouts: nothing to score
     field = "rollout_worker.evaluator"
+    if OmegaConf.is_missing(cfg.rollout_worker, "evaluator"):  # e.g. no rollout_worker section
+        return [f"{field}: required field is missing (the class that scores each rollout)"]
     spec = str(cfg.rollout_worker.evaluator)
     try:
         _, name = split_spec(spec, field)

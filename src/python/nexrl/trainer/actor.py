@@ -128,6 +128,10 @@ class TrainerActor:
         result: StepResult = self._require().step(batch)
         return result
 
+    def validation_loss(self, batch: Any) -> dict[str, float]:
+        out: dict[str, float] = self._require().validation_loss(batch)
+        return out
+
     def publish_snapshot(self) -> str | None:
         snap = self._require().publish_snapshot()
         return str(snap.path) if snap is not None else None

@@ -362,6 +362,16 @@ class SelfHostedTrainer:
         full = self.engine.all_gather(out).cpu()[: len(batch)]
         return torch.where(response_valid(batch), full, 0.0)
 
+    def validation_loss(self, batch: Batch | str | Path) -> dict[str, float]:
+        """``{"nll_sum", "tokens"}``: the negative log-likelihood of ``batch``'s
+        ``response_mask`` tokens under the current policy, no update (collective;
+        the mean is ``nll_sum / tokens``, summable over several batches)."""
+        if not isinstance(batch, Batch):
+            batch = load_batch(batch)
+        log_probs = self.compute_log_probs(batch)
+        mask = batch["response_mask"].float()
+        return {"nll_sum": float(-(log_probs * mask).sum()), "tokens": float(mask.sum())}
+
     # -- metrics ----------------------------------------------------------------
     def _input_metrics(self, batch: Batch) -> dict[str, float]:
         m: dict[str, float] = {"batch/size": float(len(batch))}

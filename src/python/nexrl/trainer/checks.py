@@ -17,7 +17,7 @@ from nexrl.config.errors import RecipeError
 from nexrl.config.sections.trainer import TRAINER_BACKENDS
 from nexrl.plugins import load_spec
 
-__all__ = ["custom_trainer", "trainer_fits_backend", "zero_problems"]
+__all__ = ["custom_trainer", "sft_mode", "trainer_fits_backend", "zero_problems"]
 
 
 def zero_problems(zero_stage: int, offload_optimizer: bool, offload_param: bool) -> list[str]:
@@ -60,3 +60,31 @@ def custom_trainer(cfg: DictConfig, roots: list[Path]) -> list[str]:
     if not callable(getattr(obj, "_prepare_batch", None)):
         return [f"{field}: {str(spec).rpartition(':')[2]} has no '_prepare_batch' method"]
     return []
+
+
+@register_check
+def sft_mode(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``mode: sft`` trains ``self_hosted_sft`` on well-formed conversation files."""
+    if cfg.get("mode", "rl") != "sft":
+        return []
+    out = []
+    if cfg.trainer.type != "self_hosted_sft" and not cfg.trainer.custom_trainer:
+        out.append(
+            f"trainer.type: mode sft trains with cross-entropy; set trainer.type: "
+            f"self_hosted_sft (got '{cfg.trainer.type}')"
+        )
+    from nexrl.config.paths import resolve_path
+    from nexrl.modeling.warm_start import WarmStartError, load_demos
+
+    for field, files in (
+        ("data.data_files", list(cfg.data.data_files)),
+        ("validate.data_files", list(cfg.validate.data_files)),
+    ):
+        paths = [resolve_path(str(f), roots) for f in files]
+        if not files or any(p is None for p in paths):
+            continue  # missing or not found: the structure check reports it
+        try:
+            load_demos([p for p in paths if p is not None], field)
+        except WarmStartError as exc:
+            out.append(str(exc))
+    return out

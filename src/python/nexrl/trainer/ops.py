@@ -29,11 +29,17 @@ __all__ = [
 ]
 
 
-def model_inputs(batch: Batch) -> dict[str, Tensor | bool]:
-    """Keyword arguments of a causal-LM forward over ``prompts ++ responses``."""
+def model_inputs(batch: Batch) -> dict[str, Tensor | bool | None]:
+    """Keyword arguments of a causal-LM forward over ``prompts ++ responses``.
+
+    A packed batch (``meta["packed"]``, several sequences per row with restarting
+    ``position_ids``: ``nexrl.trainer.sft_data``) gets no 2-D attention mask, so the
+    model builds a block-diagonal causal mask from the positions.
+    """
+    packed = bool(batch.meta.get("packed"))
     return {
         "input_ids": batch["input_ids"],
-        "attention_mask": batch["attention_mask"],
+        "attention_mask": None if packed else batch["attention_mask"],
         "position_ids": batch["position_ids"],
         "use_cache": False,
     }

@@ -61,3 +61,21 @@ class DataConfig:
         "quick smoke run; null = all.",
         minimum=1,
     )
+    sft_batch_size: int = cfg_field(
+        16, help="mode: sft: conversations per optimizer step.", minimum=1
+    )
+    sft_max_length: int = cfg_field(
+        1024,
+        help="mode: sft: longest conversation in tokens (chat template applied); longer ones "
+        "are dropped when the data is loaded (how many is logged); with sft_packing, also "
+        "the length of a packed row.",
+        minimum=2,
+    )
+    sft_packing: bool = cfg_field(
+        False,
+        help="mode: sft: false = one conversation per row, right-padded to the step's "
+        "longest; true = the step's conversations concatenated into rows of up to "
+        "sft_max_length tokens (first fit), positions restarting per conversation and a "
+        "block-diagonal causal mask, so no token attends to another conversation (the "
+        "loss is the same as padded; less padding computed).",
+    )

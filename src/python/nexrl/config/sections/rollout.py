@@ -20,7 +20,9 @@ class RolloutWorkerConfig:
     evaluator: str = cfg_field(
         MISSING,
         help="Evaluator class as 'path/to/file.py:ClassName' (relative to the workspace root "
-        "or the recipe folder) or 'package.module:ClassName'; scores each rollout.",
+        "or the recipe folder) or 'package.module:ClassName'; scores each rollout "
+        "(not needed with mode: sft).",
+        rl_only=True,
     )
     group_size: int = cfg_field(
         8,
