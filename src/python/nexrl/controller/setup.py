@@ -99,6 +99,9 @@ def rollout_spec(recipe: Recipe, pool: PoolConfig, base_urls: list[str]) -> Roll
         agent_entrypoint=str(rw.agent_entrypoint) if rw.agent_entrypoint else None,
         agent_timeout_s=float(rw.agent_timeout_s),
         seed=int(cfg.seed) if rw.seeded_requests else None,
+        # replicas given by URL (vLLM, SGLang) do not report the version they serve:
+        # the controller's record of what it loaded tags the replies
+        versions_from_pool=bool(svc.base_urls),
     )
 
 
