@@ -57,9 +57,7 @@ def _validation_error(exc: RequestValidationError) -> OpenAIError:
     return OpenAIError(400, f"{where}{msg}", param=param, code="invalid_value")
 
 
-def create_app(
-    service: InferenceService, served_model_name: str, api: str = "embedded"
-) -> FastAPI:
+def create_app(service: InferenceService, served_model_name: str, api: str = "embedded") -> FastAPI:
     """The HTTP app around ``service``; its lifespan starts and stops the batcher.
     ``api="vllm"``: the vLLM stand-in (see the module doc)."""
     reply = _unversioned if api == "vllm" else _versioned
