@@ -2,7 +2,7 @@
 by recipe overrides only; shared by ``test_algorithm_families_learn.py`` and by the
 chart and table in docs/benchmarks.md::
 
-    PYTHONPATH=src/python:. python -m tests.e2e.algorithm_families docs/img/algorithm_curves.png
+    PYTHONPATH=src/python:. python -m tests.e2e._algorithm_families docs/img/algorithm_curves.png
 
 runs every family once (sequentially), writes the chart (reward vs step, one line per
 family) and prints the markdown table.
