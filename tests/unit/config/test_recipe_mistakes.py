@@ -114,6 +114,15 @@ def test_batch_size_not_a_multiple_of_group_size(tmp_path: Path) -> None:
     assert "batch_size (10) must be a multiple of group_size (4)" in p
 
 
+def test_dynamic_sampling_needs_groups(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, "")
+    (p,) = problems_of(
+        recipe, "algorithm.filter_zero_variance_groups=true", "rollout_worker.group_size=1"
+    )
+    assert p.startswith("algorithm.filter_zero_variance_groups needs groups of >= 2")
+    load_recipe_checked(recipe, ["algorithm.filter_zero_variance_groups=true"])  # groups of 4
+
+
 @pytest.mark.parametrize(
     ("old", "new", "value"),
     [

@@ -15,7 +15,15 @@ modes dispatches more). Which groups go out (top-up, retry, skip) and which
 come back to be trained (dedup) is the ``RolloutScheduler``'s business
 (``nexrl.controller.scheduler``). A trainer step returns a typed
 ``StepResult`` (counters, the published snapshot's path, metrics); the step's
-metrics row is built from it. Every wait is bounded; Ctrl-C (SIGINT) or SIGTERM
+metrics row is built from it.
+
+Dynamic sampling (``algorithm.filter_zero_variance_groups``): the pool drops
+groups whose rewards are all equal (counted, never trained), so the top-up
+rolls out replacements and a batch still holds ``batch_size`` informative
+trajectories. Once ``algorithm.max_extra_sampling_rounds`` rounds' worth of
+groups (``groups_per_batch`` each) were filtered for one step, the step takes
+what is ready (a short batch, at least one group) and says so (a warning and
+``filter/short_batch``). Every wait is bounded; Ctrl-C (SIGINT) or SIGTERM
 stops at the next safe point, checkpoints and shuts everything down.
 """
 
@@ -88,6 +96,7 @@ class Controller:
             max_in_flight=int(self.cfg.rollout_worker.max_groups_in_flight),
         )
         self._last_health = 0.0
+        self._filtered_mark = 0  # the pool's filtered_groups at the last batch
         self._last_ckpt_step = -1
         self._val_summaries: list[Any] = []  # validation results being collected
         self.evaluator_policy = EvaluatorFailurePolicy(
@@ -116,6 +125,7 @@ class Controller:
             parts = self.components
             self.scheduler.target = parts.groups_per_batch * (1 + parts.sync_policy.batches_ahead)
             self._resume()
+            self._filtered_mark = self._filtered_groups()
             return self._loop()
         finally:
             self._restore_signals(previous)
@@ -233,6 +243,8 @@ class Controller:
             if len(keep):
                 break  # (a batch holding only second copies is skipped whole)
         t_batch = time.perf_counter()
+        filtered = self._filtered_groups() - self._filtered_mark
+        self._filtered_mark += filtered
         from nexrl.trainer.batch_io import save_batch
         from nexrl.types.batch import Batch
 
@@ -261,6 +273,8 @@ class Controller:
         self.step = result.global_step
         self.version = result.policy_version
         row = self._step_row(batch, trained, result, version_before)
+        if parts.pool.config.filter_zero_variance:
+            row.update(self._filter_row(trained, filtered))
         stop = self.evaluator_policy.observe(trained)
         if stop is not None:
             parts.tracker.log(self.step, row)  # the step trained: its row is kept
@@ -318,6 +332,44 @@ class Controller:
             row[f"timing/trainer_{k[7:]}" if k.startswith("timing/") else k] = v
         return row
 
+    def _filter_row(self, trained: Any, filtered: int) -> dict[str, float]:
+        """Dynamic sampling metrics of one step: groups trained, groups filtered since
+        the last batch, the extra rounds that took, and whether the batch is short."""
+        per_round = self.parts.groups_per_batch
+        short = len(trained) < int(self.cfg.trajectory_pool.batch_size)
+        kept = len(np.unique(np.asarray(trained.group_id)))
+        if short:
+            logger.warning(
+                "dynamic sampling: step %d trains on %d informative groups (%d trajectories, "
+                "batch_size %d): %d groups were filtered (algorithm.max_extra_sampling_rounds"
+                "=%d)",
+                self.step,
+                kept,
+                len(trained),
+                int(self.cfg.trajectory_pool.batch_size),
+                filtered,
+                int(self.cfg.algorithm.max_extra_sampling_rounds),
+            )
+        return {
+            "filter/kept_groups": float(kept),
+            "filter/dropped_groups": float(filtered),
+            "filter/extra_rounds": float(-(-filtered // per_round)),
+            "filter/short_batch": float(short),
+        }
+
+    def _filtered_groups(self) -> int:
+        """Groups the pool's filter dropped so far (its cursor's counter)."""
+        return int(self.parts.pool.cursor.counters.get("filtered_groups", 0))
+
+    def _short_batch_floor(self) -> int | None:
+        """``min_trajectories`` for the pool: 1 once this step's extra sampling rounds
+        are used up (take what is ready), else None (a full batch)."""
+        parts = self.parts
+        if not parts.pool.config.filter_zero_variance:
+            return None
+        cap = int(self.cfg.algorithm.max_extra_sampling_rounds) * parts.groups_per_batch
+        return 1 if self._filtered_groups() - self._filtered_mark >= cap else None
+
     # -- rollouts ---------------------------------------------------------------
     def _next_batch(self) -> Any:
         """Top up rollouts and wait until the pool hands out a batch; None when the
@@ -326,7 +378,11 @@ class Controller:
         while self.stop_reason is None:
             self._service(dispatch=True)
             quiet = self.scheduler.idle(parts.dispatcher)
-            batch = parts.pool.get_batch(current_version=self.version, loaded_batch_finished=quiet)
+            batch = parts.pool.get_batch(
+                current_version=self.version,
+                loaded_batch_finished=quiet,
+                min_trajectories=self._short_batch_floor(),
+            )
             if batch is not None:
                 return batch
             if quiet and self.scheduler.loader_done:

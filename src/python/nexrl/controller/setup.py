@@ -56,8 +56,13 @@ def data_config(recipe: Recipe) -> LoaderConfig:
 
 
 def pool_config(cfg: DictConfig, policy: SyncPolicy) -> PoolConfig:
-    """The pool's config: the ``trajectory_pool`` section and the group size."""
-    pool = PoolConfig.from_section(typed(cfg.trajectory_pool), cfg.rollout_worker.group_size)
+    """The pool's config: the ``trajectory_pool`` section, the group size and dynamic
+    sampling (``algorithm.filter_zero_variance_groups``: the pool filters the groups)."""
+    pool = PoolConfig.from_section(
+        typed(cfg.trajectory_pool),
+        cfg.rollout_worker.group_size,
+        filter_zero_variance=bool(cfg.algorithm.filter_zero_variance_groups),
+    )
     if pool.max_staleness is None and policy.max_staleness is not None:
         pool = replace(pool, max_staleness=policy.max_staleness)
     return pool
@@ -94,6 +99,9 @@ def rollout_spec(recipe: Recipe, pool: PoolConfig, base_urls: list[str]) -> Roll
         agent_entrypoint=str(rw.agent_entrypoint) if rw.agent_entrypoint else None,
         agent_timeout_s=float(rw.agent_timeout_s),
         seed=int(cfg.seed) if rw.seeded_requests else None,
+        # replicas given by URL (vLLM, SGLang) do not report the version they serve:
+        # the controller's record of what it loaded tags the replies
+        versions_from_pool=bool(svc.base_urls),
     )
 
 

@@ -18,8 +18,8 @@ Parsing works on plain JSON dicts, so it serves any of the three engines.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import openai
@@ -209,7 +209,15 @@ def parse_completion(
 
 # -- client ------------------------------------------------------------------
 class InferenceClient:
-    """Async OpenAI client over one or more replicas (round-robin per call)."""
+    """Async OpenAI client over one or more replicas (round-robin per call).
+
+    ``version_source``: for engines that do not report a policy version (vLLM,
+    SGLang), a function returning the version the controller has loaded on every
+    replica (None: unknown). It is read when a request *starts*; a request that
+    straddles a reload is therefore tagged with the older version, the oldest
+    weights that may have produced its tokens (staleness is never underestimated).
+    A version the engine does report wins.
+    """
 
     def __init__(
         self,
@@ -220,8 +228,10 @@ class InferenceClient:
         timeout_s: float = 60.0,
         max_retries: int = 2,
         require_token_ids: bool = True,
+        version_source: Callable[[], int | None] | None = None,
     ) -> None:
         _check_limits(timeout_s, max_retries)
+        self.version_source = version_source
         self.model, self.timeout_s = model, timeout_s
         self.require_token_ids = require_token_ids
         self._clients = RoundRobin(
@@ -266,6 +276,7 @@ class InferenceClient:
         extra = {"return_token_ids": True, **kwargs.pop("extra_body", {})}
         extra.update({k: kwargs.pop(k) for k in list(kwargs) if k in ENGINE_EXTRA_PARAMS})
         api = client.chat.completions if chat else client.completions
+        loaded = self.version_source() if self.version_source is not None else None
         try:
             async with asyncio.timeout(self.timeout_s):
                 raw = await api.with_raw_response.create(
@@ -298,10 +309,16 @@ class InferenceClient:
         header = raw.headers.get(POLICY_VERSION_HEADER)
         parse = parse_chat_completion if chat else parse_completion
         try:
-            return parse(body, header_version=header, require_token_ids=self.require_token_ids)
+            gens = parse(body, header_version=header, require_token_ids=self.require_token_ids)
         except InferenceError as exc:
             exc.base_url = url
             raise
+        if loaded is not None:
+            gens = [
+                g if g.policy_version is not None else replace(g, policy_version=loaded)
+                for g in gens
+            ]
+        return gens
 
     async def aclose(self) -> None:
         for c in self._clients.items:

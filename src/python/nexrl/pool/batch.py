@@ -93,5 +93,7 @@ class PoolStats:
     timeout_dropped_trajectories: int
     stale_dropped_groups: int
     stale_dropped_trajectories: int
+    filtered_groups: int  # groups dropped by the group filter (dynamic sampling)
+    filtered_trajectories: int
     weight_sync: bool  # a weight sync is in progress
     current_version: int | None

@@ -1,4 +1,5 @@
-"""The pool's checks: ``trajectory_pool`` settings that only make sense together."""
+"""The pool's checks: ``trajectory_pool`` settings that only make sense together
+(and with dynamic sampling, which the pool does)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,12 @@ def validate_pool_config(cfg: Any) -> list[str]:
             f"group_size ({cfg.group_size}): batches are made of whole groups of "
             "rollout_worker.group_size"
         )
+    if getattr(cfg, "filter_zero_variance", False) and (not cfg.key_list or cfg.group_size < 2):
+        problems.append(
+            "algorithm.filter_zero_variance_groups needs groups of >= 2 samples "
+            "(trajectory_pool.key_list, e.g. [group_id], and rollout_worker.group_size >= 2): "
+            "a group of one has no reward variance and every trajectory would be dropped"
+        )
     if not cfg.consumer or "/" in cfg.consumer or cfg.consumer.startswith("."):
         problems.append(f"trajectory_pool.consumer: {cfg.consumer!r} is not a plain name")
     unknown = set(cfg.chunking) - set(Chunking.__dataclass_fields__)
@@ -48,5 +55,9 @@ def validate_pool_config(cfg: Any) -> list[str]:
 def pool_grouping(cfg: DictConfig, roots: list[Path]) -> list[str]:
     from nexrl.pool.config import PoolConfig
 
-    pool = PoolConfig.from_section(cfg.trajectory_pool, cfg.rollout_worker.group_size)
+    pool = PoolConfig.from_section(
+        cfg.trajectory_pool,
+        cfg.rollout_worker.group_size,
+        filter_zero_variance=bool(cfg.algorithm.filter_zero_variance_groups),
+    )
     return validate_pool_config(pool)

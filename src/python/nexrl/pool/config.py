@@ -18,11 +18,19 @@ class PoolConfig(TrajectoryPoolConfig):
     is set (the recipe's ``rollout_worker.group_size``); ignored without ``key_list``."""
 
     group_size: int = 1
+    filter_zero_variance: bool = False  # dynamic sampling (algorithm.filter_zero_variance_groups)
 
     @classmethod
-    def from_section(cls, section: Any, group_size: int) -> PoolConfig:
-        """From a typed ``trajectory_pool`` section and the recipe's group size."""
+    def from_section(
+        cls, section: Any, group_size: int, filter_zero_variance: bool = False
+    ) -> PoolConfig:
+        """From a typed ``trajectory_pool`` section, the recipe's group size and
+        ``algorithm.filter_zero_variance_groups``."""
         values = {
             f.name: getattr(section, f.name) for f in dataclasses.fields(TrajectoryPoolConfig)
         }
-        return cls(**values, group_size=int(group_size))
+        return cls(
+            **values,
+            group_size=int(group_size),
+            filter_zero_variance=bool(filter_zero_variance),
+        )

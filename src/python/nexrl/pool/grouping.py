@@ -25,6 +25,7 @@ class Group:
     first_arrival: float
     refs: list[int] = field(default_factory=list)
     released: bool = False  # handed out before it filled (timeout with action "release")
+    screened: bool = False  # the pool's group filter has seen it (and kept it)
 
     def __len__(self) -> int:
         return len(self.refs)
@@ -86,6 +87,10 @@ class GroupIndex:
     @property
     def open_groups(self) -> int:
         return len(self._open)
+
+    def unscreened(self) -> list[Group]:
+        """Ready groups the group filter has not seen yet, oldest first."""
+        return [g for g in self._ready.values() if not g.screened]
 
     def purge(self, reject: Callable[[Group], bool]) -> list[Group]:
         """Remove and return the ready groups for which ``reject`` is true."""

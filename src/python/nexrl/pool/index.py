@@ -219,6 +219,13 @@ class PoolIndex:
             out[pos] = e.rows[idx - e.base, COL[name]]
         return out
 
+    def rewards(self, refs: Sequence[int]) -> np.ndarray:
+        """The reward of each ref (column 0 of the in-memory ``values``; no disk read)."""
+        out = np.empty(len(refs), dtype=np.float64)
+        for e, pos, idx in self.split(refs):
+            out[pos] = e.values[idx - e.base, 0]
+        return out
+
     def ids(self, refs: Sequence[int]) -> list[tuple[str, int, int]]:
         """``(writer, commit seq, index)`` of each ref."""
         out: list[tuple[str, int, int]] = [("", 0, 0)] * len(refs)

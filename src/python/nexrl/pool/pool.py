@@ -3,7 +3,10 @@
 Writers (``PoolWriter``, one per rollout process) add trajectories; the pool
 discovers their commits, groups them (``key_list`` / ``group_size``), decides
 when a batch is ready (``batch_readiness``), applies the group timeout and the
-staleness filter, and hands each trajectory to its consumer exactly once. The
+staleness filter and the group filter (dynamic sampling: ``filter_zero_variance``
+drops groups whose rewards are all equal), and hands each trajectory to its
+consumer exactly once: a dropped or filtered trajectory is marked handled in
+the cursor (counted, never delivered). The
 consumer cursor is saved in the store, atomically, *before* a batch is
 returned, so a new ``TrajectoryPool`` on the same store continues where the
 last one stopped; ``state_dict``/``load_state_dict`` rewind it to a trainer
@@ -102,7 +105,11 @@ class TrajectoryPool:
         return self.index.scan()
 
     def get_batch(
-        self, *, current_version: int | None = None, loaded_batch_finished: bool = False
+        self,
+        *,
+        current_version: int | None = None,
+        loaded_batch_finished: bool = False,
+        min_trajectories: int | None = None,
     ) -> PoolBatch | None:
         """The next batch if one is ready, else None (never blocks).
 
@@ -111,6 +118,9 @@ class TrajectoryPool:
         ``loaded_batch_finished``: the controller's word that every rollout of
         the loaded data batch has finished (needed by the policies
         'loaded_batch_finished' and 'both').
+        ``min_trajectories`` (policy 'batch_size_reached'): hand out a batch as
+        soon as ready groups hold this many trajectories (at most ``batch_size``):
+        the controller's short batch once dynamic sampling ran out of rounds.
         """
         cfg = self.config
         policy = cfg.batch_readiness
@@ -119,6 +129,8 @@ class TrajectoryPool:
         if policy != "batch_size_reached" and not loaded_batch_finished:
             return None
         want = 1 if policy == "loaded_batch_finished" else cfg.batch_size
+        if min_trajectories is not None and policy == "batch_size_reached":
+            want = max(1, min(int(min_trajectories), cfg.batch_size))
         try:
             self._settle(None if policy != "batch_size_reached" else want, version)
             if self.index.groups.ready_trajectories < want:
@@ -161,8 +173,9 @@ class TrajectoryPool:
             stale: list[Group] = []
             if cfg.max_staleness is not None and version is not None:
                 stale = idx.groups.purge(self._is_stale(version - cfg.max_staleness))
-            if dropped or stale:
-                self._save_drops(dropped, stale)
+            filtered = self._screen() if cfg.filter_zero_variance else []
+            if dropped or stale or filtered:
+                self._save_drops(dropped, stale, filtered)
             if index_target is None or idx.groups.ready_trajectories >= index_target:
                 return
             if not idx.has_unindexed:
@@ -174,6 +187,31 @@ class TrajectoryPool:
 
         return stale
 
+    def _screen(self) -> list[Group]:
+        """Remove and return the ready groups whose rewards are all equal (dynamic
+        sampling, ``nexrl.algorithms.zero_variance_group_mask``), each group judged
+        once, all new groups in one vectorized call."""
+        fresh = self.index.groups.unscreened()
+        if not fresh:
+            return []
+        import torch
+
+        from nexrl.algorithms.filters import zero_variance_group_mask
+
+        refs = [r for g in fresh for r in g.refs]
+        group = np.repeat(np.arange(len(fresh)), [len(g) for g in fresh])
+        keep, _ = zero_variance_group_mask(
+            torch.from_numpy(self.index.rewards(refs)), torch.from_numpy(group)
+        )
+        kept = np.zeros(len(fresh), dtype=bool)
+        kept[group[keep.numpy()]] = True
+        drop = set()
+        for g, k in zip(fresh, kept.tolist(), strict=True):
+            g.screened = True
+            if not k:
+                drop.add(id(g))
+        return self.index.groups.purge(lambda g: id(g) in drop) if drop else []
+
     def _mark(self, cursor: Cursor, refs: list[int]) -> dict[str, dict[str, list[list[int]]]]:
         members: dict[str, dict[str, list[list[int]]]] = {}
         for (writer, seq), (indices, n) in self.index.by_commit(refs).items():
@@ -181,14 +219,18 @@ class TrajectoryPool:
             members.setdefault(writer, {})[str(seq)] = ranges_of(indices)
         return members
 
-    def _save_drops(self, timed_out: list[Group], stale: list[Group]) -> None:
+    def _save_drops(
+        self, timed_out: list[Group], stale: list[Group], filtered: list[Group]
+    ) -> None:
         new = self.cursor.copy()
         new.generation = self.cursor.generation + 1
-        refs = [r for g in timed_out + stale for r in g.refs]
+        refs = [r for g in timed_out + stale + filtered for r in g.refs]
         new.bump("timeout_dropped_groups", len(timed_out))
         new.bump("timeout_dropped_trajectories", sum(len(g) for g in timed_out))
         new.bump("stale_dropped_groups", len(stale))
         new.bump("stale_dropped_trajectories", sum(len(g) for g in stale))
+        new.bump("filtered_groups", len(filtered))
+        new.bump("filtered_trajectories", sum(len(g) for g in filtered))
         new.last = {"event": "drop", "time": time.time(), "members": self._mark(new, refs)}
         self._commit(new, refs)
 
@@ -255,7 +297,12 @@ class TrajectoryPool:
         c, idx = self.cursor.counters, self.index
         handled = sum(
             c.get(k, 0)
-            for k in ("delivered", "timeout_dropped_trajectories", "stale_dropped_trajectories")
+            for k in (
+                "delivered",
+                "timeout_dropped_trajectories",
+                "stale_dropped_trajectories",
+                "filtered_trajectories",
+            )
         )
         sync = read_weight_sync(self.kv)
         return PoolStats(
@@ -274,6 +321,8 @@ class TrajectoryPool:
             timeout_dropped_trajectories=c.get("timeout_dropped_trajectories", 0),
             stale_dropped_groups=c.get("stale_dropped_groups", 0),
             stale_dropped_trajectories=c.get("stale_dropped_trajectories", 0),
+            filtered_groups=c.get("filtered_groups", 0),
+            filtered_trajectories=c.get("filtered_trajectories", 0),
             weight_sync=bool(sync.get("active")),
             current_version=None if sync.get("version") is None else int(sync["version"]),
         )

@@ -47,6 +47,10 @@ class RolloutSpec:
         sampling: OpenAI sampling parameters (temperature, top_p, max_tokens).
         prompt_key: data column holding the prompt.
         pool: the trajectory pool config (store resolved).
+        versions_from_pool: the engines do not report policy versions (``base_urls``
+            replicas: vLLM, SGLang): tag each reply with the version the controller
+            last loaded everywhere, read from the pool's weight-sync record when the
+            request starts (``InferenceClient``'s ``version_source``).
     """
 
     worker_type: str
@@ -66,6 +70,7 @@ class RolloutSpec:
     agent_entrypoint: str | None = None  # 'file.py:function', for worker_type 'openai_agent'
     agent_timeout_s: float = 300.0
     seed: int | None = None  # per-request sampling seeds (BaseRolloutWorker.request_seed)
+    versions_from_pool: bool = False
 
     def with_sampling(self, **overrides: Any) -> RolloutSpec:
         from dataclasses import replace
@@ -227,6 +232,7 @@ class _LoopThread:
             spec.api_key,
             spec.timeout_s,
             spec.max_retries,
+            spec.pool.store if spec.versions_from_pool else None,
         )
         if key not in self.clients:
             self.clients[key] = InferenceClient(
@@ -235,6 +241,7 @@ class _LoopThread:
                 api_key=spec.api_key,
                 timeout_s=spec.timeout_s,
                 max_retries=spec.max_retries,
+                version_source=loaded_version(spec.pool) if spec.versions_from_pool else None,
             )
         return self.clients[key]
 
@@ -253,6 +260,22 @@ class _LoopThread:
                     max_retries=spec.max_retries,
                 )
             return self.clients[key]
+
+
+def loaded_version(pool: PoolConfig) -> Any:
+    """A function returning the policy version the controller last loaded on every
+    inference replica: ``end_weight_sync``'s version in the pool's weight-sync record
+    (during a reload it is still the old one)."""
+    from nexrl.pool.kv import open_kv
+    from nexrl.pool.writer import read_weight_sync
+
+    kv = open_kv(pool.store, dict(pool.storage_options) or None)
+
+    def version() -> int | None:
+        v = read_weight_sync(kv).get("version")
+        return None if v is None else int(v)
+
+    return version
 
 
 def _runs_openai_agent(spec: RolloutSpec) -> bool:

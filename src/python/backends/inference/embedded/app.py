@@ -5,6 +5,12 @@ Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
 Generation and reload responses carry the policy version in the body
 (``policy_version``) and in the ``X-Policy-Version`` header. Every error is
 ``{"error": {"message", "type", "param", "code"}}`` with a 4xx/5xx status.
+
+``api="vllm"`` (``--api vllm``) makes the server a stand-in for vLLM in tests,
+where vLLM cannot run: replies carry no policy version (as vLLM's), and the
+weights reload through the routes ``VLLMReloadAdapter`` drives
+(``POST /collective_rpc`` with ``update_config`` then ``reload_weights``,
+``POST /reset_prefix_cache``); each reload serves the next version.
 """
 
 from __future__ import annotations
@@ -34,6 +40,11 @@ def _versioned(body: dict[str, Any], version: int, status: int = 200) -> JSONRes
     return JSONResponse(body, status_code=status, headers={POLICY_VERSION_HEADER: str(version)})
 
 
+def _unversioned(body: dict[str, Any], _version: int, status: int = 200) -> JSONResponse:
+    body.pop("policy_version", None)
+    return JSONResponse(body, status_code=status)
+
+
 def _validation_error(exc: RequestValidationError) -> OpenAIError:
     errors = exc.errors()
     first = errors[0] if errors else {}
@@ -46,8 +57,10 @@ def _validation_error(exc: RequestValidationError) -> OpenAIError:
     return OpenAIError(400, f"{where}{msg}", param=param, code="invalid_value")
 
 
-def create_app(service: InferenceService, served_model_name: str) -> FastAPI:
-    """The HTTP app around ``service``; its lifespan starts and stops the batcher."""
+def create_app(service: InferenceService, served_model_name: str, api: str = "embedded") -> FastAPI:
+    """The HTTP app around ``service``; its lifespan starts and stops the batcher.
+    ``api="vllm"``: the vLLM stand-in (see the module doc)."""
+    reply = _unversioned if api == "vllm" else _versioned
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -107,12 +120,12 @@ def create_app(service: InferenceService, served_model_name: str) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(req: ChatCompletionRequest) -> JSONResponse:
         body, version = await chat_completion(service, served_model_name, req)
-        return _versioned(body, version)
+        return reply(body, version)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest) -> JSONResponse:
         body, version = await completion(service, served_model_name, req)
-        return _versioned(body, version)
+        return reply(body, version)
 
     @app.post("/update_weights_from_disk")
     async def update_weights(req: UpdateWeightsRequest) -> JSONResponse:
@@ -129,4 +142,29 @@ def create_app(service: InferenceService, served_model_name: str) -> FastAPI:
         }
         return _versioned(body, version)
 
+    if api == "vllm":
+        _vllm_routes(app, service)
     return app
+
+
+def _vllm_routes(app: FastAPI, service: InferenceService) -> None:
+    """vLLM's dev-mode reload routes, as ``VLLMReloadAdapter`` calls them."""
+    staged: dict[str, str] = {}
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(request: Request) -> JSONResponse:
+        body = await request.json()
+        method = body.get("method")
+        if method == "update_config":
+            staged["model"] = str(body["args"][0]["model_config"]["model"])
+        elif method == "reload_weights":
+            if "model" not in staged:
+                raise OpenAIError(400, "reload_weights before update_config")
+            await service.reload(staged.pop("model"), service.version + 1)
+        else:
+            raise OpenAIError(400, f"unsupported collective_rpc method {method!r}")
+        return JSONResponse({"results": [None]})
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> JSONResponse:
+        return JSONResponse({})

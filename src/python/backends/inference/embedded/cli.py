@@ -39,6 +39,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--torch-threads", type=int, default=None)
     p.add_argument("--log-level", default="info")
     p.add_argument(
+        "--api",
+        choices=("embedded", "vllm"),
+        default="embedded",
+        help="'vllm': a stand-in for a vLLM server in tests (no policy version in replies; "
+        "weights reload through vLLM's dev-mode /collective_rpc routes)",
+    )
+    p.add_argument(
         "--parent-pid",
         type=int,
         default=None,
@@ -98,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         logprobs_mode=args.logprobs_mode,
     )
     name = args.served_model_name or args.model
-    app = create_app(service, name)
+    app = create_app(service, name, api=args.api)
     config = uvicorn.Config(
         app,
         host=args.host,

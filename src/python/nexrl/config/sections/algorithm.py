@@ -122,5 +122,17 @@ class AlgorithmConfig:
     kl_horizon: int = cfg_field(10000, help="Adaptive KL controller horizon.", minimum=1)
     entropy_coeff: float = cfg_field(0.0, help="Entropy bonus coefficient.", minimum=0.0)
     filter_zero_variance_groups: bool = cfg_field(
-        False, help="Dynamic sampling: drop groups whose rewards are all equal."
+        False,
+        help="Dynamic sampling (DAPO): the pool drops groups whose rewards are all equal "
+        "(counted as filtered, never trained) and the controller rolls out more groups "
+        "until a batch holds batch_size informative trajectories; see "
+        "max_extra_sampling_rounds.",
+    )
+    max_extra_sampling_rounds: int = cfg_field(
+        4,
+        help="Dynamic sampling: at most this many extra rounds (one round = a batch's "
+        "worth of groups) are rolled out to replace filtered groups for one step; then "
+        "the step trains on the informative groups it has (a short batch, logged as "
+        "filter/short_batch) once it has one.",
+        minimum=1,
     )
