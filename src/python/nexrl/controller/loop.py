@@ -174,6 +174,8 @@ class Controller:
         total = int(self.cfg.trainer.total_train_steps)
         parts.progress.write(f"nexrl: run folder {parts.run.root}")
         parts.progress.write(f"nexrl: Dask dashboard {parts.cluster.dashboard_link}")
+        if parts.dashboard_url:
+            parts.progress.write(f"nexrl: run page {parts.dashboard_url}")
         if self.step == 0 and self.cfg.validate.validate_before_train and parts.val_groups:
             parts.tracker.log(0, self._validate())
         while self.step < total and self.stop_reason is None:
@@ -242,6 +244,7 @@ class Controller:
         self.step = result.global_step
         self.version = result.policy_version
         row = self._step_row(batch, trained, result, version_before)
+        parts.record_samples(self.step, trained)
         stop = self.evaluator_policy.observe(trained)
         if stop is not None:
             parts.tracker.log(self.step, row)  # the step trained: its row is kept
