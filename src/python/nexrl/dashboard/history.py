@@ -131,6 +131,7 @@ class RunHistory:
         self.samples = Tail(self.root / "samples.jsonl")
         self.rows: list[dict[str, Any]] = []
         self.identity = dict(identity or {})
+        self._config: dict[str, Any] | None = None  # config.yaml, read once
 
     def poll(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
         """(new metric rows, new sample rows, whether the metrics were rewritten and
@@ -149,7 +150,10 @@ class RunHistory:
         return new, samples, reset
 
     def config(self) -> dict[str, Any]:
-        """``experiment_name`` and ``trainer.total_train_steps`` from config.yaml."""
+        """``experiment_name`` and ``trainer.total_train_steps`` from config.yaml
+        (read once it exists: the run writes it before its cluster starts)."""
+        if self._config is not None:
+            return self._config
         path = self.root / "config.yaml"
         out: dict[str, Any] = {}
         if not path.exists():
@@ -162,6 +166,7 @@ class RunHistory:
             out["total_steps"] = int(OmegaConf.select(cfg, "trainer.total_train_steps"))
         except Exception:  # a config the page cannot read: the page shows less
             pass
+        self._config = out
         return out
 
     def status(self, now: float) -> dict[str, Any]:
