@@ -68,6 +68,8 @@ class Components:
     group_size: int  # trajectories per group (rollout_worker.group_size)
     plot_every: int
     _closers: list[Any] = field(default_factory=list)
+    tokenizer: Any = None  # decodes the trajectories the dashboard shows
+    dashboard_url: str = ""  # the run's /nexrl page ("" when the scheduler cannot serve it)
 
     def pending_groups(self) -> int:
         """Groups committed to the pool and not yet handed out."""
@@ -83,6 +85,19 @@ class Components:
         except Exception as exc:  # a plot must never stop training
             logger.warning("reward curve plot failed: %s", exc)
             return None
+
+    def record_samples(self, step: int, trained: Any) -> None:
+        """A few decoded trajectories of the step's batch for the /nexrl page."""
+        from nexrl.dashboard.samples import append_samples, sample_rows
+
+        tok = self.tokenizer
+        try:
+            rows = sample_rows(
+                trained, step, tok.decode, lambda ids: [tok.decode([t]) for t in ids]
+            )
+            append_samples(self.run.root / "samples.jsonl", rows)
+        except Exception as exc:  # the page must never stop training
+            logger.warning("dashboard samples at step %d: %s", step, exc)
 
     def finish(self) -> str:
         """Plot the reward curve and write summary.json; the summary text."""
@@ -180,6 +195,7 @@ def _build(
     logger.info("Dask dashboard: %s", cluster.dashboard_link)
     for role, ids in cluster.job_ids().items():
         logger.info("slurm: %s jobs %s", role, " ".join(ids) or "(none yet)")
+    dashboard_url = install_dashboard(recipe, cluster, run)
 
     spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)
     spec = replace(spec, tokenizer_path=str(tok_dir), auto_checkpoint=False)
@@ -253,6 +269,8 @@ def _build(
         group_size=group_size,
         plot_every=int(cfg.logger.plot_every),
         _closers=closers,
+        tokenizer=tokenizer,
+        dashboard_url=dashboard_url,
     )
 
 
@@ -280,3 +298,19 @@ def _write_cluster_record(path: Path, cluster: Any, trainer: Any, supervisor: An
         "rollout_workers": rollout,
     }
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
+def install_dashboard(recipe: Recipe, cluster: ClusterHandle, run: RunDir) -> str:
+    """Add the /nexrl page to the scheduler's dashboard; its URL ("" if it cannot)."""
+    from nexrl.dashboard.plugin import install
+
+    identity = {
+        "recipe": str(recipe.path),
+        "experiment": str(recipe.cfg.experiment_name),
+        "total_steps": int(recipe.cfg.trainer.total_train_steps),
+    }
+    try:
+        return install(cluster.client, str(run.root), identity)
+    except Exception as exc:  # e.g. a scheduler that cannot import nexrl
+        logger.warning("the /nexrl dashboard page is not available: %s", exc)
+        return ""

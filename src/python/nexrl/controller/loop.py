@@ -204,6 +204,8 @@ class Controller:
         if jobs:
             listed = ", ".join(f"{role} {' '.join(ids)}" for role, ids in jobs.items())
             parts.progress.write(f"nexrl: Slurm jobs: {listed} (all cancelled when the run ends)")
+        if parts.dashboard_url:
+            parts.progress.write(f"nexrl: run page {parts.dashboard_url}")
         if self.step == 0 and self.cfg.validate.validate_before_train and parts.val_groups:
             parts.tracker.log(0, self._validate())
         while self.step < total and self.stop_reason is None:
@@ -275,6 +277,7 @@ class Controller:
         row = self._step_row(batch, trained, result, version_before)
         if parts.pool.config.filter_zero_variance:
             row.update(self._filter_row(trained, filtered))
+        parts.record_samples(self.step, trained)
         stop = self.evaluator_policy.observe(trained)
         if stop is not None:
             parts.tracker.log(self.step, row)  # the step trained: its row is kept

@@ -1,0 +1,179 @@
+"""The ``/nexrl`` Bokeh document: the run's reward, step time, versions, pool and
+latest trajectories, refreshed once a second from the run folder (``RunHistory``).
+
+Named models, so a test (or a user's console) reads the page's data with
+``Bokeh.documents[0].get_model_by_name(...)``: ``nexrl-metrics`` (one row per
+training step, the columns of ``history.METRIC_COLUMNS``), ``nexrl-validation``,
+``nexrl-samples`` and ``nexrl-status`` (the identity line).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bokeh.layouts import column, row
+from bokeh.models import ColumnDataSource
+from bokeh.models.annotations import Band
+from bokeh.models.widgets import (
+    DataTable,
+    Div,
+    HTMLTemplateFormatter,
+    NumberFormatter,
+    TableColumn,
+)
+from bokeh.plotting import figure
+
+from nexrl.dashboard.history import (
+    SAMPLE_COLUMNS,
+    TIME_PARTS,
+    RunHistory,
+    metric_columns,
+    validation_columns,
+)
+
+__all__ = ["REFRESH_MS", "build_document"]
+
+REFRESH_MS = 1000
+MAX_SAMPLES = 64  # rows kept in the trajectory table (the newest first)
+PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"]
+
+
+def _fig(title: str, **kw: Any) -> Any:
+    p = figure(title=title, height=260, sizing_mode="stretch_width", **kw)
+    p.xaxis.axis_label = "step"
+    return p
+
+
+def _legend(p: Any) -> None:
+    p.legend.location = "top_left"
+    p.legend.click_policy = "hide"
+    p.legend.label_text_font_size = "8pt"
+
+
+def status_html(s: dict[str, Any]) -> str:
+    eta = f"{s['eta_s'] / 60:.1f} min" if s["eta_s"] else "-"
+    done = s["total"] and s["step"] >= s["total"]
+    return (
+        f"<b>nexrl</b> &nbsp; recipe <code>{s['recipe'] or '-'}</code> &nbsp; "
+        f"experiment <b>{s['experiment'] or '-'}</b> &nbsp; "
+        f"step <b>{s['step']}</b> / {s['total'] or '?'} &nbsp; "
+        f"{'finished' if done else 'ETA ' + eta}"
+    )
+
+
+def build_document(doc: Any, history: RunHistory) -> None:
+    """Fill ``doc`` and keep it current (a periodic callback polls ``history``, which
+    belongs to this document: one ``RunHistory`` per browser tab)."""
+    metrics = ColumnDataSource(metric_columns(history.rows), name="nexrl-metrics")
+    val = ColumnDataSource(validation_columns(history.rows), name="nexrl-validation")
+    samples = ColumnDataSource({c: [] for c in SAMPLE_COLUMNS}, name="nexrl-samples")
+    status = Div(text="", name="nexrl-status", sizing_mode="stretch_width")
+
+    reward = _fig("reward (train mean ± std, validation)")
+    reward.add_layout(
+        Band(base="step", lower="reward_lo", upper="reward_hi", source=metrics, fill_alpha=0.2)
+    )
+    reward.line("step", "reward_mean", source=metrics, legend_label="train mean", line_width=2)
+    reward.scatter("step", "val_reward", source=val, size=8, color="#e45756", legend_label="val")
+    _legend(reward)
+
+    timing = _fig("step time (s)")
+    timing.vbar_stack(
+        [c for c, _ in TIME_PARTS],
+        x="step",
+        width=0.8,
+        source=metrics,
+        color=PALETTE[: len(TIME_PARTS)],
+        legend_label=[label for _, label in TIME_PARTS],
+    )
+    _legend(timing)
+
+    versions = _fig("policy versions")
+    for i, (col, label) in enumerate(
+        [
+            ("v_trainer", "trainer"),
+            ("v_inference", "inference"),
+            ("v_rollout_min", "batch oldest"),
+            ("v_rollout_max", "batch newest"),
+            ("in_flight_at_reload", "in flight at reload"),
+        ]
+    ):
+        versions.line("step", col, source=metrics, color=PALETTE[i], legend_label=label)
+    _legend(versions)
+
+    pool = _fig("pool (cumulative groups)")
+    for i, (col, label) in enumerate(
+        [
+            ("groups_done", "committed groups"),
+            ("failed_groups", "failed groups"),
+            ("evaluator_errors", "evaluator errors"),
+            ("restarts", "inference restarts"),
+            ("in_flight", "in flight (traj)"),
+        ]
+    ):
+        pool.line("step", col, source=metrics, color=PALETTE[i], legend_label=label)
+    _legend(pool)
+
+    rate = _fig("throughput")
+    rate.line("step", "traj_per_s", source=metrics, legend_label="trajectories / s")
+    rate.line("step", "delivered", source=metrics, color=PALETTE[1], legend_label="delivered")
+    _legend(rate)
+
+    colored = HTMLTemplateFormatter(
+        template='<div style="background:<%= color %>"><%= value.toFixed(3) %></div>'
+    )
+    table = DataTable(
+        source=samples,
+        name="nexrl-samples-table",
+        columns=[
+            TableColumn(field="step", title="step", width=40),
+            TableColumn(field="version", title="version", width=50),
+            TableColumn(field="reward", title="reward", formatter=NumberFormatter(format="0.000")),
+            TableColumn(field="advantage", title="advantage", formatter=colored),
+            TableColumn(field="prompt", title="prompt", width=300),
+            TableColumn(
+                field="response_html",
+                title="response (token background: log-prob)",
+                width=500,
+                formatter=HTMLTemplateFormatter(template="<%= value %>"),
+            ),
+        ],
+        height=300,
+        sizing_mode="stretch_width",
+    )
+
+    def refresh() -> None:
+        new, new_samples, reset = history.poll()
+        if reset:
+            metrics.data = metric_columns(history.rows)
+            val.data = validation_columns(history.rows)
+        elif new:
+            m = metric_columns(new)
+            if m["step"]:
+                metrics.stream(m)  # type: ignore[arg-type]
+            v = validation_columns(new)
+            if v["step"]:
+                val.stream(v)  # type: ignore[arg-type]
+        if new_samples:
+            rows = (new_samples[::-1] + _rows(samples.data))[:MAX_SAMPLES]
+            samples.data = {c: [r.get(c) for r in rows] for c in SAMPLE_COLUMNS}
+        status.text = status_html(history.status(time.time()))
+
+    refresh()
+    doc.title = "nexrl"
+    doc.add_root(
+        column(
+            status,
+            row(reward, timing, sizing_mode="stretch_width"),
+            row(versions, pool, rate, sizing_mode="stretch_width"),
+            table,
+            sizing_mode="stretch_width",
+        )
+    )
+    doc.add_periodic_callback(refresh, REFRESH_MS)
+
+
+def _rows(data: Any) -> list[dict[str, Any]]:
+    n = len(data.get("step", []))
+    return [{c: data[c][i] for c in SAMPLE_COLUMNS} for i in range(n)]

@@ -1,0 +1,32 @@
+"""The ``/nexrl`` page on a finished (or running) run folder, without Dask: a small
+Bokeh server (``python -m nexrl.cli.dashboard runs/<name>``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["start_server"]
+
+
+def start_server(root: str | Path, port: int = 0, address: str = "127.0.0.1") -> tuple[Any, str]:
+    """Start (not run) a Bokeh server showing ``root``; (server, the page's URL).
+    ``server.io_loop.start()`` serves it; ``server.stop()`` stops it."""
+    from bokeh.application import Application
+    from bokeh.application.handlers.function import FunctionHandler
+    from bokeh.server.server import Server
+
+    from nexrl.dashboard.history import RunHistory
+    from nexrl.dashboard.page import build_document
+
+    def doc(d: Any) -> None:
+        build_document(d, RunHistory(root))
+
+    server = Server(
+        {"/nexrl": Application(FunctionHandler(doc))},
+        port=port,
+        address=address,
+        allow_websocket_origin=[f"{address}:{port}" if port else "*"],
+    )
+    server.start()
+    return server, f"http://{address}:{server.port}/nexrl"
