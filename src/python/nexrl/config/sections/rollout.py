@@ -22,6 +22,11 @@ class RolloutWorkerConfig:
         help="Evaluator class as 'path/to/file.py:ClassName' (relative to the workspace root "
         "or the recipe folder) or 'package.module:ClassName'; scores each rollout.",
     )
+    example_answer: str | None = cfg_field(
+        None,
+        help="A model answer that --check scores with the evaluator on the first training "
+        "row (a dry run: the evaluator must return a finite reward); null = no dry run.",
+    )
     group_size: int = cfg_field(
         8,
         help="Samples drawn per prompt = trajectories per GRPO group: each prompt is handed "
