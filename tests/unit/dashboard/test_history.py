@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,7 +48,7 @@ def test_a_rewritten_file_is_read_again_whole(tmp_path: Path) -> None:
 
 
 def test_metric_columns_hold_the_rows_values() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"step": 0, "val/reward/mean": 0.2},  # validation before training: not a step
         {
             "step": 1,
