@@ -9,40 +9,15 @@ file, not after it).
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
-import struct
-import subprocess
 import sys
-import termios
 from pathlib import Path
 
+from tests._terminal import run_on_a_terminal
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env
 
 
 def _run_on_a_terminal(args: list[str]) -> tuple[int, str]:
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
-    child = subprocess.Popen(
-        [sys.executable, "-m", "nexrl.cli.train", *args],
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        env=subprocess_env(),
-    )
-    os.close(follower)
-    out = b""
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # every process holding the terminal has closed it
-            break
-        if not data:
-            break
-        out += data
-    os.close(leader)
-    return child.wait(timeout=60), out.decode(errors="replace")
+    return run_on_a_terminal([sys.executable, "-m", "nexrl.cli.train", *args], subprocess_env())
 
 
 def test_a_bar_with_eta_and_the_summary_last(tmp_path: Path) -> None:

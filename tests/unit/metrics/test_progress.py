@@ -3,18 +3,15 @@ pseudo-terminal, in a child process) or when asked."""
 
 from __future__ import annotations
 
-import fcntl
 import io
 import os
-import pty
-import struct
 import subprocess
 import sys
-import termios
 
 import pytest
 
 from nexrl.metrics import ProgressDisplay
+from tests._terminal import run_on_a_terminal
 
 
 def test_plain_lines_when_not_a_tty() -> None:
@@ -72,30 +69,10 @@ def _env() -> dict[str, str]:
 
 
 def _run_on_a_pty(rows: int, columns: int) -> str:
-    """Run CHILD with stdin/stdout/stderr on a new pseudo-terminal of that size; all it
-    wrote."""
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD],
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        env=_env(),
-    )
-    os.close(follower)
-    out = b""
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        out += data
-    os.close(leader)
-    assert child.wait() == 0, out
-    return out.decode()
+    """Run CHILD on a new pseudo-terminal of that size; all it wrote."""
+    code, out = run_on_a_terminal([sys.executable, "-c", CHILD], _env(), rows=rows, columns=columns)
+    assert code == 0, out
+    return out
 
 
 @pytest.mark.parametrize("size", [(24, 120), (0, 0)], ids=["sized", "no-size"])
