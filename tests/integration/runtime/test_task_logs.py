@@ -74,16 +74,22 @@ def test_a_failing_task_is_one_line_per_failure_on_the_terminal(tmp_path: Path) 
         (True, False),
         (False, True),
     }
-    assert 2 <= len(failures) <= 4, proc.stderr
+    # one terminal line per distinct failure per worker that hit it (its log file says which)
+    per_worker = [p.read_text() for p in sorted(logs.glob("dask-worker-*.log"))]
+    hit = [("raise KeyError" in t) + ("raise TypeError" in t) for t in per_worker]
+    assert len(failures) == sum(hit) >= 2, proc.stderr
     assert "Traceback" not in proc.stderr and "File " not in proc.stderr
     warned = [line for line in terminal if "evaluator NoAnswer failed" in line]
-    assert 1 <= len(warned) <= 2, proc.stderr  # 8 warnings: once per worker at most
+    # 8 warnings: one line per worker that logged any
+    assert len(warned) == sum("evaluator NoAnswer failed" in t for t in per_worker) >= 1, (
+        proc.stderr
+    )
     assert warned[0].startswith("nexrl.rollout_worker.base - WARNING - evaluator NoAnswer")
     for line in failures:
         assert line.startswith("distributed.worker - ERROR - Compute Failed evaluate-g")
         assert "(details and repeats: logs/dask-worker-" in line
     # every failure, traceback included, is in the workers' log files
-    text = "".join(p.read_text() for p in sorted(logs.glob("dask-worker-*.log")))
+    text = "".join(per_worker)
     assert text.count("Compute Failed") == 12
     assert text.count("Traceback:") == 12
     assert "in evaluate" in text and "raise KeyError" in text
