@@ -27,22 +27,9 @@ import pytest
 from nexrl.controller import Controller
 from nexrl.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
-from tests.integration.slurm._slurm import require_slurm
+from tests.integration.slurm._slurm import SLURM_RUN, require_slurm
 
 STEPS = 12
-SLURM = [
-    "cluster.type=slurm",
-    "cluster.slurm.partition=debug",
-    "cluster.slurm.scheduler_host=127.0.0.1",
-    "cluster.slurm.walltime=00:30:00",
-    "cluster.slurm.rollout.jobs=2",
-    "cluster.slurm.rollout.memory=2GB",
-    "cluster.slurm.trainer.cores=1",
-    "cluster.slurm.trainer.memory=3GB",
-    "cluster.slurm.inference.cores=1",
-    "cluster.slurm.inference.memory=2GB",
-    "cluster.slurm.inference.gpus=0",
-]
 _seen: dict[str, dict[str, float]] = {}
 
 
@@ -76,7 +63,7 @@ def _timed_run(out: Path, extra: list[str]) -> dict[str, float]:
 def test_bench_default_recipe_on_slurm_vs_local(benchmark: Any, where: str, tmp_path: Path) -> None:
     if where == "slurm":
         require_slurm()
-    extra = SLURM if where == "slurm" else []
+    extra = SLURM_RUN if where == "slurm" else []
     seen = benchmark.pedantic(lambda: _timed_run(tmp_path / where, extra), rounds=1, iterations=1)
     _seen[where] = seen
     benchmark.extra_info.update(seen)

@@ -17,7 +17,7 @@ from nexrl.controller import Controller
 from nexrl.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, train_rows
 from tests.e2e.test_kill_and_resume import wait_for_step
-from tests.integration.slurm._slurm import require_slurm, squeue, wait_gone
+from tests.integration.slurm._slurm import SLURM_RUN, require_slurm, squeue, wait_gone
 
 STEPS = 30
 
@@ -30,18 +30,8 @@ def slurm_overrides(out: Path) -> list[str]:
         "trainer.world_size=2",
         "validate.validate_before_train=false",
         "validate.every=0",
-        "cluster.type=slurm",
         "cluster.dashboard_address=:0",
-        "cluster.slurm.partition=debug",
-        "cluster.slurm.scheduler_host=127.0.0.1",
-        "cluster.slurm.walltime=00:30:00",
-        "cluster.slurm.rollout.jobs=2",
-        "cluster.slurm.rollout.memory=2GB",
-        "cluster.slurm.trainer.cores=1",
-        "cluster.slurm.trainer.memory=3GB",
-        "cluster.slurm.inference.cores=1",
-        "cluster.slurm.inference.memory=2GB",
-        "cluster.slurm.inference.gpus=0",
+        *SLURM_RUN,
         "runtime_monitor.health_check_interval_s=1",
     ]
 

@@ -10,6 +10,22 @@ import pytest
 
 START = "sudo build-support/slurm.sh start"
 
+# A run on the one-node test Slurm: every job small enough that a run's jobs fit
+# beside the tests' own (the node offers ~80% of the machine's memory).
+SLURM_RUN = [
+    "cluster.type=slurm",
+    "cluster.slurm.partition=debug",
+    "cluster.slurm.scheduler_host=127.0.0.1",
+    "cluster.slurm.walltime=00:30:00",
+    "cluster.slurm.rollout.jobs=2",
+    "cluster.slurm.rollout.memory=2GB",
+    "cluster.slurm.trainer.cores=1",
+    "cluster.slurm.trainer.memory=3GB",
+    "cluster.slurm.inference.cores=1",
+    "cluster.slurm.inference.memory=2GB",
+    "cluster.slurm.inference.gpus=0",
+]
+
 
 def require_slurm() -> None:
     """Tests that need Slurm fail (not skip) without it: CI starts it first."""
