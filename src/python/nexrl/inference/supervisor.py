@@ -42,21 +42,6 @@ def _cpu_threads_args() -> list[str]:
     return [] if torch.cuda.is_available() else ["--torch-threads", str(cpu_threads(1))]
 
 
-def _alive(server: Any) -> bool:
-    if hasattr(server, "alive"):  # a server on another node
-        return bool(server.alive())
-    proc = server.process
-    return proc is not None and proc.poll() is None
-
-
-def _returncode(server: Any) -> int | None:
-    if server is None:
-        return None
-    if hasattr(server, "alive"):
-        return server.returncode
-    return None if server.process is None else server.process.returncode
-
-
 class InferenceSupervisor:
     """Starts (or connects to) the inference service, reloads it, restarts it."""
 
@@ -184,11 +169,11 @@ class InferenceSupervisor:
         Returns True when the service was restarted (callers must update the base
         URLs they hand out)."""
         if self.owns_server:
-            if self.server is not None and _alive(self.server):
+            if self.server is not None and self.server.alive():
                 return False
             logger.warning(
                 "inference: the embedded server exited (code %s); restarting on v%d",
-                _returncode(self.server),
+                None if self.server is None else self.server.returncode,
                 self.version,
             )
             if self.server is not None:

@@ -58,12 +58,10 @@ class ServerHost:
         }
 
     def alive(self) -> bool:
-        proc = self.server.process if self.server is not None else None
-        return proc is not None and proc.poll() is None
+        return self.server is not None and bool(self.server.alive())
 
     def returncode(self) -> int | None:
-        proc = self.server.process if self.server is not None else None
-        return None if proc is None else proc.returncode
+        return None if self.server is None else self.server.returncode
 
     def kill(self) -> None:
         """SIGKILL the server now (what a crash looks like; for fault tests)."""
@@ -100,14 +98,16 @@ class RemoteEmbeddedServer:
 
     def _host(self) -> Any:
         if self._actor is None:
-            self.worker = self.locate() if callable(self.locate) else self.locate
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
-            if self.worker not in workers:
-                raise InferenceJobLost(
-                    f"the inference job's Dask worker {self.worker} is gone (its Slurm job "
-                    "ended: scancel, node failure or walltime); run the same command again "
-                    "to resume from the last checkpoint"
-                )
+            if callable(self.locate):  # it returns a live worker (replacing a lost job)
+                self.worker = self.locate()
+            else:
+                self.worker = self.locate
+                if self.worker not in self.client.scheduler_info(n_workers=-1)["workers"]:
+                    raise InferenceJobLost(
+                        f"the inference job's Dask worker {self.worker} is gone (its Slurm "
+                        "job ended: scancel, node failure or walltime); run the same command "
+                        "again to resume from the last checkpoint"
+                    )
             self._future = self.client.submit(
                 ServerHost,
                 actor=True,

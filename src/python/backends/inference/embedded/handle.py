@@ -107,6 +107,14 @@ class EmbeddedServer(LocalService):
     def process(self) -> subprocess.Popen[bytes] | None:
         return self._proc
 
+    def alive(self) -> bool:
+        """Started and not exited."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.returncode
+
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> EmbeddedServer:
         if self._proc is not None:
