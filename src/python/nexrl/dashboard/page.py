@@ -51,6 +51,15 @@ def _legend(p: Any) -> None:
     p.legend.label_text_font_size = "8pt"
 
 
+def _lines(title: str, source: Any, *series: tuple[str, str]) -> Any:
+    """A figure with one line per ``(column, label)`` of ``source``, over ``step``."""
+    fig = _fig(title)
+    for i, (col, label) in enumerate(series):
+        fig.line("step", col, source=source, color=PALETTE[i], legend_label=label)
+    _legend(fig)
+    return fig
+
+
 def status_html(s: dict[str, Any]) -> str:
     eta = f"{s['eta_s'] / 60:.1f} min" if s["eta_s"] else "-"
     done = s["total"] and s["step"] >= s["total"]
@@ -89,36 +98,27 @@ def build_document(doc: Any, history: RunHistory) -> None:
     )
     _legend(timing)
 
-    versions = _fig("policy versions")
-    for i, (col, label) in enumerate(
-        [
-            ("v_trainer", "trainer"),
-            ("v_inference", "inference"),
-            ("v_rollout_min", "batch oldest"),
-            ("v_rollout_max", "batch newest"),
-            ("in_flight_at_reload", "in flight at reload"),
-        ]
-    ):
-        versions.line("step", col, source=metrics, color=PALETTE[i], legend_label=label)
-    _legend(versions)
-
-    pool = _fig("pool (cumulative groups)")
-    for i, (col, label) in enumerate(
-        [
-            ("groups_done", "committed groups"),
-            ("failed_groups", "failed groups"),
-            ("evaluator_errors", "evaluator errors"),
-            ("restarts", "inference restarts"),
-            ("in_flight", "in flight (traj)"),
-        ]
-    ):
-        pool.line("step", col, source=metrics, color=PALETTE[i], legend_label=label)
-    _legend(pool)
-
-    rate = _fig("throughput")
-    rate.line("step", "traj_per_s", source=metrics, legend_label="trajectories / s")
-    rate.line("step", "delivered", source=metrics, color=PALETTE[1], legend_label="delivered")
-    _legend(rate)
+    versions = _lines(
+        "policy versions",
+        metrics,
+        ("v_trainer", "trainer"),
+        ("v_inference", "inference"),
+        ("v_rollout_min", "batch oldest"),
+        ("v_rollout_max", "batch newest"),
+        ("in_flight_at_reload", "in flight at reload"),
+    )
+    pool = _lines(
+        "pool (cumulative groups)",
+        metrics,
+        ("groups_done", "committed groups"),
+        ("failed_groups", "failed groups"),
+        ("evaluator_errors", "evaluator errors"),
+        ("restarts", "inference restarts"),
+        ("in_flight", "in flight (traj)"),
+    )
+    rate = _lines(
+        "throughput", metrics, ("traj_per_s", "trajectories / s"), ("delivered", "delivered")
+    )
 
     colored = HTMLTemplateFormatter(
         template='<div style="background:<%= color %>"><%= value.toFixed(3) %></div>'
