@@ -87,7 +87,8 @@ def sbatch(recipe: Recipe, overrides: list[str], *, dry_run: bool) -> int:
     from pathlib import Path
 
     from nexrl.controller.setup import absolute_output_dir
-    from nexrl.runtime.slurm import driver_script, submit_driver
+    from nexrl.runtime.slurm import driver_script
+    from nexrl.runtime.slurm import sbatch as submit
 
     cfg = recipe.cfg
     if str(cfg.cluster.type) != "slurm":
@@ -109,7 +110,7 @@ def sbatch(recipe: Recipe, overrides: list[str], *, dry_run: bool) -> int:
         return 0
     log_dir.mkdir(parents=True, exist_ok=True)
     try:
-        job = submit_driver(script, f"nexrl-{cfg.experiment_name}-driver")
+        job = submit(script, f"nexrl-{cfg.experiment_name}-driver")
     except NexrlError as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 1

@@ -46,6 +46,7 @@ __all__ = [
     "job_kwargs",
     "resources_arg",
     "role_resources",
+    "sbatch",
     "start_slurm",
 ]
 
@@ -122,7 +123,8 @@ class SubmittedJob:
     job_id: str
 
 
-def _sbatch(script: str, name: str) -> str:
+def sbatch(script: str, name: str) -> str:
+    """Submit ``script`` (job ``name``); its job id, or a ``SlurmError`` naming the job."""
     try:
         out = subprocess.run(
             ["sbatch", "--parsable"],
@@ -191,7 +193,7 @@ class SlurmJobs:
         script = SLURMJob(
             scheduler=self.cluster.scheduler_address, name=name, **kwargs
         ).job_script()
-        job = SubmittedJob(role, name, _sbatch(script, name))
+        job = SubmittedJob(role, name, sbatch(script, name))
         self.submitted.append(job)
         logger.info("slurm: submitted %s job %s (%s)", role, job.job_id, name)
         return job
@@ -341,8 +343,3 @@ def _memory_mb(memory: str) -> int:
     from dask.utils import parse_bytes
 
     return max(1, int(parse_bytes(memory) // 2**20))
-
-
-def submit_driver(script: str, name: str) -> str:
-    """sbatch the driver's script; its job id."""
-    return _sbatch(script, name)
