@@ -207,7 +207,8 @@ def _build(
         timeout_s=float(cfg.runtime_monitor.task_timeout_s) + 600.0,
     )
     closers.append(trainer.close)
-    info = trainer.setup_info()[0]
+    ranks = trainer.setup_info()  # one describe() round trip, also for cluster.json
+    info = ranks[0]
     version = int(info["policy_version"] or 0)
     snapshot_dir = Path(str(cfg.weight.snapshot_dir))
     weights: Path = model_dir
@@ -225,7 +226,7 @@ def _build(
     )
     closers.append(supervisor.close)
     urls = supervisor.start(weights, version)
-    _write_cluster_record(run.root / "cluster.json", cluster, trainer, supervisor)
+    _write_cluster_record(run.root / "cluster.json", cluster, ranks, supervisor)
 
     pool = TrajectoryPool(pool_cfg)
     pool.end_weight_sync(version)
@@ -274,7 +275,9 @@ def _build(
     )
 
 
-def _write_cluster_record(path: Path, cluster: Any, trainer: Any, supervisor: Any) -> None:
+def _write_cluster_record(
+    path: Path, cluster: Any, ranks: list[dict[str, Any]], supervisor: Any
+) -> None:
     """``<run>/cluster.json``: where each part of the run is running (on Slurm: the
     job id each component reports from inside its job)."""
     import json
@@ -293,7 +296,7 @@ def _write_cluster_record(path: Path, cluster: Any, trainer: Any, supervisor: An
     record = {
         "dashboard": cluster.dashboard_link,
         "slurm_jobs": cluster.job_ids(),
-        "trainer_ranks": trainer.setup_info(),
+        "trainer_ranks": ranks,
         "inference": {"base_urls": supervisor.base_urls, **server},
         "rollout_workers": rollout,
     }
