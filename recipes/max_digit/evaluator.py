@@ -8,6 +8,8 @@ from nexrl.rollout_worker import BaseEvaluationTarget, EvaluationRunResult, Eval
 
 
 class MaxDigitEvaluator(Evaluator):
+    required_fields = ("answer",)  # the data fields evaluate() reads: --check looks for them
+
     def evaluate(
         self, data: dict[str, Any], evaluation_target: BaseEvaluationTarget
     ) -> EvaluationRunResult:

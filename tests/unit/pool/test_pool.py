@@ -44,7 +44,7 @@ def test_no_grouping_batches_of_batch_size(tmp_path):
     assert pool.stats().pending == 10
     b1, b2 = must(pool.get_batch()), must(pool.get_batch())
     assert uids_of(b1) == [0, 1, 2, 3] and uids_of(b2) == [4, 5, 6, 7]
-    assert b1.step == 0 and b2.step == 1 and b1.num_groups == 4
+    assert b1.step == 1 and b2.step == 2 and b1.num_groups == 4
     assert pool.get_batch() is None
     s = pool.stats()
     assert (s.committed, s.pending, s.delivered, s.steps) == (10, 2, 8, 2)
@@ -260,7 +260,7 @@ def test_state_dict_rewinds_to_checkpoint(tmp_path):
     assert restarted.cursor.steps == 3
     assert sorted(uids_of(restarted.get_batch())) == [6, 7]
     ds = restarted.to_xarray()  # the delivery log follows the rewind
-    assert sorted(ds.step.values.tolist()) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert sorted(ds.step.values.tolist()) == [1, 1, 2, 2, 3, 3, 4, 4]
     with pytest.raises(ValueError):
         restarted.load_state_dict({"generation": 10**6})
 
@@ -278,7 +278,7 @@ def test_rewinds_to_any_generation_replay_correctly(tmp_path):
     pool.load_state_dict(states[2])  # forward again to a generation of the first branch
     assert uids_of(pool.get_batch()) == [2]
     ds = pool.to_xarray()
-    assert ds.step.values.tolist() == [0, 1, 2, -1, -1, -1]
+    assert ds.step.values.tolist() == [1, 2, 3, -1, -1, -1]
     assert pool.stats().delivered == 3
 
 
@@ -378,7 +378,30 @@ def test_to_xarray_view(tmp_path):
     assert np.isnan(ds.metric_uid.values[4])
     np.testing.assert_array_equal(ds.policy_version.values, [2, 2, 2, 2, 3])
     np.testing.assert_allclose(ds.reward.values, [0.0, 0.1, 0.2, 0.3, 0.4], rtol=1e-6)
-    assert ds.step.values.tolist() == [0, 0, 1, 1, -1]
+    assert ds.step.values.tolist() == [1, 1, 2, 2, -1]
     assert ds.status.values.tolist() == [1, 1, 1, 1, 2]
     assert ds.reward.chunks is not None  # lazy (dask) variables
     assert ds.response_len.values.tolist() == [1 + (u * 13) % 50 for u in range(5)]
+
+
+def test_read_pool_numbers_steps_from_one_and_reads_pools_that_counted_from_zero(tmp_path):
+    import json
+
+    from nexrl.pool import PoolStoreError, read_pool
+
+    c = cfg(tmp_path, batch_size=2)
+    pool = TrajectoryPool(c)
+    pool.writer().append(make_columns(range(5)))
+    assert [must(pool.get_batch()).step for _ in range(2)] == [1, 2]  # metrics.jsonl's steps
+    ds = read_pool(c.store)
+    assert ds.step.values.tolist() == [1, 1, 2, 2, -1]
+    assert pool.stats().delivered == 4  # reading moved no cursor
+    # A pool written before steps counted from 1 has no "step_base" in its events.
+    for path in (tmp_path / "pool.zarr" / "_consumers" / "trainer").glob("*.json"):
+        state = json.loads(path.read_text())
+        if state.get("last", {}).pop("step_base", None) == 1:
+            state["last"]["step"] -= 1
+            path.write_text(json.dumps(state))
+    assert read_pool(c.store).step.values.tolist() == [1, 1, 2, 2, -1]
+    with pytest.raises(PoolStoreError, match="no trajectory pool there"):
+        read_pool(str(tmp_path / "elsewhere"))

@@ -1,6 +1,7 @@
 """``nexrl train``: the training entry point (``./pants run src/python/nexrl:train``).
 
     train RECIPE.yaml [key=value ...] [--print-config] [--check]
+    train --new-task recipes/NAME      # scaffold a task (nexrl.cli.new_task)
 
 The recipe is composed with the overrides and validated against the typed
 schema before any cluster starts; user mistakes are reported as a list of
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nexrl train",
         description="Run an RL post-training recipe (Hydra YAML) on Dask.",
     )
-    p.add_argument("recipe", help="path to the recipe .yaml file")
+    p.add_argument("recipe", nargs="?", help="path to the recipe .yaml file")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.lr=1e-5")
     p.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
     p.add_argument("--check", action="store_true", help="validate the recipe and exit")
@@ -46,11 +47,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run", action="store_true", help="with --sbatch: print the job script, submit nothing"
     )
+    p.add_argument(
+        "--new-task",
+        metavar="FOLDER",
+        help="write a data script, an evaluator and a recipe for a new task into FOLDER "
+        "(e.g. recipes/my_task) and exit; existing files are never overwritten",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_intermixed_args(argv)  # flags anywhere
+    parser = build_parser()
+    args = parser.parse_intermixed_args(argv)  # flags anywhere
+    if args.new_task:
+        return scaffold(args.new_task)
+    if args.recipe is None:
+        parser.error("the recipe path is required (or --new-task FOLDER)")
     # The recipe's deprecation lines are printed below as "warning:" lines; without a
     # handler of its own, the logger would also print them bare (logging.lastResort).
     quiet = logging.getLogger("nexrl.recipe")
@@ -117,6 +129,25 @@ def sbatch(recipe: Recipe, overrides: list[str], *, dry_run: bool) -> int:
     print(f"nexrl: submitted the driver as Slurm job {job}; output: {log_dir}/driver-{job}.out")
     print(
         f"nexrl: follow it with: tail -f {log_dir}/driver-{job}.out   stop it with: scancel {job}"
+    )
+    return 0
+
+
+def scaffold(folder: str) -> int:
+    """``--new-task``: write the task template into ``folder``; exit code."""
+    from nexrl.cli.new_task import NewTaskError, new_task
+
+    try:
+        written = new_task(folder)
+    except (NewTaskError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    recipe = written[-1]
+    print(
+        f"next: python {folder}/make_data.py, then "
+        f"./pants run src/python/nexrl:train -- {recipe} --check"
     )
     return 0
 

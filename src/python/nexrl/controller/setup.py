@@ -13,6 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from nexrl.config.paths import resolve_path
 from nexrl.config.schema import typed
 from nexrl.config.sections.data import DataConfig
 from nexrl.controller.sync import SyncPolicy
@@ -26,6 +27,7 @@ __all__ = [
     "absolute_output_dir",
     "data_config",
     "load_tokenizer",
+    "loaded_classes_line",
     "pad_token_id",
     "pool_config",
     "prompt_length_fn",
@@ -68,9 +70,29 @@ def pool_config(cfg: DictConfig, policy: SyncPolicy) -> PoolConfig:
     return pool
 
 
+def _where(recipe: Recipe, spec: tuple[str, str]) -> str:
+    """``Class (/abs/file.py)`` or ``Class (module pkg.mod)`` for the log."""
+    file, name = spec
+    path = resolve_path(file, recipe.roots)
+    return f"{name} ({path})" if path is not None else f"{name} (module {file})"
+
+
+def loaded_classes_line(recipe: Recipe) -> str:
+    """One line naming the rollout worker and evaluator classes the run loads, and where."""
+    rw = recipe.cfg.rollout_worker
+    if rw.custom_worker:
+        spec = split_spec(str(rw.custom_worker), "rollout_worker.custom_worker")
+        worker = f"{_where(recipe, spec)} (rollout_worker.custom_worker)"
+    else:
+        worker = f"built-in type '{rw.type}' (rollout_worker.type)"
+    evaluator = _where(recipe, split_spec(str(rw.evaluator), "rollout_worker.evaluator"))
+    return f"rollout worker: {worker}; evaluator: {evaluator}"
+
+
 def rollout_spec(recipe: Recipe, pool: PoolConfig, base_urls: list[str]) -> RolloutSpec:
     cfg = recipe.cfg
     rw, svc = cfg.rollout_worker, cfg.service.inference_service
+    logger.info(loaded_classes_line(recipe))
     custom = None
     if rw.custom_worker:
         custom = split_spec(str(rw.custom_worker), "rollout_worker.custom_worker")

@@ -10,6 +10,7 @@ with ``bad_rows="skip"``, dropped and listed in ``ReadResult.skipped``.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,26 @@ def read_rows(
             else:
                 raise DataError(f"{file}, {position}: {problem}; {_SKIP_HINT}")
     return result
+
+
+def head_rows(
+    file: str, n: int, path: Path | None = None
+) -> list[tuple[str, dict[str, Any] | str]]:
+    """The first ``n`` rows of one data file as ``(position, row)``, ``row`` a problem
+    string for a line that is not a JSON object (``--check`` reads these); ``path`` is
+    where the file is, when ``file`` is relative to another folder."""
+    path = _check_file(str(path or file))
+    if path.suffix in PARQUET_SUFFIXES:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.ParquetFile(path).read_row_group(0) if n else None
+        except (pa.ArrowException, OSError, IndexError) as exc:
+            raise DataError(f"{file}: cannot read as parquet ({exc})") from None
+        rows = [] if table is None else table.slice(0, n).to_pylist()
+        return [(f"row {i}", r) for i, r in enumerate(rows, start=1)]
+    return list(itertools.islice(_jsonl_rows(file, path), n))
 
 
 def _check_file(file: str) -> Path:

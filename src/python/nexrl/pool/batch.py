@@ -25,7 +25,7 @@ class PoolBatch:
 
     columns: TrajectoryColumns
     group_index: np.ndarray
-    step: int  # 0-based batch number of this consumer
+    step: int  # 1-based batch number of this consumer: the training step that takes it
     generation: int  # cursor generation saved with this batch (see TrajectoryPool.state_dict)
     current_version: int | None  # trainer policy version the lag is measured against
     released_groups: int  # short groups released by the group timeout

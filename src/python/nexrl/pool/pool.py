@@ -241,8 +241,8 @@ class TrajectoryPool:
         sync = int(self.index.column(refs, "weight_sync").sum())
         new = self.cursor.copy()
         new.generation = self.cursor.generation + 1
-        step = new.steps
         new.steps += 1
+        step = new.steps  # 1-based, as the trainer's steps and metrics.jsonl count
         released = sum(g.released for g in groups)
         new.bump("delivered", len(refs))
         new.bump("released_groups", released)
@@ -250,6 +250,7 @@ class TrajectoryPool:
         new.last = {
             "event": "batch",
             "step": step,
+            "step_base": 1,  # pools written before this key counted from 0
             "time": time.time(),
             "size": len(refs),
             "current_version": version,

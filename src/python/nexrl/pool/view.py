@@ -17,11 +17,11 @@ import numpy as np
 
 from nexrl.pool.commits import CommitLog, CommitMarker
 from nexrl.pool.cursor import CursorStore, indices_of
-from nexrl.pool.kv import KVStore
-from nexrl.pool.layout import COL, ROW_COLUMNS
+from nexrl.pool.kv import KVStore, open_kv
+from nexrl.pool.layout import COL, ROW_COLUMNS, PoolStoreError
 from nexrl.pool.segment import Segment
 
-__all__ = ["STATUS", "pool_to_xarray"]
+__all__ = ["STATUS", "pool_to_xarray", "read_pool"]
 
 STATUS = {"pending": 0, "delivered": 1, "dropped": 2}
 ROW_VARS = ("group_id", "run_id", "policy_version", "prompt_len", "response_len")
@@ -66,7 +66,9 @@ def _delivery(
                     continue
                 at = start + indices_of(ranges)
                 if e["event"] == "batch":
-                    step[at], status[at] = int(e["step"]), STATUS["delivered"]
+                    # Steps count from 1 (metrics.jsonl's step); older pools counted from 0.
+                    first = int(e.get("step_base", 0))
+                    step[at], status[at] = int(e["step"]) + 1 - first, STATUS["delivered"]
                 else:
                     status[at] = STATUS["dropped"]
     return step, status
@@ -158,3 +160,19 @@ def pool_to_xarray(
         "metrics": metric_names,
     }
     return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def read_pool(
+    store: str, consumer: str = "trainer", storage_options: dict[str, Any] | None = None
+) -> Any:
+    """A run's pool (``runs/<experiment>/pool.zarr``, or any pool URL) as the lazy
+    ``xarray.Dataset`` of ``to_xarray()``, read only: no recipe needed, and no consumer
+    cursor is created or moved (``TrajectoryPool`` is the trainer's side and takes a
+    ``PoolConfig``). ``step`` is the training step that took each trajectory (from 1,
+    as in metrics.jsonl; -1: not trained on)."""
+    kv = open_kv(store, storage_options)
+    if kv.get("zarr.json") is None:
+        raise PoolStoreError(
+            f"{store}: no trajectory pool there; a run's pool is <output_dir>/pool.zarr"
+        )
+    return pool_to_xarray(store, storage_options, kv, CursorStore(kv, consumer))

@@ -1,64 +1,45 @@
-"""The rollout worker's checks: the evaluator, a custom worker class, the agent
-config of type 'agent', the agent function of type 'openai_agent', sampling."""
+"""The rollout worker's checks: the evaluator and a custom worker class (instantiated,
+with the first data rows and a dry run: ``dry_run``), the agent config of type
+'agent', the agent function of type 'openai_agent', sampling."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from nexrl.config.checks import register_check
 from nexrl.config.errors import RecipeError
 from nexrl.config.paths import resolve_path
-from nexrl.plugins import load_spec, split_spec
 
 __all__ = [
     "agent_config",
-    "custom_worker",
-    "evaluator_class",
     "openai_agent_entrypoint",
     "sampling_settings",
+    "task_code",
 ]
 
 
 @register_check
-def evaluator_class(cfg: DictConfig, roots: list[Path]) -> list[str]:
-    """``rollout_worker.evaluator`` names a class that loads and has ``evaluate``."""
+def task_code(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """The evaluator and a custom worker instantiate, the first data rows hold what they
+    read, and the example answer scores (``nexrl.rollout_worker.dry_run``)."""
+    from nexrl.rollout_worker import dry_run
+
     if cfg.get("mode", "rl") == "sft":
         return []  # no rollouts: nothing to score
-    field = "rollout_worker.evaluator"
     if OmegaConf.is_missing(cfg.rollout_worker, "evaluator"):  # e.g. no rollout_worker section
-        return [f"{field}: required field is missing (the class that scores each rollout)"]
-    spec = str(cfg.rollout_worker.evaluator)
-    try:
-        _, name = split_spec(spec, field)
-        obj: Any = load_spec(spec, roots, field)
-    except RecipeError as exc:
-        return list(exc.problems)
-    if not callable(getattr(obj, "evaluate", None)):
-        return [f"{field}: {name} has no 'evaluate' method"]
-    return []
+        return [
+            "rollout_worker.evaluator: required field is missing (the class that scores "
+            "each rollout)"
+        ]
 
-
-@register_check
-def custom_worker(cfg: DictConfig, roots: list[Path]) -> list[str]:
-    """``rollout_worker.custom_worker`` names a ``BaseRolloutWorker`` that can run an episode."""
-    spec = cfg.rollout_worker.custom_worker
-    if not spec:
-        return []
-    field = "rollout_worker.custom_worker"
-    try:
-        cls = load_spec(str(spec), roots, field)
-    except RecipeError as exc:
-        return list(exc.problems)
-    from nexrl.rollout_worker.base import BaseRolloutWorker, missing_episode_method
-
-    if not (isinstance(cls, type) and issubclass(cls, BaseRolloutWorker)):
-        return [f"{field}: {cls!r} is not a subclass of BaseRolloutWorker"]
-    if problem := missing_episode_method(cls):
-        return [f"{field}: {problem}"]
-    return []
+    evaluator, out = dry_run.instantiate_evaluator(cfg, roots)
+    worker, problems = dry_run.instantiate_worker(cfg, roots, evaluator)
+    out += problems
+    if out:
+        return out
+    return dry_run.task_rows(cfg, roots, evaluator, worker)
 
 
 @register_check

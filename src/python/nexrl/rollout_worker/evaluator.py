@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 from nexrl.types.episode import BaseEvaluationTarget, EvaluationRunResult
 
@@ -12,7 +12,13 @@ __all__ = ["BaseEvaluationTarget", "EvaluationRunResult", "Evaluator"]
 
 class Evaluator(ABC):
     """Subclass and implement ``evaluate``; named in a recipe as
-    ``rollout_worker.evaluator: "path/to/file.py:ClassName"``."""
+    ``rollout_worker.evaluator: "path/to/file.py:ClassName"``.
+
+    ``required_fields`` names the data-row fields ``evaluate`` reads (besides the
+    prompt): ``--check`` reads the first rows of every data file and reports a row
+    that lacks one, with its file and row number."""
+
+    required_fields: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def evaluate(

@@ -24,6 +24,11 @@ class RolloutWorkerConfig:
         "(not needed with mode: sft).",
         rl_only=True,
     )
+    example_answer: str | None = cfg_field(
+        None,
+        help="A model answer that --check scores with the evaluator on the first training "
+        "row (a dry run: the evaluator must return a finite reward); null = no dry run.",
+    )
     group_size: int = cfg_field(
         8,
         help="Samples drawn per prompt = trajectories per GRPO group: each prompt is handed "

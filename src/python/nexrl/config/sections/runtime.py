@@ -118,7 +118,10 @@ class WarmStartConfig:
 @dataclass
 class TinyModelConfig:
     vocab: list[str] = cfg_field(
-        default_factory=list, help="Symbols of the tiny word-level tokenizer."
+        default_factory=list,
+        help="Words of the tiny tokenizer: a byte-level BPE (Qwen2) whose merges make each "
+        "word one token (digits are always single tokens); other text is encoded as bytes "
+        "(see byte_fallback).",
     )
     hidden_size: int = cfg_field(64, help="Hidden size.", minimum=8)
     num_layers: int = cfg_field(2, help="Decoder layers.", minimum=1)

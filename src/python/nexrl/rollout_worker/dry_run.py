@@ -1,0 +1,180 @@
+"""What ``--check`` runs of a recipe's task code before any cluster starts.
+
+* the evaluator class is instantiated (and a custom rollout worker class, with
+  a client for a service that is not started: constructors must not call it);
+* the first ``HEAD_ROWS`` rows of every data file (``data.data_files`` and
+  ``validate.data_files``) are read and must hold the prompt
+  (``data.prompt_key``) and every field the evaluator (and a custom worker)
+  lists in its ``required_fields`` class attribute;
+* a custom worker's ``format_task_query`` runs on the first training row;
+* with ``rollout_worker.example_answer`` set, the evaluator scores that answer
+  on the first training row and must return an ``EvaluationRunResult``.
+
+Each problem is one line naming the field, the file and the row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from nexrl.config.errors import RecipeError
+from nexrl.config.paths import resolve_path
+from nexrl.plugins import load_spec
+
+__all__ = [
+    "HEAD_ROWS",
+    "instantiate_evaluator",
+    "instantiate_worker",
+    "required_fields",
+    "task_rows",
+]
+
+HEAD_ROWS = 5  # rows read from the top of each data file
+
+EVALUATOR = "rollout_worker.evaluator"
+WORKER = "rollout_worker.custom_worker"
+
+
+def _where(obj: Any) -> str:
+    import inspect
+
+    try:
+        return str(inspect.getfile(obj))
+    except (TypeError, OSError):
+        return getattr(obj, "__module__", "?")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def instantiate_evaluator(cfg: DictConfig, roots: list[Path]) -> tuple[Any, list[str]]:
+    """``(evaluator instance or None, problems)``."""
+    spec = str(cfg.rollout_worker.evaluator)
+    try:
+        cls: Any = load_spec(spec, roots, EVALUATOR)
+    except RecipeError as exc:
+        return None, list(exc.problems)
+    name = getattr(cls, "__name__", spec)
+    if not callable(getattr(cls, "evaluate", None)):
+        return None, [
+            f"{EVALUATOR}: {name} has no 'evaluate' method ({_where(cls)}); define "
+            "evaluate(self, data, evaluation_target) -> EvaluationRunResult"
+        ]
+    try:
+        return cls(), []
+    except Exception as exc:  # the user's constructor: any failure is a recipe problem
+        return None, [f"{EVALUATOR}: {name}() failed ({_where(cls)}): {_one_line(exc)}"]
+
+
+def instantiate_worker(cfg: DictConfig, roots: list[Path], evaluator: Any) -> tuple[Any, list[str]]:
+    """``(custom worker instance or None, problems)``; ``(None, [])`` without one."""
+    spec = cfg.rollout_worker.custom_worker
+    if not spec:
+        return None, []
+    try:
+        cls: Any = load_spec(str(spec), roots, WORKER)
+    except RecipeError as exc:
+        return None, list(exc.problems)
+    from nexrl.inference.client import InferenceClient
+    from nexrl.rollout_worker.base import BaseRolloutWorker, missing_episode_method
+
+    if not (isinstance(cls, type) and issubclass(cls, BaseRolloutWorker)):
+        return None, [
+            f"{WORKER}: {cls!r} ({_where(cls)}) is not a subclass of BaseRolloutWorker "
+            "(from nexrl.rollout_worker import SimpleRolloutWorker)"
+        ]
+    if problem := missing_episode_method(cls):
+        return None, [f"{WORKER}: {problem} ({_where(cls)})"]
+    if evaluator is None:
+        return None, []  # its problem is reported already
+    rw = cfg.rollout_worker
+    sampling = {"temperature": float(rw.temperature), "max_tokens": int(rw.max_response_length)}
+    # A client for a service that is not running: building one opens no connection.
+    client = InferenceClient(["http://127.0.0.1:9"], "check")
+    try:
+        return cls(client, evaluator, sampling, str(cfg.data.prompt_key)), []
+    except Exception as exc:
+        return None, [f"{WORKER}: {cls.__name__}(...) failed ({_where(cls)}): {_one_line(exc)}"]
+
+
+def required_fields(obj: Any) -> tuple[str, ...]:
+    """The data fields ``obj`` declares it reads (its ``required_fields`` attribute)."""
+    fields = getattr(obj, "required_fields", ()) or ()
+    if isinstance(fields, str):
+        fields = (fields,)
+    return tuple(str(f) for f in fields)
+
+
+def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -> list[str]:
+    """The data-row checks and dry runs (module doc); one line per problem."""
+    from nexrl.data.errors import DataError
+    from nexrl.data.reader import head_rows, prompt_problem
+
+    prompt_key = str(cfg.data.prompt_key)
+    needs: list[tuple[str, str]] = [(f, EVALUATOR) for f in required_fields(evaluator)]
+    needs += [(f, WORKER) for f in required_fields(worker) if (f, EVALUATOR) not in needs]
+    groups = [
+        ("data.data_files", cfg.data.data_files),
+        ("validate.data_files", cfg.validate.data_files),
+    ]
+    out: list[str] = []
+    first: tuple[str, str, dict[str, Any]] | None = None
+    for field, files in groups:
+        for file in files or []:
+            path = resolve_path(str(file), roots)
+            if path is None:
+                continue  # reported by the data check
+            try:
+                rows = head_rows(str(file), HEAD_ROWS, path)
+            except DataError as exc:
+                out.append(f"{field}: {exc}")
+                continue
+            for position, row in rows:
+                where = f"{field}: {file}, {position}"
+                if isinstance(row, str):
+                    out.append(f"{where}: {row}")
+                    continue
+                if problem := prompt_problem(row, prompt_key):
+                    out.append(f"{where}: {problem}")
+                    continue
+                missing = [(f, who) for f, who in needs if f not in row]
+                for f, who in missing:
+                    out.append(
+                        f"{where}: no '{f}' field, which {who} reads (its required_fields); "
+                        f"fields: {sorted(row)}"
+                    )
+                if not missing and first is None and field == "data.data_files":
+                    first = (str(file), position, row)
+    if out or first is None or evaluator is None:
+        return out
+    file, position, row = first
+    if worker is not None:
+        try:
+            messages = worker.format_task_query(row)
+            if not isinstance(messages, list):
+                raise TypeError(f"returned {type(messages).__name__}, not a list of messages")
+        except Exception as exc:
+            out.append(
+                f"{WORKER}: {type(worker).__name__}.format_task_query failed on {file}, "
+                f"{position}: {_one_line(exc)}"
+            )
+    answer = cfg.rollout_worker.example_answer
+    if answer is not None:
+        from nexrl.rollout_worker.evaluator import BaseEvaluationTarget, EvaluationRunResult
+
+        name = type(evaluator).__name__
+        try:
+            result = evaluator.evaluate(row, BaseEvaluationTarget(final_answer=str(answer)))
+            if not isinstance(result, EvaluationRunResult):
+                raise TypeError(f"returned {type(result).__name__}, not an EvaluationRunResult")
+        except Exception as exc:
+            out.append(
+                f"rollout_worker.example_answer: {name}.evaluate({str(answer)!r}) failed on "
+                f"{file}, {position} ({_where(type(evaluator))}): {_one_line(exc)}"
+            )
+    return out

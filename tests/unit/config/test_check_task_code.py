@@ -1,0 +1,165 @@
+"""``--check`` runs the task's code before any cluster starts: the evaluator and a custom
+worker are instantiated, the first rows of every data file are read against what they
+need, and the evaluator scores the recipe's example answer. Each problem is one line
+naming the field, the file and the row."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nexrl.cli.train import main
+from nexrl.config.errors import RecipeError
+from nexrl.recipe import load_recipe_checked
+
+TASK = """
+from nexrl.rollout_worker import EvaluationRunResult, Evaluator, SimpleRolloutWorker
+
+
+class Scored(Evaluator):
+    required_fields = ("answer",)
+
+    def evaluate(self, data, evaluation_target):
+        return EvaluationRunResult(reward=float(evaluation_target.final_answer == data["answer"]))
+
+
+class NoEvaluate:
+    required_fields = ("answer",)
+
+
+class Exploding(Scored):
+    def __init__(self):
+        raise RuntimeError("no API key")
+
+
+class RaisesOnScore(Scored):
+    def evaluate(self, data, evaluation_target):
+        return EvaluationRunResult(reward=float(data["answer"]))
+
+
+class ReturnsAFloat(Scored):
+    def evaluate(self, data, evaluation_target):
+        return 1.0
+
+
+class Worker(SimpleRolloutWorker):
+    required_fields = ("hint",)
+
+    def format_task_query(self, data_item):
+        return [{"role": "user", "content": data_item["prompt"] + " " + data_item["hint"]}]
+
+
+class BrokenWorker(SimpleRolloutWorker):
+    def __init__(self, client, evaluator, sampling, prompt_key="prompt"):
+        raise ValueError("needs a tool server")
+
+
+class NoHooks(SimpleRolloutWorker.__mro__[1]):  # BaseRolloutWorker without run_agent/rollout
+    pass
+"""
+
+
+def rows(path: Path, items: list[dict[str, object]]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in items))
+    return str(path)
+
+
+@pytest.fixture
+def recipe(tmp_path: Path) -> Path:
+    (tmp_path / "task.py").write_text(TASK)
+    rows(tmp_path / "train.jsonl", [{"prompt": "a", "answer": "b", "hint": "h"}] * 3)
+    rows(tmp_path / "test.jsonl", [{"prompt": "a", "answer": "b", "hint": "h"}])
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        textwrap.dedent(
+            """\
+            defaults: [nexrl_base, _self_]
+            experiment_name: t
+            model: {tiny: {vocab: [a, b]}}
+            data: {data_files: [train.jsonl]}
+            rollout_worker: {evaluator: "task.py:Scored", group_size: 4, example_answer: b}
+            trajectory_pool: {key_list: [group_id], batch_size: 8}
+            validate: {every: 5, data_files: [test.jsonl]}
+            """
+        )
+    )
+    return path
+
+
+def problems_of(recipe: Path, *overrides: str) -> list[str]:
+    with pytest.raises(RecipeError) as info:
+        load_recipe_checked(recipe, list(overrides))
+    return info.value.problems
+
+
+def test_a_recipe_whose_task_code_runs_passes(recipe: Path) -> None:
+    load_recipe_checked(recipe, ["rollout_worker.custom_worker=task.py:Worker"])
+
+
+def test_a_data_row_without_the_evaluators_field_names_file_row_and_field(
+    recipe: Path, tmp_path: Path
+) -> None:
+    rows(tmp_path / "train.jsonl", [{"prompt": "a", "answer": "b"}, {"prompt": "a", "label": "b"}])
+    rows(tmp_path / "test.jsonl", [{"prompt": "a", "solution": "b"}])
+    assert problems_of(recipe) == [
+        "data.data_files: train.jsonl, line 2: no 'answer' field, which "
+        "rollout_worker.evaluator reads (its required_fields); fields: ['label', 'prompt']",
+        "validate.data_files: test.jsonl, line 1: no 'answer' field, which "
+        "rollout_worker.evaluator reads (its required_fields); fields: ['prompt', 'solution']",
+    ]
+
+
+def test_a_data_row_without_the_prompt_or_a_workers_field(recipe: Path, tmp_path: Path) -> None:
+    rows(
+        tmp_path / "train.jsonl", [{"question": "a", "answer": "b"}, {"prompt": "a", "answer": "b"}]
+    )
+    (p1, p2) = problems_of(recipe, "rollout_worker.custom_worker=task.py:Worker")
+    assert p1.startswith("data.data_files: train.jsonl, line 1: no 'prompt' field")
+    assert p2.startswith(
+        "data.data_files: train.jsonl, line 2: no 'hint' field, which "
+        "rollout_worker.custom_worker reads"
+    )
+
+
+def test_an_evaluator_without_evaluate_or_with_a_failing_constructor(recipe: Path) -> None:
+    (p,) = problems_of(recipe, "rollout_worker.evaluator=task.py:NoEvaluate")
+    assert p.startswith("rollout_worker.evaluator: NoEvaluate has no 'evaluate' method (")
+    assert "task.py" in p and "\n" not in p
+    (p,) = problems_of(recipe, "rollout_worker.evaluator=task.py:Exploding")
+    assert p.startswith("rollout_worker.evaluator: Exploding() failed (")
+    assert p.endswith("task.py): RuntimeError: no API key")
+
+
+def test_a_worker_whose_constructor_fails_or_that_lacks_the_hooks(recipe: Path) -> None:
+    (p,) = problems_of(recipe, "rollout_worker.custom_worker=task.py:BrokenWorker")
+    assert p.startswith("rollout_worker.custom_worker: BrokenWorker(...) failed (")
+    assert p.endswith("task.py): ValueError: needs a tool server")
+    (p,) = problems_of(recipe, "rollout_worker.custom_worker=task.py:NoHooks")
+    assert p.startswith("rollout_worker.custom_worker: NoHooks implements neither run_agent")
+
+
+def test_the_example_answer_is_scored_on_the_first_training_row(recipe: Path) -> None:
+    (p,) = problems_of(recipe, "rollout_worker.evaluator=task.py:RaisesOnScore")
+    assert p.startswith(
+        "rollout_worker.example_answer: RaisesOnScore.evaluate('b') failed on train.jsonl, line 1 ("
+    )
+    assert p.endswith("ValueError: could not convert string to float: 'b'")
+    (p,) = problems_of(recipe, "rollout_worker.evaluator=task.py:ReturnsAFloat")
+    assert p.endswith("TypeError: returned float, not an EvaluationRunResult")
+    # no example answer: no dry run
+    load_recipe_checked(
+        recipe,
+        ["rollout_worker.evaluator=task.py:RaisesOnScore", "rollout_worker.example_answer=null"],
+    )
+
+
+def test_the_cli_prints_them_with_exit_2(
+    recipe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows(tmp_path / "train.jsonl", [{"prompt": "a"}])
+    assert main([str(recipe), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "train.jsonl, line 1: no 'answer' field" in err and "Traceback" not in err
