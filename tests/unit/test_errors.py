@@ -16,6 +16,7 @@ from backends.inference.embedded.weights import SnapshotError as EmbeddedSnapsho
 from nexrl.agent_service.client import AgentServiceError
 from nexrl.agent_service.errors import ServiceError as AgentServiceHTTPError
 from nexrl.algorithms.registry import UnknownNameError
+from nexrl.cli.new_task import NewTaskError
 from nexrl.config.errors import RecipeError
 from nexrl.controller.loop import ControllerError
 from nexrl.controller.rundir import RunDirError
@@ -73,6 +74,7 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     ReloadError: (RuntimeError,),
     EmbeddedSnapshotError: (ValueError,),
     SlurmError: (RuntimeError,),
+    NewTaskError: (),
     InferenceJobLost: (RuntimeError,),
 }
 
