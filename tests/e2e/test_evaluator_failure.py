@@ -1,9 +1,11 @@
 """Evaluator metrics reach metrics.jsonl; a run whose evaluator fails on every sample stops.
 
 The default recipe's evaluator reports ``answered_a_digit``: its per-step mean is
-``eval/answered_a_digit``. With a data file that lacks the evaluator's answer
-field, every sample's evaluator raises KeyError: the run stops with a non-zero
-exit naming the evaluator, the exception and the first failing row, after
+``eval/answered_a_digit``. An evaluator that reads a data field it did not declare
+in ``required_fields`` (so ``--check`` cannot see that the data lacks it: a
+declared one is caught before the run starts, tests/unit/config/test_check_task_code.py)
+raises KeyError on every sample: the run stops with a non-zero exit naming the
+evaluator, the exception and the first failing row, after
 ``rollout_worker.max_evaluator_error_steps`` steps, or at the end of a shorter run.
 """
 
@@ -18,14 +20,23 @@ import pytest
 
 from nexrl.controller import Controller, ControllerError
 from nexrl.recipe import load_recipe_checked
-from tests.e2e._recipe import DATA, RECIPE, overrides, read_rows, subprocess_env, train_rows
+from tests.e2e._recipe import RECIPE, overrides, read_rows, subprocess_env, train_rows
 
 
-def _data_without_answers(tmp_path: Path) -> Path:
-    rows = [json.loads(line) for line in Path(DATA).read_text().splitlines()]
-    path = tmp_path / "no_answers.jsonl"
-    path.write_text("".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in rows))
-    return path
+EVALUATOR = """
+from nexrl.rollout_worker import EvaluationRunResult, Evaluator
+
+
+class SolutionEvaluator(Evaluator):  # reads 'solution', which the data does not have
+    def evaluate(self, data, evaluation_target):
+        return EvaluationRunResult(reward=float(evaluation_target.final_answer == data["solution"]))
+"""
+
+
+def _evaluator_of_a_missing_field(tmp_path: Path) -> str:
+    path = tmp_path / "solution_evaluator.py"
+    path.write_text(EVALUATOR)
+    return f"rollout_worker.evaluator={path}:SolutionEvaluator"
 
 
 def test_evaluator_metrics_are_in_the_metrics_rows(tmp_path: Path) -> None:
@@ -41,14 +52,13 @@ def test_evaluator_metrics_are_in_the_metrics_rows(tmp_path: Path) -> None:
     assert summary["evaluator_errors"] == 0
 
 
-def test_missing_answer_field_stops_after_n_steps(tmp_path: Path) -> None:
+def test_evaluator_failing_on_every_sample_stops_after_n_steps(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    data = _data_without_answers(tmp_path)
     recipe = load_recipe_checked(
         RECIPE,
         overrides(
             out,
-            f"data.data_files=[{data}]",
+            _evaluator_of_a_missing_field(tmp_path),
             "rollout_worker.max_evaluator_error_steps=2",
             steps=4,
         ),
@@ -56,8 +66,8 @@ def test_missing_answer_field_stops_after_n_steps(tmp_path: Path) -> None:
     with pytest.raises(ControllerError) as err:
         Controller(recipe, progress=False).run()
     msg = str(err.value)
-    assert "MaxDigitEvaluator" in msg
-    assert "KeyError" in msg and "'answer'" in msg
+    assert "SolutionEvaluator" in msg
+    assert "KeyError" in msg and "'solution'" in msg
     assert "first failing row" in msg and '"prompt": "max' in msg
     assert "max_evaluator_error_steps=2" in msg
     rows = train_rows(out)  # what was written before the stop is whole
@@ -69,14 +79,13 @@ def test_missing_answer_field_stops_after_n_steps(tmp_path: Path) -> None:
 
 def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    data = _data_without_answers(tmp_path)
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "nexrl.cli.train",
             RECIPE,
-            *overrides(out, f"data.data_files=[{data}]", steps=2),  # shorter than N=3
+            *overrides(out, _evaluator_of_a_missing_field(tmp_path), steps=2),  # shorter than N=3
         ],
         env=subprocess_env(),
         capture_output=True,
@@ -86,21 +95,21 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr[-3000:]
     stop = [line for line in proc.stderr.splitlines() if line.startswith("error: the run stopped")]
     assert len(stop) == 1, proc.stderr[-3000:]
-    assert "MaxDigitEvaluator" in stop[0] and "KeyError" in stop[0]
+    assert "SolutionEvaluator" in stop[0] and "KeyError" in stop[0]
     # 64 failed samples: each in a worker's log file, once per worker on the terminal
     warned = [
         line
         for line in proc.stderr.splitlines()
-        if line.startswith("nexrl.rollout_worker.base - WARNING - evaluator MaxDigitEvaluator")
+        if line.startswith("nexrl.rollout_worker.base - WARNING - evaluator SolutionEvaluator")
     ]
     per_worker = [p.read_text() for p in sorted((out / "logs").glob("dask-worker-*.log"))]
     # one line for each worker that logged any (its log file says which)
-    assert len(warned) == sum("MaxDigitEvaluator failed" in t for t in per_worker) >= 1, (
+    assert len(warned) == sum("SolutionEvaluator failed" in t for t in per_worker) >= 1, (
         proc.stderr[-3000:]
     )
     assert "Traceback" not in proc.stderr
     logged = "".join(per_worker)
-    assert logged.count("MaxDigitEvaluator failed") == 64
+    assert logged.count("SolutionEvaluator failed") == 64
     assert [r["step"] for r in train_rows(out)] == [1, 2]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["evaluator_errors"] == 64 and summary["evaluator_error_share"] == 1.0

@@ -9,16 +9,18 @@ import pytest
 
 from nexrl.metrics import summarize, write_summary
 
-# 8 training steps, validation before step 1 (step 0) and at steps 4 and 8.
+# 8 training steps, validation before step 1 (step 0) and at steps 4 and 8. The
+# jsonl sink stamps every row with its clock (time, time/running_s), the step-0
+# validation row included.
 REWARDS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
 ROWS = [
-    {"step": 0, "time": 1000.0, "val/reward/mean": 0.15},
+    {"step": 0, "time": 1000.0, "time/running_s": 0.0, "val/reward/mean": 0.15},
     *(
-        {"step": s, "time": 1000.0 + 10 * s, "reward/mean": r}
+        {"step": s, "time": 1000.0 + 10 * s, "time/running_s": 10.0 * s, "reward/mean": r}
         for s, r in zip(range(1, 9), REWARDS, strict=True)
     ),
-    {"step": 4, "time": 1041.0, "val/reward/mean": 0.55},
-    {"step": 8, "time": 1085.0, "val/reward/mean": 0.45},
+    {"step": 4, "time": 1041.0, "time/running_s": 41.0, "val/reward/mean": 0.55},
+    {"step": 8, "time": 1085.0, "time/running_s": 85.0, "val/reward/mean": 0.45},
 ]
 
 

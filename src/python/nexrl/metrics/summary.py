@@ -25,8 +25,9 @@ def _number(value: Any) -> float | None:
 
 
 def _is_training_row(row: dict[str, Any]) -> bool:
-    """A row with some metric besides validation ones (``val/...``)."""
-    return any(k not in ("step", "time") and not k.startswith("val/") for k in row)
+    """A row with some metric besides validation ones (``val/...``) and the sink's
+    own clock (``time``, ``time/running_s``)."""
+    return any(k not in ("step", "time") and not k.startswith(("val/", "time/")) for k in row)
 
 
 def _by_step(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
