@@ -22,7 +22,6 @@ from nexrl.controller import Controller, ControllerError
 from nexrl.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, read_rows, subprocess_env, train_rows
 
-
 EVALUATOR = """
 from nexrl.rollout_worker import EvaluationRunResult, Evaluator
 

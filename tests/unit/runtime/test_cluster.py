@@ -1,4 +1,5 @@
-"""Cluster builders: a real LocalCluster, and the Slurm job script / Kubernetes spec."""
+"""Cluster builders: a real LocalCluster, and the Slurm job scripts (the Kubernetes
+resources: test_kubernetes.py)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import sys
 
 from nexrl.config.sections.cluster import (
     ClusterConfig,
-    KubernetesConfig,
     SlurmConfig,
     SlurmJobSize,
     SlurmRolloutJobs,
 )
-from nexrl.runtime.cluster import kubernetes_cluster_spec, start_cluster
-from nexrl.runtime.slurm import job_kwargs, role_resources
+from nexrl.runtime.cluster import start_cluster
+from nexrl.runtime.roles import role_resources
+from nexrl.runtime.slurm import job_kwargs
 
 
 def test_local_cluster_offers_gpu_and_cpu_resources_per_worker() -> None:
@@ -66,21 +67,6 @@ def test_slurm_job_scripts_carry_the_recipe_settings_and_each_roles_resources() 
 
 def test_trainer_jobs_offer_what_a_trainer_asks_for_even_on_a_cpu_partition() -> None:
     cpu_partition = SlurmJobSize(cores=2, memory="8GB", gpus=0)
-    assert role_resources("trainer", cpu_partition, trainer_gpus=1) == {"GPU": 1.0}
-    assert role_resources("trainer", cpu_partition, trainer_gpus=0) == {"GPU": 1.0}
-    assert role_resources("rollout", cpu_partition, trainer_gpus=1) == {"CPU": 2.0}
-
-
-def test_kubernetes_spec_has_gpu_limits_and_worker_resources() -> None:
-    spec = kubernetes_cluster_spec(
-        KubernetesConfig(image="me/nexrl:1", namespace="rl", n_workers=3, cpu="8", gpus=1),
-        name="nexrl-exp",
-    )
-    assert spec["metadata"] == {"name": "nexrl-exp", "namespace": "rl"}
-    worker = spec["spec"]["worker"]
-    assert worker["replicas"] == 3
-    (container,) = worker["spec"]["containers"]
-    assert container["image"] == "me/nexrl:1"
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert container["resources"]["limits"]["cpu"] == "8"
-    assert container["args"][-2:] == ["--resources", "GPU=1,CPU=8"]
+    assert role_resources("trainer", cpu_partition.cores, trainer_gpus=1) == {"GPU": 1.0}
+    assert role_resources("trainer", cpu_partition.cores, trainer_gpus=0) == {"GPU": 1.0}
+    assert role_resources("rollout", cpu_partition.cores, trainer_gpus=1) == {"CPU": 2.0}

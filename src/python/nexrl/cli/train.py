@@ -45,7 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="submit this run's driver as a Slurm batch job (cluster.slurm settings) and exit",
     )
     p.add_argument(
-        "--dry-run", action="store_true", help="with --sbatch: print the job script, submit nothing"
+        "--dry-run",
+        action="store_true",
+        help="with --sbatch: print the job script; with cluster.type=kubernetes: print the "
+        "run's Dask operator resources (checked against its CRD schemas); create nothing",
     )
     p.add_argument(
         "--new-task",
@@ -89,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.recipe}: recipe is valid")
     if args.print_config or args.check:
         return 0
+    if args.dry_run and not args.sbatch and str(recipe.cfg.cluster.type) == "kubernetes":
+        return kubernetes_manifests(recipe)
     if args.sbatch or args.dry_run:
         return sbatch(recipe, args.overrides, dry_run=args.dry_run)
     return run(recipe)
@@ -130,6 +135,29 @@ def sbatch(recipe: Recipe, overrides: list[str], *, dry_run: bool) -> int:
     print(
         f"nexrl: follow it with: tail -f {log_dir}/driver-{job}.out   stop it with: scancel {job}"
     )
+    return 0
+
+
+def kubernetes_manifests(recipe: Recipe) -> int:
+    """``--dry-run`` of a Kubernetes run: its DaskCluster and DaskWorkerGroups as YAML
+    (``kubectl apply -f`` accepts them), after checking them against the CRDs."""
+    import yaml
+
+    from nexrl.runtime.kubernetes import manifests, validate_manifests
+
+    cfg = recipe.cfg
+    docs = manifests(
+        cfg.cluster.kubernetes,
+        str(cfg.experiment_name),
+        trainer_gpus=max(1, int(cfg.resource.trainer_gpus)),
+        trainer_ranks=int(cfg.trainer.world_size),
+        inference=not cfg.service.inference_service.base_urls,
+    )
+    problems = validate_manifests(docs)
+    if problems:
+        print(f"error: {recipe.path}: cluster.kubernetes: {'; '.join(problems)}", file=sys.stderr)
+        return 2
+    print(yaml.safe_dump_all(docs, sort_keys=False), end="")
     return 0
 
 

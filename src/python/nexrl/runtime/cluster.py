@@ -10,13 +10,12 @@
 * ``slurm``: every part of the run in Slurm jobs (``nexrl.runtime.slurm``): rollout
   workers (a dask-jobqueue ``SLURMCluster``), one job per trainer rank and the
   embedded inference server's job; all cancelled by ``close()``.
-* ``kubernetes``: a dask-kubernetes ``KubeCluster`` from a cluster spec.
+* ``kubernetes``: every part of the run in pods (``nexrl.runtime.kubernetes``): a
+  dask-kubernetes ``DaskCluster`` of rollout workers, one worker group per trainer
+  rank and one for the embedded inference server; all deleted by ``close()``.
 
 Whatever the type, a recipe's ``plugins:`` are imported in every worker, present and
 future (``nexrl.runtime.worker_plugin``), before ``start_cluster`` returns.
-
-The Kubernetes builder returns the spec so that it can be inspected (and
-tested) without an API server.
 """
 
 from __future__ import annotations
@@ -27,22 +26,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nexrl.config.sections.cluster import ClusterConfig, KubernetesConfig
+from nexrl.config.sections.cluster import ClusterConfig
 
 
 @dataclass
 class ClusterHandle:
     """A connected client and the cluster object it owns (None for 'address').
 
-    On Slurm, ``trainer_workers[r]`` is the worker of trainer rank ``r``'s job and
-    ``inference_worker`` the worker that hosts the embedded server (None elsewhere:
-    trainer ranks are placed by resources, the server is a child of the driver)."""
+    On Slurm and Kubernetes, ``trainer_workers[r]`` is the worker of trainer rank
+    ``r``'s job (pod) and ``inference_worker`` the worker that hosts the embedded
+    server (None elsewhere: trainer ranks are placed by resources, the server is a
+    child of the driver); ``inference_group`` is the Kubernetes worker group whose
+    pod (restarted by its Deployment) hosts the server."""
 
     client: Any
     cluster: Any | None
     slurm_jobs: Any | None = None  # nexrl.runtime.slurm.SlurmJobs
     trainer_workers: list[str] | None = None
     inference_worker: str | None = None
+    inference_group: str | None = None
     _closed: bool = field(default=False, repr=False)
 
     @property
@@ -60,10 +62,17 @@ class ClusterHandle:
 
     def live_inference_worker(self) -> str:
         """The inference job's worker address; on Slurm, a job that ended (scancel,
-        node failure, walltime) is replaced by a new one first."""
+        node failure, walltime) is replaced by a new one first; on Kubernetes, the
+        group's restarted pod is waited for."""
         workers = self.client.scheduler_info(n_workers=-1)["workers"]
         if self.inference_worker in workers:
             return str(self.inference_worker)
+        if self.inference_group is not None:
+            from nexrl.runtime.kubernetes import wait_for_groups
+
+            group = self.inference_group
+            self.inference_worker = wait_for_groups(self.client, [group], 600.0)[group]
+            return self.inference_worker
         if self.slurm_jobs is None:
             raise RuntimeError("this cluster has no inference job")
         index = sum(1 for j in self.slurm_jobs.submitted if j.role == "inference")
@@ -110,31 +119,6 @@ def local_cluster_kwargs(cfg: ClusterConfig, gpus_per_worker: int = 1) -> dict[s
     }
 
 
-def kubernetes_cluster_spec(cfg: KubernetesConfig, name: str) -> dict[str, Any]:
-    """A dask-kubernetes ``DaskCluster`` spec with CPU/memory/GPU limits and the
-    workers' ``GPU``/``CPU`` Dask resources."""
-    from dask_kubernetes.operator import make_cluster_spec
-
-    limits: dict[str, Any] = {"cpu": cfg.cpu, "memory": cfg.memory}
-    if cfg.gpus:
-        limits["nvidia.com/gpu"] = cfg.gpus
-    spec: dict[str, Any] = make_cluster_spec(
-        name=name,
-        image=cfg.image,
-        n_workers=cfg.n_workers,
-        resources={"requests": dict(limits), "limits": limits},
-    )
-    spec["metadata"]["namespace"] = cfg.namespace
-    container = spec["spec"]["worker"]["spec"]["containers"][0]
-    res = worker_resources(cfg.gpus, int(float(cfg.cpu)))
-    container["args"] = [
-        *container.get("args", []),
-        "--resources",
-        ",".join(f"{k}={v:g}" for k, v in res.items()),
-    ]
-    return spec
-
-
 def start_cluster(
     cfg: ClusterConfig,
     experiment: str,
@@ -151,6 +135,7 @@ def start_cluster(
     every worker, present and future, before the client is returned. On Slurm,
     ``trainer_ranks`` jobs for the trainer and (``inference_job``) one for the
     embedded server are submitted and joined first; job output goes to ``log_dir``.
+    On Kubernetes, the same as worker groups (pods).
     """
     from distributed import Client
 
@@ -175,10 +160,18 @@ def start_cluster(
         handle = ClusterHandle(client, cluster, jobs, trainers, server)
         return _with_plugins(handle, plugins)
     else:
-        from dask_kubernetes.operator import KubeCluster
+        from nexrl.runtime.kubernetes import group_names, start_kubernetes
 
-        spec = kubernetes_cluster_spec(cfg.kubernetes, name=f"nexrl-{experiment}")
-        cluster = KubeCluster(custom_cluster_spec=spec, namespace=cfg.kubernetes.namespace)
+        client, cluster, trainers, server = start_kubernetes(
+            cfg.kubernetes,
+            experiment,
+            trainer_gpus=gpus_per_worker,
+            trainer_ranks=trainer_ranks,
+            inference=inference_job,
+        )
+        group = group_names(experiment, 0, inference_job).get("inference")
+        handle = ClusterHandle(client, cluster, None, trainers, server, group)
+        return _with_plugins(handle, plugins)
     return _with_plugins(ClusterHandle(Client(cluster, timeout="120s"), cluster), plugins)
 
 

@@ -38,41 +38,24 @@ from typing import Any
 
 from nexrl.config.sections.cluster import SlurmConfig, SlurmJobSize
 from nexrl.errors import NexrlError
+from nexrl.runtime.roles import resources_arg, role_resources
 
 __all__ = [
     "SlurmError",
     "SlurmJobs",
     "SubmittedJob",
     "job_kwargs",
-    "resources_arg",
-    "role_resources",
     "sbatch",
     "start_slurm",
 ]
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("rollout", "trainer", "inference")
 DEATH_TIMEOUT_S = 120  # a job's worker exits this long after losing the driver's scheduler
 
 
 class SlurmError(RuntimeError, NexrlError):
     """A Slurm job could not be submitted, or its worker never joined."""
-
-
-def role_resources(role: str, jobs: SlurmJobSize, trainer_gpus: int) -> dict[str, float]:
-    """The Dask resources a role's worker offers: exactly what that role's work asks for."""
-    if role == "rollout":
-        return {"CPU": float(jobs.cores)}
-    if role == "trainer":
-        return {"GPU": float(max(1, trainer_gpus))}
-    if role == "inference":
-        return {"INFERENCE": 1.0}
-    raise ValueError(f"unknown Slurm job role {role!r} (one of {', '.join(ROLES)})")
-
-
-def resources_arg(resources: dict[str, float]) -> list[str]:
-    return ["--resources", ",".join(f"{k}={v:g}" for k, v in resources.items())]
 
 
 def _prologue(cfg: SlurmConfig) -> list[str]:
@@ -107,7 +90,7 @@ def job_kwargs(
         "job_name": f"nexrl-{experiment}-{role}",
         "job_extra_directives": directives,
         "job_script_prologue": _prologue(cfg),
-        "worker_extra_args": resources_arg(role_resources(role, jobs, trainer_gpus)),
+        "worker_extra_args": resources_arg(role_resources(role, jobs.cores, trainer_gpus)),
         "python": cfg.python or sys.executable,
         "death_timeout": DEATH_TIMEOUT_S,
     }

@@ -86,13 +86,45 @@ class SlurmConfig:
 
 
 @dataclass
+class KubePodSize:
+    """The size of one pod (one Dask worker per pod): requests = limits."""
+
+    cpu: str = cfg_field(
+        "4", help="CPU request/limit per pod (Kubernetes quantity, e.g. 4 or 500m)."
+    )
+    memory: str = cfg_field("16Gi", help="Memory request/limit per pod (e.g. 16Gi).")
+    gpus: int = cfg_field(1, help="nvidia.com/gpu per pod (0 = none).", minimum=0)
+
+
+@dataclass
 class KubernetesConfig:
+    """Every part of a run in pods of a dask-kubernetes cluster (the Dask operator
+    must be installed in the cluster): the scheduler and the rollout worker pods of
+    a ``DaskCluster``, one ``DaskWorkerGroup`` per trainer rank and one for the
+    embedded inference server."""
+
     image: str = cfg_field("ghcr.io/dask/dask:latest", help="Worker image with nexrl installed.")
     namespace: str = cfg_field("default", help="Kubernetes namespace.")
-    n_workers: int = cfg_field(1, help="Worker pods.", minimum=1)
-    cpu: str = cfg_field("4", help="CPU request/limit per worker.")
-    memory: str = cfg_field("16Gi", help="Memory request/limit per worker.")
-    gpus: int = cfg_field(0, help="nvidia.com/gpu per worker.", minimum=0)
+    n_workers: int = cfg_field(1, help="Rollout worker pods.", minimum=1)
+    cpu: str = cfg_field("4", help="CPU request/limit per rollout worker pod.")
+    memory: str = cfg_field("16Gi", help="Memory request/limit per rollout worker pod.")
+    gpus: int = cfg_field(0, help="nvidia.com/gpu per rollout worker pod.", minimum=0)
+    trainer: KubePodSize = cfg_field(
+        default_factory=KubePodSize,
+        help="Each trainer rank's pod (trainer.world_size of them, one worker group "
+        "each). Its Dask worker offers GPU=resource.trainer_gpus, whatever the pod's GPUs.",
+    )
+    inference: KubePodSize = cfg_field(
+        default_factory=KubePodSize,
+        help="The embedded inference server's pod (service.inference_service without "
+        "base_urls). Its Dask worker offers INFERENCE=1 and starts the server in it.",
+    )
+    worker_start_timeout_s: float = cfg_field(
+        600.0,
+        help="How long to wait for the trainer and inference pods' workers to join "
+        "(image pulls, GPU node scale-up) before stopping with an error naming them.",
+        minimum=1,
+    )
 
 
 @dataclass
