@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from nexrl.config.sections.cluster import (
@@ -16,7 +17,7 @@ from nexrl.config.sections.cluster import (
 )
 from nexrl.runtime.cluster import start_cluster
 
-from ._slurm import require_slurm, wait_gone
+from ._slurm import require_slurm, squeue, wait_gone
 
 
 def _job_env() -> dict[str, str | None]:
@@ -181,3 +182,49 @@ def test_the_embedded_server_runs_in_the_inference_job_and_moves_to_a_new_one_wh
         supervisor.close()
         handle.close()
     assert wait_gone(ids + handle.job_ids().get("rollout", [])) == {}
+
+
+def test_rollout_jobs_adapt_to_the_backlog_between_jobs_and_max_jobs(tmp_path: Path) -> None:
+    """``rollout.max_jobs`` > ``rollout.jobs``: a backlog of rollout work (futures
+    asking for ``CPU``) brings more rollout jobs, up to ``max_jobs``, and they are
+    cancelled again when it is done; the trainer job is never touched."""
+    require_slurm()
+    slurm = SlurmConfig(
+        partition="debug",
+        walltime="00:20:00",
+        scheduler_host="127.0.0.1",
+        job_start_timeout_s=120,
+        rollout=SlurmRolloutJobs(jobs=1, max_jobs=3, cores=1, memory="1GB", gpus=0),
+        trainer=SlurmJobSize(cores=1, memory="1GB", gpus=0),
+    )
+    cfg = ClusterConfig(type="slurm", slurm=slurm, dashboard_address=":0")
+    handle = start_cluster(cfg, "adapt", 1, trainer_ranks=1, log_dir=tmp_path / "slurm")
+    jobs = handle.slurm_jobs
+    assert jobs is not None
+    trainer_ids = handle.job_ids()["trainer"]
+    seen: set[str] = set()
+    try:
+        client = handle.client
+        deadline = time.monotonic() + 180
+        while len(jobs.rollout_job_ids()) != 1 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert len(jobs.rollout_job_ids()) == 1  # the minimum, with no backlog
+
+        # 60 rollouts of 1 s each: a backlog one worker needs a minute for.
+        futs = [client.submit(time.sleep, 1.0, resources={"CPU": 1}, pure=False) for _ in range(60)]
+        while len(seen) < 3 and time.monotonic() < deadline:
+            seen.update(jobs.rollout_job_ids())
+            time.sleep(0.5)
+        assert len(seen) == 3, f"rollout jobs seen during the backlog: {sorted(seen)}"
+        assert len(jobs.rollout_job_ids()) <= 3  # never beyond max_jobs
+        client.gather(futs)
+
+        # Back to the minimum once the backlog is gone; the trainer job stays.
+        deadline = time.monotonic() + 180
+        while len(jobs.rollout_job_ids()) > 1 and time.monotonic() < deadline:
+            time.sleep(1.0)
+        assert len(jobs.rollout_job_ids()) == 1
+        assert squeue(trainer_ids) == {trainer_ids[0]: "RUNNING"}
+    finally:
+        handle.close()
+    assert wait_gone([*seen, *trainer_ids]) == {}, "jobs left in squeue after close()"
