@@ -33,9 +33,10 @@ from nexrl.pool.layout import PoolStoreError
 from nexrl.pool.pool import PoolConfigError
 from nexrl.rollout_worker.agent.config import AgentConfigError
 from nexrl.rollout_worker.openai_agent.entrypoint import AgentError
+from nexrl.runtime.kubernetes import KubernetesError
 from nexrl.runtime.remote_server import InferenceJobLost
 from nexrl.runtime.slurm import SlurmError
-from nexrl.trainer.actor import TrainerGroupError
+from nexrl.trainer.actor import TrainerGroupError, TrainerLostError
 from nexrl.trainer.base import TrainerError
 from nexrl.trainer.sft_data import SftDataError
 from nexrl.types.batch import BatchError
@@ -62,6 +63,8 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     SnapshotError: (RuntimeError,),
     TrainerError: (RuntimeError,),
     TrainerGroupError: (RuntimeError,),
+    TrainerLostError: (TrainerGroupError, RuntimeError),
+    KubernetesError: (RuntimeError,),
     MetricSinkError: (RuntimeError,),
     InferenceError: (RuntimeError,),
     WarmStartError: (ValueError,),
@@ -124,6 +127,7 @@ def test_recipe_error_still_pickles_with_its_problems() -> None:
     [
         TrainerError("trainer: batch has no responses"),
         TrainerGroupError("trainer.world_size=3 needs 3 Dask workers"),
+        TrainerLostError("rank 1's worker is gone", (1,)),
         CheckpointError("checkpoints/step_3: missing meta.json"),
         InferenceError("timed out", base_url="http://x", status_code=504),
         PoolConfigError(["trajectory_pool.key_list: a key is listed twice"]),

@@ -106,6 +106,8 @@ class Controller:
 
     # -- entry ------------------------------------------------------------------
     def run(self) -> RunResult:
+        from nexrl.trainer.actor import TrainerGroupError
+
         previous = self._install_signals()
         try:
             if str(self.cfg.get("mode", "rl")) == "sft":  # no rollouts (nexrl.controller.sft)
@@ -124,9 +126,12 @@ class Controller:
             )
             parts = self.components
             self.scheduler.target = parts.groups_per_batch * (1 + parts.sync_policy.batches_ahead)
-            self._resume()
-            self._filtered_mark = self._filtered_groups()
-            return self._loop()
+            try:
+                self._resume()
+                self._filtered_mark = self._filtered_groups()
+                return self._loop()
+            except TrainerGroupError as exc:  # a rank failed or its worker died mid-run
+                raise ControllerError(self._trainer_stopped(exc)) from exc
         finally:
             self._restore_signals(previous)
             if self.components is not None:
@@ -186,6 +191,22 @@ class Controller:
             self.version,
             len(state.pending),
             len(self.scheduler.skip),
+        )
+
+    def _trainer_stopped(self, exc: Any) -> str:
+        """The one line that stops a run whose trainer failed: which ranks (and, on
+        Slurm, their jobs), what happened, and how to resume."""
+        jobs = self.components.cluster.job_ids().get("trainer", []) if self.components else []
+        where = ", ".join(
+            f"rank {r} (Slurm job {jobs[r]})" if r < len(jobs) else f"rank {r}" for r in exc.ranks
+        )
+        if self._last_ckpt_step > 0:
+            resume = f"from its checkpoint of step {self._last_ckpt_step}"
+        else:
+            resume = "from the start (no checkpoint was written yet: see trainer.save_every)"
+        return (
+            f"the trainer failed{' on ' + where if where else ''} at step {self.step + 1}: {exc}; "
+            f"run the same command again to resume {resume}"
         )
 
     @property
@@ -257,7 +278,7 @@ class Controller:
         path = parts.run.batches / f"step_{self.step + 1}.pt"
         save_batch(Batch.from_columns(trained, parts.pad_token_id), path)
         version_before = self.version
-        pending = parts.trainer.start("step", str(path))
+        pending = parts.trainer.start("step", str(path))  # TrainerGroupError: see run()
         while not pending.done():
             if time.monotonic() > pending.deadline:
                 raise ControllerError(
@@ -266,10 +287,7 @@ class Controller:
                 )
             self._service(dispatch=parts.sync_policy.dispatch_while_training)
             time.sleep(POLL_S)
-        try:
-            result: StepResult = pending.result()[0]  # rank 0's: it holds the snapshot path
-        except Exception as exc:
-            raise ControllerError(f"trainer: {exc}") from exc
+        result: StepResult = pending.result()[0]  # rank 0's: it holds the snapshot path
         path.unlink(missing_ok=True)
         t_train = time.perf_counter()
         self.step = result.global_step
@@ -478,6 +496,8 @@ class Controller:
         return out
 
     def _checkpoint(self) -> None:
+        from nexrl.trainer.actor import TrainerGroupError
+
         parts = self.parts
         pending = self.scheduler.pending(parts.dispatcher)
         state = ControllerState(
@@ -490,6 +510,8 @@ class Controller:
         )
         try:
             parts.trainer.save_checkpoint(state.to_extra_state())
+        except TrainerGroupError:
+            raise  # run() names the ranks and how to resume
         except Exception as exc:
             raise ControllerError(f"trainer checkpoint at step {self.step}: {exc}") from exc
         self._last_ckpt_step = self.step

@@ -47,6 +47,7 @@ __all__ = [
     "TrainerActor",
     "TrainerGroup",
     "TrainerGroupError",
+    "TrainerLostError",
     "pick_workers",
 ]
 
@@ -55,7 +56,16 @@ logger = logging.getLogger(__name__)
 
 
 class TrainerGroupError(RuntimeError, NexrlError):
-    """Trainer actors could not be placed, or a collective call failed on some rank."""
+    """Trainer actors could not be placed, or a collective call failed on some rank
+    (``ranks``: the ranks that failed, when known)."""
+
+    def __init__(self, message: str, ranks: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.ranks = ranks
+
+
+class TrainerLostError(TrainerGroupError):
+    """A trainer rank's worker is gone: its process, its job or its node died."""
 
 
 @dataclass(frozen=True)
@@ -206,7 +216,8 @@ class PendingCall:
             ranks = ", ".join(str(r) for r, _ in errors)
             raise TrainerGroupError(
                 f"trainer {self.method} failed on rank(s) {ranks}; rank {rank}: "
-                f"{type(first).__name__}: {first}"
+                f"{type(first).__name__}: {first}",
+                tuple(r for r, _ in errors),
             ) from first
         return results
 
@@ -300,7 +311,15 @@ class TrainerGroup:
     ) -> PendingCall:
         """Start ``method`` on every rank and return at once (``PendingCall.done()`` /
         ``.result()``), so a controller can keep working while the ranks run."""
-        pending = [getattr(actor, method)(*args, **kwargs) for actor in self.actors]
+        pending = []
+        for rank, actor in enumerate(self.actors):
+            try:
+                pending.append(getattr(actor, method)(*args, **kwargs))
+            except RuntimeError as exc:  # distributed: "Worker holding Actor was lost"
+                raise TrainerLostError(
+                    f"rank {rank}'s worker is gone (its process, job or node died): {exc}",
+                    (rank,),
+                ) from exc
         return PendingCall(method, pending, time.monotonic() + (timeout_s or self.timeout_s))
 
     # -- convenience wrappers (rank 0's answer) -----------------------------------------
