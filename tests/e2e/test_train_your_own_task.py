@@ -3,7 +3,8 @@ the data script, the training command (run as ``python -m nexrl.cli.train``, whi
 is what the ``./pants run`` target runs, with a free dashboard port so parallel
 tests do not collide) and the guide's Python block that reads the results.
 
-The guide promises: 30 steps, the reward from about 0.1 to above 0.6, ``eval/exact``
+The guide promises: 100 steps, the 5-step mean reward from about 0.1 to about 0.65
+(measured 0.09 -> 0.65; runs of the recipe repeat to the digit), ``eval/exact``
 with it, everything in ``runs/next_digit/``. The unit tier
 (tests/unit/docs/test_train_your_own_task.py) checks the scaffold and ``--check``.
 """
@@ -42,11 +43,9 @@ def test_the_guides_run_learns_and_its_python_reads_the_results(task: Path) -> N
 
     out = Path("runs/next_digit")
     summary = json.loads((out / "summary.json").read_text())
-    assert (summary["steps_run"], summary["first_step"], summary["last_step"]) == (30, 1, 30)
-    assert summary["reward_first5_mean"] < 0.35, (
-        summary
-    )  # "about 0.1" (a uniform guess: 0.1 + partial credit)
-    assert summary["reward_last5_mean"] > 0.6, summary  # "above 0.6"
+    assert (summary["steps_run"], summary["first_step"], summary["last_step"]) == (100, 1, 100)
+    assert summary["reward_first5_mean"] < 0.2, summary  # "about 0.1"
+    assert summary["reward_last5_mean"] > 0.55, summary  # "about 0.65"
     for name in ("metrics.jsonl", "plots/reward_curve.png", "pool.zarr", "logs/driver.log"):
         assert (out / name).exists(), name
 
