@@ -123,7 +123,9 @@ def rollout_spec(recipe: Recipe, pool: PoolConfig, base_urls: list[str]) -> Roll
         seed=int(cfg.seed) if rw.seeded_requests else None,
         # replicas given by URL (vLLM, SGLang) do not report the version they serve:
         # the controller's record of what it loaded tags the replies
-        versions_from_pool=bool(svc.base_urls),
+        # engines that report no policy version: replicas at base_urls, or one that
+        # nexrl starts by service.inference_service.command (vLLM, SGLang)
+        versions_from_pool=bool(svc.base_urls or svc.command),
     )
 
 

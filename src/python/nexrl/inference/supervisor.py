@@ -5,6 +5,9 @@ the driver; the rollouts' side is ``nexrl.inference.client``).
   (``backends.inference.embedded``) as a child process of the driver, logging to
   ``<output_dir>/logs/inference.log``. It exits by itself if the driver dies.
   If it dies during the run, ``check()`` restarts it on the newest weights.
+* ``command`` with no ``base_urls`` (vLLM, SGLang): nexrl starts that command the
+  same way (``EmbeddedServer(command=...)``), reloads it through ``backend``'s
+  adapter and restarts it on the newest weights if it dies.
 * ``base_urls`` given (vLLM, SGLang or an embedded server started elsewhere):
   nexrl only checks health and reloads weights.
 
@@ -96,34 +99,51 @@ class InferenceSupervisor:
             factory = EmbeddedServer
         self.log_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.config
+        if cfg.command:  # the user's engine: its own flags only
+            command: dict[str, Any] = {"command": str(cfg.command), "extra_args": []}
+        else:
+            command = {"extra_args": self._embedded_args()}
         server = factory(
             self.model_path or "",
             served_model_name=cfg.served_model_name,
             startup_timeout_s=cfg.startup_timeout_s,
             log_path=self.log_dir / "inference.log",
-            extra_args=[
-                "--policy-version",
-                str(self.version),
-                "--max-batch-size",
-                str(cfg.max_batch_size),
-                "--seed",
-                str(self.seed + self.restarts),
-                "--log-level",
-                "warning",
-                *_cpu_threads_args(),
-            ],
+            **command,
         )
+        what = f"'{cfg.command}'" if cfg.command else "the embedded inference server"
         try:
             server.start()
         except Exception as exc:
             raise ServiceError(
-                f"the embedded inference server did not start: {exc} "
-                f"(log: {self.log_dir / 'inference.log'})"
+                f"{what} did not start: {exc} (log: {self.log_dir / 'inference.log'})"
             ) from exc
         self.server = server
         self._urls = [server.base_url]
         self._close_adapter()
-        logger.info("inference: embedded server at %s (pid %s)", server.base_url, server.pid)
+        if cfg.command and self.version > 0:
+            self._adapter_for().policy_version = self.version  # it serves model_path's weights
+        logger.info(
+            "inference: %s at %s (pid %s)",
+            "server started by service.inference_service.command"
+            if cfg.command
+            else "embedded server",
+            server.base_url,
+            server.pid,
+        )
+
+    def _embedded_args(self) -> list[str]:
+        cfg = self.config
+        return [
+            "--policy-version",
+            str(self.version),
+            "--max-batch-size",
+            str(cfg.max_batch_size),
+            "--seed",
+            str(self.seed + self.restarts),
+            "--log-level",
+            "warning",
+            *_cpu_threads_args(),
+        ]
 
     def _adapter_for(self) -> Any:
         if self._adapter is None:

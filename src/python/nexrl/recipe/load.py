@@ -17,6 +17,7 @@ from nexrl.config.paths import resolve_path
 from nexrl.config.renames import migrate
 from nexrl.config.schema import RecipeConfig
 from nexrl.config.structure import structure_problems
+from nexrl.inference import checks as inference_checks
 from nexrl.metrics import checks as metric_checks
 from nexrl.modeling import checks as model_checks
 from nexrl.plugins import load_plugins
@@ -37,6 +38,7 @@ CHECK_MODULES = (
     algorithm_checks,
     metric_checks,
     model_checks,
+    inference_checks,
 )
 
 log = logging.getLogger("nexrl.recipe")

@@ -10,6 +10,13 @@ exits, so no orphan is left behind.
 The child gets ``PYTHONPATH`` = this interpreter's ``sys.path``, so it
 imports the same sources even where the interpreter's own environment does
 not carry them (a Pants sandbox).
+
+With ``command`` (``service.inference_service.command``: a vLLM or SGLang
+server, or any OpenAI-compatible one) the same handle starts that command
+instead, with ``{model}``, ``{host}``, ``{port}`` and ``{served_model_name}``
+filled in: the port is picked free and released just before the start (a
+command cannot take an open socket), the command gets no embedded-server flags,
+and it dies with this process (``PR_SET_PDEATHSIG``) as the embedded server does.
 """
 
 from __future__ import annotations
@@ -40,6 +47,27 @@ if TYPE_CHECKING:
 
 class ServerStartError(RuntimeError, NexrlError):
     """The server exited or did not become healthy in time; the message has its log tail."""
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: SIGTERM this child when the process that started it dies."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def fill_command(command: str, **fields: str) -> list[str]:
+    """``command`` split like a shell line, with ``{model}``-style fields filled in;
+    a field the command names that is not given is an error naming it."""
+    import shlex
+
+    try:
+        return [part.format(**fields) for part in shlex.split(command)]
+    except (KeyError, IndexError) as exc:
+        raise ServerStartError(
+            f"service.inference_service.command names {exc} but only "
+            f"{', '.join('{' + k + '}' for k in fields)} are filled in"
+        ) from None
 
 
 def _terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
@@ -79,10 +107,13 @@ class EmbeddedServer(LocalService):
         startup_timeout_s: float = 120.0,
         log_path: str | Path | None = None,
         exit_with_parent: bool = True,
+        command: str | None = None,
     ) -> None:
         """``log_path``: server stdout/stderr (default: a temp file removed by ``stop()``).
         ``exit_with_parent``: the server exits by itself when this process dies, even
-        by SIGKILL (it runs in its own session, so it would otherwise be orphaned)."""
+        by SIGKILL (it runs in its own session, so it would otherwise be orphaned).
+        ``command``: start this server command instead (see the module doc)."""
+        self.command = command
         self.model = str(model)
         self.host, self.port = host, port
         self.served_model_name = served_model_name or self.model
@@ -125,23 +156,29 @@ class EmbeddedServer(LocalService):
             fd, name = tempfile.mkstemp(prefix="nexrl-embedded-", suffix=".log")
             os.close(fd)
             self.log_path = Path(name)
-        cmd = [
-            sys.executable,
-            "-m",
-            "backends.inference.embedded",
-            "--model",
-            self.model,
-            "--served-model-name",
-            self.served_model_name,
-            "--host",
-            self.host,
-            "--port",
-            str(self.port),
-            "--fd",
-            str(sock.fileno()),
-            *(["--parent-pid", str(os.getpid())] if self.exit_with_parent else []),
-            *self.extra_args,
-        ]
+        fds: tuple[int, ...] = ()
+        if self.command is not None:
+            sock.close()  # the command binds the port itself
+            cmd, preexec = self._command_argv(), _die_with_parent
+        else:
+            cmd = [
+                sys.executable,
+                "-m",
+                "backends.inference.embedded",
+                "--model",
+                self.model,
+                "--served-model-name",
+                self.served_model_name,
+                "--host",
+                self.host,
+                "--port",
+                str(self.port),
+                "--fd",
+                str(sock.fileno()),
+                *(["--parent-pid", str(os.getpid())] if self.exit_with_parent else []),
+                *self.extra_args,
+            ]
+            fds, preexec = (sock.fileno(),), None
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         with open(self.log_path, "ab") as log:
             try:
@@ -151,9 +188,12 @@ class EmbeddedServer(LocalService):
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    pass_fds=(sock.fileno(),),
+                    pass_fds=fds,
                     start_new_session=True,
+                    preexec_fn=preexec if self.exit_with_parent else None,
                 )
+            except OSError as exc:
+                raise ServerStartError(f"could not run {cmd[0]!r}: {exc}") from exc
             finally:
                 sock.close()  # the child owns the listening socket now
         self._finalizer = weakref.finalize(self, _terminate, self._proc, 5.0)
@@ -163,6 +203,16 @@ class EmbeddedServer(LocalService):
             self.stop()  # the error message already carries the log tail
             raise
         return self
+
+    def _command_argv(self) -> list[str]:
+        assert self.command is not None
+        return fill_command(
+            self.command,
+            model=self.model,
+            host=self.host,
+            port=str(self.port),
+            served_model_name=self.served_model_name,
+        )
 
     def wait_healthy(self, timeout_s: float) -> None:
         """Poll ``/health`` until 200; raise ``ServerStartError`` on exit or timeout."""

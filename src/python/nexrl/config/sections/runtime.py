@@ -29,6 +29,14 @@ class InferenceServiceConfig:
         default_factory=list,
         help="OpenAI base URLs of running replicas; empty with 'embedded' = start one.",
     )
+    command: str | None = cfg_field(
+        None,
+        help="A command that starts one OpenAI-compatible replica for nexrl to run "
+        "(e.g. 'vllm serve {model} --host {host} --port {port} --served-model-name "
+        "{served_model_name}'), with those fields filled in; nexrl starts it (next to "
+        "the driver; on Slurm in the inference job), waits for its /health, reloads it "
+        "through 'backend''s API and stops it at the end. Needs an empty base_urls.",
+    )
     served_model_name: str = cfg_field("policy", help="Model name sent in requests.")
     api_key: str = cfg_field("EMPTY", help="API key sent to the service.")
     startup_timeout_s: float = cfg_field(

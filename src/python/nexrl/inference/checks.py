@@ -1,0 +1,46 @@
+"""The inference service's checks (registered by importing this module)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from nexrl.config.checks import register_check
+
+__all__ = ["inference_command"]
+
+FIELDS = ("model", "host", "port", "served_model_name")
+
+
+@register_check
+def inference_command(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``service.inference_service.command``: nexrl runs the replica, so no base_urls;
+    only the fields nexrl fills in; a port to bind to."""
+    svc = cfg.service.inference_service
+    if not svc.command:
+        return []
+    field = "service.inference_service.command"
+    if svc.base_urls:
+        return [
+            f"{field}: nexrl starts this server, so service.inference_service.base_urls must "
+            "be empty (set one of the two: base_urls for servers you started yourself)"
+        ]
+    import string
+
+    try:
+        named = {f for _, f, _, _ in string.Formatter().parse(str(svc.command)) if f is not None}
+    except ValueError as exc:
+        return [f"{field}: {exc} (use {{model}}, {{host}}, {{port}}, {{served_model_name}})"]
+    unknown = sorted(named - set(FIELDS))
+    if unknown:
+        return [
+            f"{field}: unknown field(s) {', '.join('{' + u + '}' for u in unknown)}; "
+            f"nexrl fills in {', '.join('{' + f + '}' for f in FIELDS)}"
+        ]
+    if "port" not in named:
+        return [
+            f"{field}: the command must take {{port}} (nexrl picks a free port and "
+            "reaches the server there)"
+        ]
+    return []

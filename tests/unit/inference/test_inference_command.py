@@ -1,0 +1,100 @@
+"""``service.inference_service.command``: checked before any cluster starts, filled in
+as a shell-split argv, and started/stopped by the same handle as the embedded server
+(the server it starts here is a tiny HTTP server named as such: a stand-in for vLLM)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from backends.inference.embedded import EmbeddedServer
+from backends.inference.embedded.handle import ServerStartError, fill_command
+from nexrl.config.errors import RecipeError
+from nexrl.recipe import load_recipe_checked
+
+RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
+FIELD = "service.inference_service.command"
+
+
+def problems(*overrides: str) -> list[str]:
+    with pytest.raises(RecipeError) as err:
+        load_recipe_checked(RECIPE, list(overrides))
+    return [p for p in err.value.problems if p.startswith(FIELD)]
+
+
+def test_a_command_and_base_urls_are_one_or_the_other() -> None:
+    (p,) = problems(
+        f"{FIELD}='vllm serve {{model}} --port {{port}}'",
+        "service.inference_service.base_urls=[http://h:8000]",
+    )
+    assert "base_urls must be empty" in p
+
+
+def test_unknown_fields_and_a_missing_port_are_named() -> None:
+    (p,) = problems(f"{FIELD}='vllm serve {{model}} --port {{port}} --tp {{gpus}}'")
+    assert "unknown field(s) {gpus}" in p and "{served_model_name}" in p
+    (p,) = problems(f"{FIELD}='vllm serve {{model}}'")
+    assert "must take {port}" in p
+
+
+def test_the_default_form_passes_the_check() -> None:
+    cmd = "vllm serve {model} --host {host} --port {port} --served-model-name {served_model_name}"
+    load_recipe_checked(RECIPE, [f"{FIELD}='{cmd}'"])
+
+
+def test_fill_command_splits_like_a_shell_and_fills_the_fields() -> None:
+    argv = fill_command(
+        "vllm serve '{model}' --port {port} --served-model-name {served_model_name}",
+        model="/runs/a b/model",
+        host="127.0.0.1",
+        port="8011",
+        served_model_name="policy",
+    )
+    assert argv == [
+        "vllm",
+        "serve",
+        "/runs/a b/model",
+        "--port",
+        "8011",
+        "--served-model-name",
+        "policy",
+    ]
+
+
+STANDIN = """
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("model=" + sys.argv[1]).encode()
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+
+HTTPServer((sys.argv[2], int(sys.argv[3])), H).serve_forever()
+"""
+
+
+def test_the_handle_starts_waits_for_health_and_stops_the_command(tmp_path: Path) -> None:
+    script = tmp_path / "standin.py"
+    script.write_text(STANDIN)
+    server = EmbeddedServer(
+        "/models/m",
+        command=f"{sys.executable} {script} {{model}} {{host}} {{port}}",
+        log_path=tmp_path / "inference.log",
+        startup_timeout_s=60,
+    )
+    with server:
+        assert server.alive()
+        reply = httpx.get(f"{server.base_url}/health", timeout=10)
+        assert reply.text == "model=/models/m"
+        proc = server.process
+    assert proc is not None and proc.poll() is not None  # stopped with the handle
+
+
+def test_a_command_that_cannot_run_is_one_clear_error(tmp_path: Path) -> None:
+    server = EmbeddedServer("/m", command="no-such-engine serve {model} --port {port}")
+    with pytest.raises(ServerStartError, match="could not run 'no-such-engine'"):
+        server.start()
