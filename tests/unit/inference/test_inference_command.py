@@ -98,3 +98,18 @@ def test_a_command_that_cannot_run_is_one_clear_error(tmp_path: Path) -> None:
     server = EmbeddedServer("/m", command="no-such-engine serve {model} --port {port}")
     with pytest.raises(ServerStartError, match="could not run 'no-such-engine'"):
         server.start()
+
+
+def test_the_user_guides_command_line_passes_check(capsys: pytest.CaptureFixture[str]) -> None:
+    """vLLM cannot run here: the guide's line is run with ``--check`` (everything but
+    starting the engine)."""
+    import shlex
+
+    from nexrl.cli.train import main
+
+    text = Path("docs/user-guide.md").read_text().replace("\\\n", " ")
+    (line,) = [ln.strip() for ln in text.splitlines() if f"{FIELD}=\"'vllm serve" in ln]
+    args = shlex.split(line)
+    assert args[:4] == ["./pants", "run", "src/python/nexrl:train", "--"], line
+    assert main([*args[4:], "--check"]) == 0
+    assert "recipe is valid" in capsys.readouterr().out
