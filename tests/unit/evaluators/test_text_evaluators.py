@@ -152,3 +152,33 @@ def test_an_unknown_name_lists_the_named_evaluators() -> None:
 
 def test_required_fields_follow_the_reference_option() -> None:
     assert build("exact_match", {"reference_key": "gold"}).required_fields == ("gold",)
+
+
+def test_multi_criteria_weighted_sum_logs_each_criterion() -> None:
+    criteria = [
+        {"name": "correct", "evaluator": "regex", "weight": 0.75, "options": {"extract": "tag"}},
+        {"name": "close", "evaluator": "fuzzy", "weight": 0.25, "options": {"graded": True}},
+    ]
+    ev = build("multi_criteria", {"criteria": criteria})
+    answer = "<answer>42</answer>"  # extracted '42' == '42'; similarity to '42': 1 - 17/19
+    result = ev.evaluate({"answer": "42"}, BaseEvaluationTarget(final_answer=answer))
+    assert result.reward == pytest.approx(0.75 * 1.0 + 0.25 * (2 / 19))
+    assert result.metrics == pytest.approx(
+        {"correct": 1.0, "correct/extracted": 1.0, "close": 2 / 19, "close/similarity": 2 / 19}
+    )
+    assert ev.required_fields == ("answer",)
+    normalised = build("multi_criteria", {"criteria": criteria[:1] * 1, "normalise_weights": True})
+    assert (
+        normalised.evaluate({"answer": "42"}, BaseEvaluationTarget(final_answer=answer)).reward
+        == 1.0
+    )
+
+
+def test_multi_criteria_names_the_criterion_whose_options_are_wrong() -> None:
+    criteria = [{"name": "n", "evaluator": "numeric", "options": {"tol": 1}}]
+    with pytest.raises(RecipeError) as info:
+        build("multi_criteria", {"criteria": criteria})
+    assert info.value.problems == [
+        "rollout_worker.evaluator_options.criteria[0].options.tol: unknown option (allowed: "
+        "reference_key, abs_tol, rel_tol, extract)"
+    ]
