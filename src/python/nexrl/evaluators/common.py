@@ -12,8 +12,6 @@ __all__ = ["Normalise", "opt", "references"]
 
 def opt(default: Any, help: str) -> Any:
     """An option documented once (the guide's table and errors read ``help``)."""
-    if isinstance(default, list | dict):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
     return field(default=default, metadata={"help": help})
 
 

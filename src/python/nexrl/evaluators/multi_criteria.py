@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nexrl.config.errors import RecipeError
@@ -21,10 +21,12 @@ CRITERION_KEYS = ("name", "evaluator", "weight", "options")
 
 @dataclass
 class MultiCriteriaOptions:
-    criteria: list[Any] = opt(
-        [],
-        "The criteria: a list of {name, evaluator (a named evaluator), weight, options "
-        "(that evaluator's options)}.",
+    criteria: list[Any] = field(
+        default_factory=list,
+        metadata={
+            "help": "The criteria: a list of {name, evaluator (a named evaluator), weight, "
+            "options (that evaluator's options)}."
+        },
     )
     normalise_weights: bool = opt(False, "Divide the weighted sum by the sum of the weights.")
 
