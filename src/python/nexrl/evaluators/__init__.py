@@ -7,6 +7,7 @@ lists each one, its options and the data fields it reads).
 """
 
 from nexrl.evaluators import (  # noqa: F401  (each module registers its evaluator)
+    code_execution,
     exact_match,
     fuzzy,
     multi_criteria,
