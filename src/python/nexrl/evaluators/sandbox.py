@@ -21,6 +21,7 @@ missing; the program is never run unsandboxed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -129,18 +130,12 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     except OSError:
         children = []
     for child in children:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(int(child), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
