@@ -10,6 +10,7 @@ from nexrl.evaluators import (  # noqa: F401  (each module registers its evaluat
     code_execution,
     exact_match,
     fuzzy,
+    llm_judge,
     multi_criteria,
     numeric,
     regex,
