@@ -58,7 +58,7 @@ def stand_in_judge() -> tuple[FastAPI, list[dict[str, Any]]]:
                     "index": 0,
                     "message": {"role": "assistant", "content": content},
                     "finish_reason": "stop",
-                }  # fmt: skip
+                }
             ],
             "usage": {"prompt_tokens": 50, "completion_tokens": 6, "total_tokens": 56},
         }
