@@ -6,6 +6,7 @@ message that names the recipe field when the recipe cannot work.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -77,6 +78,17 @@ def _where(recipe: Recipe, spec: tuple[str, str]) -> str:
     return f"{name} ({path})" if path is not None else f"{name} (module {file})"
 
 
+def evaluator_spec(recipe: Recipe) -> tuple[str, str]:
+    """``(file or module, class)`` of the evaluator; ``("nexrl.evaluators", name)`` for a
+    named one."""
+    from nexrl.evaluators.registry import NAMED_SOURCE, is_named
+
+    spec = str(recipe.cfg.rollout_worker.evaluator)
+    if is_named(spec):
+        return NAMED_SOURCE, spec
+    return split_spec(spec, "rollout_worker.evaluator")
+
+
 def loaded_classes_line(recipe: Recipe) -> str:
     """One line naming the rollout worker and evaluator classes the run loads, and where."""
     rw = recipe.cfg.rollout_worker
@@ -85,7 +97,7 @@ def loaded_classes_line(recipe: Recipe) -> str:
         worker = f"{_where(recipe, spec)} (rollout_worker.custom_worker)"
     else:
         worker = f"built-in type '{rw.type}' (rollout_worker.type)"
-    evaluator = _where(recipe, split_spec(str(rw.evaluator), "rollout_worker.evaluator"))
+    evaluator = _where(recipe, evaluator_spec(recipe))
     return f"rollout worker: {worker}; evaluator: {evaluator}"
 
 
@@ -103,7 +115,8 @@ def rollout_spec(recipe: Recipe, pool: PoolConfig, base_urls: list[str]) -> Roll
     }
     return RolloutSpec(
         worker_type=str(rw.type),
-        evaluator=split_spec(str(rw.evaluator), "rollout_worker.evaluator"),
+        evaluator=evaluator_spec(recipe),
+        evaluator_options=json.dumps(OmegaConf.to_container(rw.evaluator_options), sort_keys=True),
         roots=tuple(str(r) for r in recipe.roots),
         base_urls=tuple(base_urls),
         served_model_name=str(svc.served_model_name),

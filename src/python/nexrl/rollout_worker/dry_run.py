@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from nexrl.config.errors import RecipeError
 from nexrl.config.paths import resolve_path
@@ -53,8 +53,25 @@ def _one_line(exc: BaseException) -> str:
 
 
 def instantiate_evaluator(cfg: DictConfig, roots: list[Path]) -> tuple[Any, list[str]]:
-    """``(evaluator instance or None, problems)``."""
+    """``(evaluator instance or None, problems)``: a named evaluator is built with its
+    checked ``evaluator_options`` (``nexrl.evaluators.build``)."""
+    from nexrl.evaluators.registry import OPTIONS_FIELD, build, is_named
+
     spec = str(cfg.rollout_worker.evaluator)
+    raw = cfg.rollout_worker.get("evaluator_options")
+    options: Any = OmegaConf.to_container(raw) if raw is not None else {}
+    if is_named(spec):
+        try:
+            return build(spec, options), []
+        except RecipeError as exc:
+            return None, list(exc.problems)
+        except Exception as exc:  # e.g. code_execution's sandbox is unavailable here
+            return None, [f"{EVALUATOR}: {spec} failed: {_one_line(exc)}"]
+    if options:
+        return None, [
+            f"{OPTIONS_FIELD}: set, but {EVALUATOR} is a class ('{spec}'); options apply to "
+            "a named evaluator (a class reads its own settings)"
+        ]
     try:
         cls: Any = load_spec(spec, roots, EVALUATOR)
     except RecipeError as exc:

@@ -20,6 +20,7 @@ built once per process and cached.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,9 @@ class RolloutSpec:
     Attributes:
         worker_type: built-in worker ('simple', 'agent', 'openai_agent').
         custom_worker: ``(file, class)`` of a custom rollout worker, or None.
-        evaluator: ``(file, class)`` of the recipe's evaluator.
+        evaluator: ``(file, class)`` of the recipe's evaluator, or
+            ``("nexrl.evaluators", name)`` for a named one.
+        evaluator_options: a named evaluator's options, as JSON.
         roots: folders relative recipe paths are searched in (absolute).
         base_urls: the inference service's replicas.
         served_model_name / api_key: sent with every request.
@@ -71,6 +74,7 @@ class RolloutSpec:
     agent_timeout_s: float = 300.0
     seed: int | None = None  # per-request sampling seeds (BaseRolloutWorker.request_seed)
     versions_from_pool: bool = False
+    evaluator_options: str = "{}"
 
     def with_sampling(self, **overrides: Any) -> RolloutSpec:
         from dataclasses import replace
@@ -145,7 +149,16 @@ def worker_class(spec: RolloutSpec) -> type[BaseRolloutWorker]:
 
 
 def evaluator(spec: RolloutSpec) -> Any:
-    """The recipe's evaluator, one instance per process."""
+    """The recipe's evaluator, one instance per process (a named one built with its
+    options and the run's inference service as its context)."""
+    from nexrl.evaluators.registry import NAMED_SOURCE, EvaluatorContext, build
+
+    if spec.evaluator[0] == NAMED_SOURCE:
+        context = EvaluatorContext(spec.base_urls, spec.served_model_name, spec.api_key)
+        return _cached(
+            ("evaluator", *spec.evaluator, spec.evaluator_options),
+            lambda: build(spec.evaluator[1], json.loads(spec.evaluator_options), context),
+        )
     return _cached(
         ("evaluator", *spec.evaluator, *spec.roots),
         lambda: _load(spec.evaluator, spec.roots, "rollout_worker.evaluator")(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from nexrl.config.fields import MISSING, cfg_field
 
@@ -19,10 +20,18 @@ class RolloutWorkerConfig:
     )
     evaluator: str = cfg_field(
         MISSING,
-        help="Evaluator class as 'path/to/file.py:ClassName' (relative to the workspace root "
-        "or the recipe folder) or 'package.module:ClassName'; scores each rollout "
-        "(not needed with mode: sft).",
+        help="What scores each rollout: a named evaluator of the library (exact_match, regex, "
+        "numeric, fuzzy, multi_criteria, llm_judge, code_execution; options in "
+        "evaluator_options) or an evaluator class as 'path/to/file.py:ClassName' (relative "
+        "to the workspace root or the recipe folder) or 'package.module:ClassName' (not "
+        "needed with mode: sft).",
         rl_only=True,
+    )
+    evaluator_options: dict[str, Any] = cfg_field(
+        default_factory=dict,
+        help="Options of a named evaluator (each evaluator's are listed in the user guide, "
+        "'Evaluators by name'); an unknown option or a wrong type is reported before any "
+        "cluster starts. Must stay empty with an evaluator class.",
     )
     example_answer: str | None = cfg_field(
         None,
