@@ -116,33 +116,25 @@ def validation(out: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["val/reward/mean"]) for r in read_rows(out) if "val/reward/mean" in r]
 
 
-def main(png: str, root: str = "runs/algorithm_families", *extra: str) -> None:
+def folder(name: str) -> str:
+    """The run folder's name of family ``name`` (``Dr.GRPO`` -> ``drgrpo``)."""
+    return name.replace(".", "").replace("+", "p").lower()
+
+
+def write_chart(root: Path, png: str) -> None:
+    """Reward vs step of the runs under ``root``, one line per family."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    table = [
-        "| family | estimator / loss / aggregation | reward, first 5 steps | last 5 steps "
-        "| validation, step 0 -> last | steps | wall |",
-        "| --- " * 7 + "|",
-    ]
     for name in FAMILIES:
-        out = Path(root) / name.replace(".", "").replace("+", "p").lower()
-        t = time.monotonic()
-        rows = run_family(name, out, *extra)
-        wall = time.monotonic() - t
-        first, last = first_last(rows)
-        val = validation(out)
-        algo = algorithm_in_effect(out)
-        ax.plot([r["step"] for r in rows], [r["reward/mean"] for r in rows], label=name)
-        table.append(
-            f"| {name} | {algo['advantage_estimator']} / {algo['policy_loss']} / "
-            f"{algo['loss_agg_mode']} | {first:.3f} | {last:.3f} | "
-            f"{val[0][1]:.2f} -> {val[-1][1]:.2f} | {len(rows)} | {wall:.0f} s |"
-        )
-        print(table[-1], flush=True)
+        rows = train_rows(root / folder(name))
+        # GSPO's line lies on GRPO's on this task (docs/benchmarks.md says why): dashed
+        style = "--" if name == "GSPO" else "-"
+        label = f"{name} (batch: informative groups only)" if name == "DAPO" else name
+        ax.plot([r["step"] for r in rows], [r["reward/mean"] for r in rows], style, label=label)
     ax.set(
         xlabel="step",
         ylabel="reward/mean (the step's batch)",
@@ -151,6 +143,29 @@ def main(png: str, root: str = "runs/algorithm_families", *extra: str) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(png, dpi=100)
+
+
+def main(png: str, root: str = "runs/algorithm_families", *extra: str) -> None:
+    table = [
+        "| family | estimator / loss / aggregation | reward, first 5 steps | last 5 steps "
+        "| validation, step 0 -> last | steps | wall |",
+        "| --- " * 7 + "|",
+    ]
+    for name in FAMILIES:
+        out = Path(root) / folder(name)
+        t = time.monotonic()
+        rows = run_family(name, out, *extra)
+        wall = time.monotonic() - t
+        first, last = first_last(rows)
+        val = validation(out)
+        algo = algorithm_in_effect(out)
+        table.append(
+            f"| {name} | {algo['advantage_estimator']} / {algo['policy_loss']} / "
+            f"{algo['loss_agg_mode']} | {first:.3f} | {last:.3f} | "
+            f"{val[0][1]:.2f} -> {val[-1][1]:.2f} | {len(rows)} | {wall:.0f} s |"
+        )
+        print(table[-1], flush=True)
+    write_chart(Path(root), png)
     print("\n".join(table))
 
 
