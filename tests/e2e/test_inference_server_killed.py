@@ -1,0 +1,61 @@
+"""kill -9 the embedded inference server mid-run: the driver's health check notices,
+restarts it on the newest weights (``InferenceSupervisor.check``), rolls the groups
+it was serving out again, and the run finishes with every group trained once and
+the policy versions monotonic."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+from pathlib import Path
+
+from nexrl.controller import Controller
+from nexrl.recipe import load_recipe_checked
+from tests.e2e._recipe import RECIPE, overrides, train_rows
+from tests.e2e.test_kill_and_resume import wait_for_step
+
+STEPS = 6
+
+
+def test_a_killed_inference_server_is_restarted_on_the_newest_weights(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    recipe = load_recipe_checked(RECIPE, overrides(out, steps=STEPS))
+    controller = Controller(recipe, progress=False)
+    killed: list[int] = []
+
+    def kill_the_server() -> None:
+        wait_for_step(out, 2)
+        c = controller.components
+        assert c is not None and c.supervisor.server is not None
+        pid = int(c.supervisor.server.pid)
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    thread = threading.Thread(target=kill_the_server, daemon=True)
+    thread.start()
+    result = controller.run()
+    thread.join(timeout=10)
+    assert killed, "the server was not killed"
+    assert result.steps == STEPS
+
+    rows = train_rows(out)
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    assert rows[-1]["inference/restarts"] == 1
+    # The restarted server serves the newest weights: rollouts never go back in version,
+    # and in sync mode each step still trains on the previous step's weights.
+    for r in rows:
+        assert r["version/rollout_min"] == r["version/rollout_max"] == r["step"] - 1
+        assert r["version/inference"] == r["step"]
+    # Every trained group whole (8) and once; the groups lost with the server were
+    # rolled out again (delivered - trained = the second copies dropped).
+    trained = sum(r["batch/size"] for r in rows)
+    assert trained == 8 * len(controller.scheduler.trained) == STEPS * 32
+    delivered = rows[-1]["pool/delivered_total"]
+    assert delivered - trained == rows[-1]["rollout/duplicate_trajectories_dropped"]
+
+    log = (out / "logs" / "driver.log").read_text()
+    assert "the embedded server exited (code -9); restarting on v" in log
+    pids = [int(p) for p in re.findall(r"embedded server at \S+ \(pid (\d+)\)", log)]
+    assert len(pids) == 2 and pids[0] == killed[0] and pids[1] != killed[0]
