@@ -56,6 +56,65 @@ def test_a_killed_inference_server_is_restarted_on_the_newest_weights(tmp_path: 
     assert delivered - trained == rows[-1]["rollout/duplicate_trajectories_dropped"]
 
     log = (out / "logs" / "driver.log").read_text()
-    assert "the embedded server exited (code -9); restarting on v" in log
+    # noticed by the health check, or by the reload that found no server answering
+    assert "the embedded server exited (code -9); restarting on v" in log or (
+        f"the server (pid {killed[0]}) did not answer /health before the reload" in log
+    )
     pids = [int(p) for p in re.findall(r"embedded server at \S+ \(pid (\d+)\)", log)]
     assert len(pids) == 2 and pids[0] == killed[0] and pids[1] != killed[0]
+
+
+def test_a_hung_inference_server_is_detected_killed_and_replaced(tmp_path: Path) -> None:
+    """SIGSTOP: the process lives but answers nothing. After ``unhealthy_after``
+    health checks without an answer it is killed and replaced; nothing waits forever."""
+    out = tmp_path / "run"
+    recipe = load_recipe_checked(
+        RECIPE,
+        overrides(
+            out,
+            "runtime_monitor.health_timeout_s=1",
+            "runtime_monitor.unhealthy_after=2",
+            steps=STEPS,
+        ),
+    )
+    controller = Controller(recipe, progress=False)
+    stopped: list[int] = []
+
+    def stop_the_server() -> None:
+        wait_for_step(out, 2)
+        c = controller.components
+        assert c is not None and c.supervisor.server is not None
+        pid = int(c.supervisor.server.pid)
+        os.kill(pid, signal.SIGSTOP)
+        stopped.append(pid)
+
+    thread = threading.Thread(target=stop_the_server, daemon=True)
+    thread.start()
+    result = controller.run()
+    thread.join(timeout=10)
+    assert stopped, "the server was not stopped"
+    assert result.steps == STEPS
+    rows = train_rows(out)
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    assert rows[-1]["inference/restarts"] == 1
+    for r in rows:
+        assert r["version/rollout_min"] == r["version/rollout_max"] == r["step"] - 1
+    trained = sum(r["batch/size"] for r in rows)
+    assert trained == 8 * len(controller.scheduler.trained) == STEPS * 32
+
+    log = (out / "logs" / "driver.log").read_text()
+    # taken for hung by two health checks, or by the reload that found it not answering
+    assert (
+        "did not answer /health within 1s (1 of 2)" in log
+        and f"the server (pid {stopped[0]}) did not answer /health 2 times in a row" in log
+    ) or f"the server (pid {stopped[0]}) did not answer /health before the reload" in log
+    assert not _alive(stopped[0])  # the hung process was killed, not left stopped
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -223,6 +223,8 @@ def _build(
         log_dir=run.logs,
         seed=int(cfg.seed),
         server_factory=cluster.server_factory(),  # Slurm: in the inference job
+        health_timeout_s=float(cfg.runtime_monitor.health_timeout_s),
+        unhealthy_after=int(cfg.runtime_monitor.unhealthy_after),
     )
     closers.append(supervisor.close)
     urls = supervisor.start(weights, version)

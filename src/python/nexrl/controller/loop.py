@@ -98,6 +98,7 @@ class Controller:
         self._last_health = 0.0
         self._filtered_mark = 0  # the pool's filtered_groups at the last batch
         self._last_ckpt_step = -1
+        self._seen_restarts = 0  # the inference supervisor's restarts counted so far
         self._val_summaries: list[Any] = []  # validation results being collected
         self.evaluator_policy = EvaluatorFailurePolicy(
             int(self.cfg.rollout_worker.max_evaluator_error_steps),
@@ -419,13 +420,19 @@ class Controller:
         now = time.monotonic()
         if now - self._last_health >= float(self.cfg.runtime_monitor.health_check_interval_s):
             self._last_health = now
-            if parts.supervisor.check():
-                self.counters["inference_restarts"] += 1
-                parts.dispatcher.spec = parts.dispatcher.spec.with_base_urls(
-                    parts.supervisor.base_urls
-                )
+            parts.supervisor.check()
+            self._follow_inference_restarts()
         if dispatch:
             self.scheduler.top_up(parts.dispatcher, parts.loader, parts.pending_groups)
+
+    def _follow_inference_restarts(self) -> None:
+        """Count the supervisor's restarts and send rollouts to the new server."""
+        parts = self.parts
+        new = parts.supervisor.restarts - self._seen_restarts
+        if new > 0:
+            self._seen_restarts = parts.supervisor.restarts
+            self.counters["inference_restarts"] += new
+            parts.dispatcher.spec = parts.dispatcher.spec.with_base_urls(parts.supervisor.base_urls)
 
     def _record(self, h: Harvest) -> None:
         for g, summary in h.done:
@@ -463,6 +470,7 @@ class Controller:
             out["timing/reload"] = parts.supervisor.reload(Path(result.snapshot_path), self.version)
         except Exception as exc:
             raise ControllerError(f"inference: {exc}") from exc
+        self._follow_inference_restarts()  # a hung server is replaced by the reload
         parts.pool.end_weight_sync(self.version)
         out["version/inference"] = float(self.version)
         return out

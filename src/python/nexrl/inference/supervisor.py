@@ -4,7 +4,9 @@ the driver; the rollouts' side is ``nexrl.inference.client``).
 * ``backend: embedded`` with no ``base_urls``: nexrl starts the embedded server
   (``backends.inference.embedded``) as a child process of the driver, logging to
   ``<output_dir>/logs/inference.log``. It exits by itself if the driver dies.
-  If it dies during the run, ``check()`` restarts it on the newest weights.
+  If it dies during the run, or stops answering ``/health`` (``unhealthy_after``
+  checks in a row, each bounded by ``health_timeout_s``: a hung process), ``check()``
+  kills it and restarts it on the newest weights.
 * ``command`` with no ``base_urls`` (vLLM, SGLang): nexrl starts that command the
   same way (``EmbeddedServer(command=...)``), reloads it through ``backend``'s
   adapter and restarts it on the newest weights if it dies.
@@ -56,6 +58,8 @@ class InferenceSupervisor:
         seed: int = 0,
         reload_timeout_s: float = 300.0,
         server_factory: Callable[..., Any] | None = None,
+        health_timeout_s: float = 10.0,
+        unhealthy_after: int = 3,
     ) -> None:
         """``server_factory(model, **kwargs)`` makes the embedded server's handle
         (default: ``EmbeddedServer``, a child of this process; on Slurm the
@@ -71,6 +75,9 @@ class InferenceSupervisor:
         self.restarts = 0
         self._urls: list[str] = list(config.base_urls)
         self._adapter: Any = None
+        self.health_timeout_s = health_timeout_s
+        self.unhealthy_after = unhealthy_after
+        self._missed = 0  # consecutive /health checks without an answer
 
     @property
     def owns_server(self) -> bool:
@@ -174,28 +181,70 @@ class InferenceSupervisor:
             time.sleep(1.0)
 
     def reload(self, path: str | Path, version: int) -> float:
-        """Load snapshot ``path`` as ``version`` everywhere; returns the seconds it took."""
+        """Load snapshot ``path`` as ``version`` everywhere; returns the seconds it took.
+
+        A server nexrl owns that does not answer ``/health`` (hung) or fails the
+        reload is replaced by one started on ``path`` (``restarts`` counts it)."""
         start = time.perf_counter()
+        if self.owns_server and not self._answers():
+            self._replace(path, version, "did not answer /health before the reload")
+            return time.perf_counter() - start
         try:
             self._adapter_for().reload(str(path), int(version))
         except Exception as exc:
-            raise ServiceError(f"inference reload of v{version} failed: {exc}") from exc
+            if not self.owns_server:
+                raise ServiceError(f"inference reload of v{version} failed: {exc}") from exc
+            self._replace(path, version, f"failed the reload ({exc})")
+            return time.perf_counter() - start
         self.model_path, self.version = str(path), int(version)
         return time.perf_counter() - start
 
-    def check(self) -> bool:
-        """Health check; a dead embedded server is restarted on the newest weights.
+    def _replace(self, path: str | Path, version: int, why: str) -> None:
+        logger.warning(
+            "inference: the server (pid %s) %s: killed; starting one on v%d",
+            None if self.server is None else self.server.pid,
+            why,
+            version,
+        )
+        self.model_path, self.version = str(path), int(version)
+        if self.server is not None:
+            self.server.stop()
+        self.restarts += 1
+        self._missed = 0
+        self._start_embedded()
 
-        Returns True when the service was restarted (callers must update the base
-        URLs they hand out)."""
+    def check(self) -> bool:
+        """Health check; a dead or hung server nexrl owns is restarted on the newest
+        weights. Returns True when the service was restarted (callers must update the
+        base URLs they hand out; ``restarts`` counts every restart, also by ``reload``)."""
         if self.owns_server:
             if self.server is not None and self.server.alive():
-                return False
-            logger.warning(
-                "inference: the embedded server exited (code %s); restarting on v%d",
-                None if self.server is None else self.server.returncode,
-                self.version,
-            )
+                if self._answers():
+                    self._missed = 0
+                    return False
+                self._missed += 1
+                if self._missed < self.unhealthy_after:
+                    logger.warning(
+                        "inference: the server did not answer /health within %gs (%d of %d)",
+                        self.health_timeout_s,
+                        self._missed,
+                        self.unhealthy_after,
+                    )
+                    return False
+                logger.warning(
+                    "inference: the server (pid %s) did not answer /health %d times in a "
+                    "row: taken for hung, killed; restarting on v%d",
+                    self.server.pid,
+                    self._missed,
+                    self.version,
+                )
+            else:
+                logger.warning(
+                    "inference: the embedded server exited (code %s); restarting on v%d",
+                    None if self.server is None else self.server.returncode,
+                    self.version,
+                )
+            self._missed = 0
             if self.server is not None:
                 self.server.stop()
             self.restarts += 1
@@ -206,6 +255,16 @@ class InferenceSupervisor:
         if bad:
             logger.warning("inference: unhealthy replicas %s", bad)
         return False
+
+    def _answers(self) -> bool:
+        """One ``GET /health`` of the owned server, bounded by ``health_timeout_s``."""
+        import httpx
+
+        try:
+            url = f"{self.server.base_url}/health"
+            return httpx.get(url, timeout=self.health_timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def close(self) -> None:
         self._close_adapter()

@@ -81,6 +81,16 @@ class RuntimeMonitorConfig:
     max_task_failures: int = cfg_field(
         20, help="Failed rollouts tolerated before the run stops with an error.", minimum=0
     )
+    health_timeout_s: float = cfg_field(
+        10.0, help="How long one GET /health of the inference server may take.", minimum=0.1
+    )
+    unhealthy_after: int = cfg_field(
+        3,
+        help="Consecutive /health checks without an answer (each health_timeout_s, one per "
+        "health_check_interval_s) after which a server nexrl started is taken for hung "
+        "(e.g. SIGSTOP, a stuck GPU), killed and restarted on the newest weights.",
+        minimum=1,
+    )
 
 
 @dataclass
