@@ -9,6 +9,7 @@ import contextlib
 import os
 import socket
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -96,8 +97,13 @@ def test_a_write_outside_the_scratch_dir_fails(tmp_path: Path) -> None:
     program = f"open({str(outside / 'pwned')!r}, 'w').write('x')\n{ADD}"
     assert run(program).reward == 0.0
     assert not (outside / "pwned").exists()
-    # its own scratch dir (the cwd) is writable
+    # its own scratch dir (the cwd) is writable; /tmp and /dev/shm are that scratch dir
     assert run(f"open('notes.txt', 'w').write('x')\n{ADD}").reward == 1.0
+    host = Path("/tmp") / f"nexrl-escape-{uuid.uuid4().hex}"
+    shm = Path("/dev/shm") / host.name
+    program = f"open({str(host)!r}, 'w').write('x')\nopen({str(shm)!r}, 'w').write('x')\n{ADD}"
+    assert run(program).reward == 1.0  # written, to its own scratch dir
+    assert not host.exists() and not shm.exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs a file only root may read")
