@@ -86,8 +86,9 @@ def register(name: str) -> Callable[[E], E]:
 
 
 def is_named(spec: str) -> bool:
-    """A registered name's form: no colon (a class is 'file.py:Class')."""
-    return ":" not in str(spec)
+    """A registered name's form, an identifier (a class is 'file.py:Class' or
+    'package.module:Class')."""
+    return str(spec).isidentifier()
 
 
 def _check_type(value: Any, tp: Any) -> bool:
