@@ -80,3 +80,15 @@ def test_options_with_an_evaluator_class_are_a_mistake(recipe: Path, tmp_path: P
         "('ev.py:MaxDigitEvaluator'); options apply to a named evaluator (a class reads its "
         "own settings)"
     ]
+
+
+def test_a_sandbox_that_cannot_be_made_is_reported_not_skipped(recipe: Path) -> None:
+    assert problems_of(
+        recipe,
+        "rollout_worker.evaluator=code_execution",
+        "rollout_worker.evaluator_options={python: no-such-python}",
+    ) == [
+        "rollout_worker.evaluator: code_execution failed: SandboxUnavailable: "
+        "code_execution sandbox: python 'no-such-python' not found in "
+        "/usr/local/bin:/usr/bin:/bin"
+    ]
