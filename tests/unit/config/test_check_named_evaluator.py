@@ -57,7 +57,9 @@ def test_an_unknown_option_names_the_field_and_the_allowed_ones(recipe: Path) ->
 
 def test_a_misspelt_name_lists_the_named_evaluators(recipe: Path) -> None:
     (p,) = problems_of(recipe, "rollout_worker.evaluator=numerik")
-    assert p.startswith("rollout_worker.evaluator: 'numerik' is not a named evaluator (named: ")
+    assert p.startswith(
+        "rollout_worker.evaluator: unknown evaluator 'numerik'; did you mean 'numeric'? "
+    )
 
 
 def test_rows_without_the_reference_field_the_options_name(recipe: Path) -> None:

@@ -145,9 +145,11 @@ def test_a_wrong_option_is_one_line_naming_the_field(name, options, line) -> Non
 def test_an_unknown_name_lists_the_named_evaluators() -> None:
     with pytest.raises(RecipeError) as info:
         build("exactmatch")
-    (line,) = info.value.problems
-    assert line.startswith("rollout_worker.evaluator: 'exactmatch' is not a named evaluator")
-    assert "exact_match" in line and "fuzzy" in line
+    assert info.value.problems == [
+        "rollout_worker.evaluator: unknown evaluator 'exactmatch'; did you mean "
+        "'exact_match'? valid names: 'code_execution', 'exact_match', 'fuzzy', 'llm_judge', "
+        "'multi_criteria', 'numeric', 'regex' (or a class 'path/to/file.py:ClassName')"
+    ]
 
 
 def test_required_fields_follow_the_reference_option() -> None:
