@@ -18,6 +18,11 @@ removed afterwards), started through util-linux ``unshare``:
   size of a file it writes (its stdout/stderr files included), number of processes;
 * a wall-clock timeout, then SIGKILL to the whole process group.
 
+The process-count limit counts every process of the sandbox user on the machine
+(``nobody`` is shared by all sandboxes there): a fork bomb that fills it makes
+the other sandboxes of that moment fail to start (their tests fail) until it is
+killed, at most ``wall_s`` later.
+
 If the namespaces cannot be made here, ``SandboxUnavailable`` says what is
 missing; the program is never run unsandboxed.
 """
@@ -33,6 +38,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from nexrl.errors import NexrlError
 
@@ -161,9 +167,9 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _read(f: object, limit: int) -> str:
-    f.seek(0)  # type: ignore[attr-defined]
-    return f.read(limit).decode(errors="replace")  # type: ignore[attr-defined]
+def _read(f: IO[bytes], limit: int) -> str:
+    f.seek(0)
+    return f.read(limit).decode(errors="replace")
 
 
 def run_sandboxed(
