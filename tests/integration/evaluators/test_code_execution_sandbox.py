@@ -9,6 +9,7 @@ import contextlib
 import os
 import socket
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -96,8 +97,13 @@ def test_a_write_outside_the_scratch_dir_fails(tmp_path: Path) -> None:
     program = f"open({str(outside / 'pwned')!r}, 'w').write('x')\n{ADD}"
     assert run(program).reward == 0.0
     assert not (outside / "pwned").exists()
-    # its own scratch dir (the cwd) is writable
+    # its own scratch dir (the cwd) is writable; /tmp and /dev/shm are that scratch dir
     assert run(f"open('notes.txt', 'w').write('x')\n{ADD}").reward == 1.0
+    host = Path("/tmp") / f"nexrl-escape-{uuid.uuid4().hex}"
+    shm = Path("/dev/shm") / host.name
+    program = f"open({str(host)!r}, 'w').write('x')\nopen({str(shm)!r}, 'w').write('x')\n{ADD}"
+    assert run(program).reward == 1.0  # written, to its own scratch dir
+    assert not host.exists() and not shm.exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs a file only root may read")
@@ -129,3 +135,21 @@ def test_burning_cpu_is_stopped_by_the_cpu_limit() -> None:
 def test_an_output_flood_is_cut_at_the_file_size_limit() -> None:
     result = run("while True:\n    print('x' * 1000)\n", tests=TESTS[:1], file_size_kb=64)
     assert (result.reward, result.metrics["crashes"]) == (0.0, 1.0)
+
+
+def test_without_util_linux_the_evaluator_refuses_to_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from nexrl.evaluators import sandbox
+
+    monkeypatch.setattr(sandbox, "SAFE_PATH", str(tmp_path))  # a PATH with no tools
+    sandbox_python.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable) as info:
+            build("code_execution")
+    finally:
+        sandbox_python.cache_clear()
+    assert str(info.value) == (
+        f"code_execution sandbox: 'prlimit' (util-linux) not found in {tmp_path}; it is "
+        "needed for the namespaces, the limits and the drop to nobody"
+    )

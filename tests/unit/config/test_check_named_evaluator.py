@@ -57,7 +57,9 @@ def test_an_unknown_option_names_the_field_and_the_allowed_ones(recipe: Path) ->
 
 def test_a_misspelt_name_lists_the_named_evaluators(recipe: Path) -> None:
     (p,) = problems_of(recipe, "rollout_worker.evaluator=numerik")
-    assert p.startswith("rollout_worker.evaluator: 'numerik' is not a named evaluator (named: ")
+    assert p.startswith(
+        "rollout_worker.evaluator: unknown evaluator 'numerik'; did you mean 'numeric'? "
+    )
 
 
 def test_rows_without_the_reference_field_the_options_name(recipe: Path) -> None:
@@ -79,4 +81,16 @@ def test_options_with_an_evaluator_class_are_a_mistake(recipe: Path, tmp_path: P
         "rollout_worker.evaluator_options: set, but rollout_worker.evaluator is a class "
         "('ev.py:MaxDigitEvaluator'); options apply to a named evaluator (a class reads its "
         "own settings)"
+    ]
+
+
+def test_a_sandbox_that_cannot_be_made_is_reported_not_skipped(recipe: Path) -> None:
+    assert problems_of(
+        recipe,
+        "rollout_worker.evaluator=code_execution",
+        "rollout_worker.evaluator_options={python: no-such-python}",
+    ) == [
+        "rollout_worker.evaluator: code_execution failed: SandboxUnavailable: "
+        "code_execution sandbox: python 'no-such-python' not found in "
+        "/usr/local/bin:/usr/bin:/bin"
     ]

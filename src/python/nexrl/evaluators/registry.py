@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeVar
 
 from nexrl.config.errors import RecipeError
 from nexrl.types.episode import BaseEvaluationTarget, EvaluationRunResult
+from nexrl.util.registry import Registry, UnknownNameError
 
 __all__ = [
     "EVALUATORS",
@@ -72,22 +73,24 @@ class NamedEvaluator:
         raise NotImplementedError
 
 
-EVALUATORS: dict[str, type[NamedEvaluator]] = {}
+EVALUATORS: Registry[type[NamedEvaluator]] = Registry("evaluator")
 E = TypeVar("E", bound=type[NamedEvaluator])
 
 
 def register(name: str) -> Callable[[E], E]:
+    """Register a ``NamedEvaluator`` subclass as ``name`` (a plugin may add its own)."""
+
     def deco(cls: E) -> E:
         cls.name = name
-        EVALUATORS[name] = cls
-        return cls
+        return EVALUATORS.register(name)(cls)
 
     return deco
 
 
 def is_named(spec: str) -> bool:
-    """A registered name's form: no colon (a class is 'file.py:Class')."""
-    return ":" not in str(spec)
+    """A registered name's form, an identifier (a class is 'file.py:Class' or
+    'package.module:Class')."""
+    return str(spec).isidentifier()
 
 
 def _check_type(value: Any, tp: Any) -> bool:
@@ -149,12 +152,10 @@ def build(
     """The evaluator registered as ``name`` with ``options`` (checked, see module doc)."""
     import nexrl.evaluators  # noqa: F401  (registers the library)
 
-    if name not in EVALUATORS:
+    try:
+        cls = EVALUATORS.get(name)
+    except UnknownNameError as exc:
         raise RecipeError(
-            [
-                f"rollout_worker.evaluator: '{name}' is not a named evaluator (named: "
-                f"{', '.join(sorted(EVALUATORS))}) nor 'path/to/file.py:ClassName'"
-            ]
-        )
-    cls = EVALUATORS[name]
+            [f"rollout_worker.evaluator: {exc} (or a class 'path/to/file.py:ClassName')"]
+        ) from None
     return cls(parse_options(cls.Options, dict(options or {}), field), context)

@@ -1,8 +1,11 @@
 """Run an untrusted Python program: a separate process with no network and hard limits.
 
-The program runs as ``python -I -B main.py`` in a fresh scratch directory (its cwd and
-$HOME, removed afterwards), started through util-linux ``unshare``:
+The program runs as ``python -I -B main.py`` in a fresh scratch directory (its cwd,
+removed afterwards), started through util-linux ``unshare``:
 
+* a new mount namespace in which the scratch directory is mounted over ``/tmp``,
+  ``/var/tmp`` and ``/dev/shm`` (the world-writable folders): what the program
+  writes there lands in its scratch dir and goes with it;
 * a new network namespace (``--net``: only a loopback device that is down, so no
   socket reaches anything, the host's 127.0.0.1 included) and a new PID namespace
   (``--pid --fork --kill-child``: when the sandbox's first process dies, the kernel
@@ -14,6 +17,11 @@ $HOME, removed afterwards), started through util-linux ``unshare``:
 * rlimits (util-linux ``prlimit``): CPU seconds, address space, the
   size of a file it writes (its stdout/stderr files included), number of processes;
 * a wall-clock timeout, then SIGKILL to the whole process group.
+
+The process-count limit counts every process of the sandbox user on the machine
+(``nobody`` is shared by all sandboxes there): a fork bomb that fills it makes
+the other sandboxes of that moment fail to start (their tests fail) until it is
+killed, at most ``wall_s`` later.
 
 If the namespaces cannot be made here, ``SandboxUnavailable`` says what is
 missing; the program is never run unsandboxed.
@@ -30,6 +38,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from nexrl.errors import NexrlError
 
@@ -60,55 +69,74 @@ class SandboxResult:
     timed_out: bool
 
 
-def _prefix() -> list[str]:
+# Runs inside the new namespaces, as root there: the scratch dir ($1) is mounted over
+# the world-writable folders (/tmp last: $1 lies under it), then the program starts in it.
+MOUNT_SCRATCH = (
+    'set -e; s="$1"; shift; mount --make-rprivate /; '
+    'for d in /dev/shm /var/tmp /tmp; do if [ -d "$d" ]; then mount --bind "$s" "$d"; fi; done; '
+    'cd /tmp; exec "$@"'
+)
+
+
+def _command(scratch: str, exe: str) -> list[str]:
+    """``unshare ... sh -c MOUNT_SCRATCH`` then (as root) ``setpriv`` to nobody, then
+    ``exe -I -B``: the program's file follows."""
+    spaces = ["--mount", "--net", "--pid", "--fork", "--kill-child"]
     if os.geteuid() == 0:
-        drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-        return ["unshare", "--net", "--pid", "--fork", "--kill-child", "--", *drop,
+        drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
                 "--no-new-privs", "--"]  # fmt: skip
-    return ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child",
-            "--"]  # fmt: skip
+        unshare = ["unshare", *spaces]
+    else:
+        drop = []
+        unshare = ["unshare", "--user", "--map-root-user", *spaces]
+    return [*unshare, "--", "/bin/sh", "-c", MOUNT_SCRATCH, "sh", scratch, *drop, exe, "-I", "-B"]
 
 
 @functools.cache
-def sandbox_python(python: str) -> list[str]:
-    """The command line that runs ``python`` in the sandbox, checked once per process by
-    running ``python -c pass`` in it; ``SandboxUnavailable`` naming what is missing."""
-    prefix = _prefix()
-    for tool in ("prlimit", *(t for t in ("unshare", "setpriv") if t in prefix)):
+def sandbox_python(python: str) -> str:
+    """The interpreter ``python`` names, checked once per process by running
+    ``python -c pass`` in the sandbox; ``SandboxUnavailable`` naming what is missing."""
+    tools = ["prlimit", "unshare", *(["setpriv"] if os.geteuid() == 0 else [])]
+    for tool in tools:
         if shutil.which(tool, path=SAFE_PATH) is None:
             raise SandboxUnavailable(
                 f"code_execution sandbox: '{tool}' (util-linux) not found in {SAFE_PATH}; "
-                "it is needed for the network namespace and the drop to nobody"
+                "it is needed for the namespaces, the limits and the drop to nobody"
             )
     exe = shutil.which(python, path=SAFE_PATH) if "/" not in python else python
     if exe is None:
         raise SandboxUnavailable(
             f"code_execution sandbox: python '{python}' not found in {SAFE_PATH}"
         )
-    argv = [*prefix, exe, "-I", "-B"]
+    scratch = _scratch()
+    argv = [*_limits(SandboxLimits()), *_command(str(scratch), exe), "-c", "pass"]
     try:
-        probe = subprocess.run(
-            [*_limits(SandboxLimits()), *argv, "-c", "pass"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=_env("/"),
-        )
+        probe = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=_env())
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SandboxUnavailable(f"code_execution sandbox: {argv[0]} failed: {exc}") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if probe.returncode != 0:
         why = " ".join(probe.stderr.split())[:300]
         need = "root" if os.geteuid() == 0 else "unprivileged user namespaces"
         raise SandboxUnavailable(
-            f"code_execution sandbox: cannot run '{exe}' in a network+PID namespace "
-            f"({' '.join(prefix[:-1])}): {why or f'exit {probe.returncode}'}; it needs "
-            f"util-linux unshare and {need}, and '{exe}' readable by the sandbox user"
+            f"code_execution sandbox: cannot run '{exe}' in new mount, network and PID "
+            f"namespaces: {why or f'exit {probe.returncode}'}; it needs util-linux unshare "
+            f"and {need}, and '{exe}' readable by the sandbox user"
         )
-    return argv
+    return exe
 
 
-def _env(home: str) -> dict[str, str]:
-    return {"PATH": SAFE_PATH, "HOME": home, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+def _scratch() -> Path:
+    scratch = Path(tempfile.mkdtemp(prefix="nexrl-sandbox-"))
+    if os.geteuid() == 0:
+        os.chown(scratch, NOBODY, NOBODY)
+    os.chmod(scratch, 0o700)
+    return scratch
+
+
+def _env() -> dict[str, str]:
+    return {"PATH": SAFE_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
 
 
 def _limits(limits: SandboxLimits) -> list[str]:
@@ -139,9 +167,9 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _read(f: object, limit: int) -> str:
-    f.seek(0)  # type: ignore[attr-defined]
-    return f.read(limit).decode(errors="replace")  # type: ignore[attr-defined]
+def _read(f: IO[bytes], limit: int) -> str:
+    f.seek(0)
+    return f.read(limit).decode(errors="replace")
 
 
 def run_sandboxed(
@@ -150,23 +178,21 @@ def run_sandboxed(
     """Run ``program`` with ``stdin`` in the sandbox (module doc); its exit, output and
     whether the wall-clock timeout killed it."""
     limits = limits or SandboxLimits()
-    argv = sandbox_python(python)
-    scratch = Path(tempfile.mkdtemp(prefix="nexrl-sandbox-"))
+    exe = sandbox_python(python)
+    scratch = _scratch()
     try:
         main = scratch / "main.py"
         main.write_text(program)
         if os.geteuid() == 0:
-            for p in (scratch, main):
-                os.chown(p, NOBODY, NOBODY)
-        os.chmod(scratch, 0o700)
+            os.chown(main, NOBODY, NOBODY)
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(
-                [*_limits(limits), *argv, "main.py"],
+                [*_limits(limits), *_command(str(scratch), exe), "main.py"],
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,
                 cwd=scratch,
-                env=_env(str(scratch)),
+                env=_env(),
                 start_new_session=True,
                 close_fds=True,
             )

@@ -12,7 +12,8 @@ __all__ = ["BaseEvaluationTarget", "EvaluationRunResult", "Evaluator"]
 
 class Evaluator(ABC):
     """Subclass and implement ``evaluate``; named in a recipe as
-    ``rollout_worker.evaluator: "path/to/file.py:ClassName"``.
+    ``rollout_worker.evaluator: "path/to/file.py:ClassName"`` (or pick one of the
+    library's by name, ``rollout_worker.evaluator: exact_match``: ``nexrl.evaluators``).
 
     ``required_fields`` names the data-row fields ``evaluate`` reads (besides the
     prompt): ``--check`` reads the first rows of every data file and reports a row

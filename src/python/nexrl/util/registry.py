@@ -1,8 +1,9 @@
 """``Registry``: a name -> implementation mapping filled by a decorator.
 
 Every part a recipe selects by name is one: the algorithms
-(``nexrl.algorithms``), trainer types (``nexrl.trainer.registry.TRAINERS``) and
-metric sinks (``nexrl.metrics.METRIC_SINKS``). A plugin (the recipe's
+(``nexrl.algorithms``), trainer types (``nexrl.trainer.registry.TRAINERS``),
+metric sinks (``nexrl.metrics.METRIC_SINKS``) and evaluators
+(``nexrl.evaluators.EVALUATORS``). A plugin (the recipe's
 ``plugins:`` files, imported in every process) adds entries with
 ``REGISTRY.register("name")``. An unknown name raises :class:`UnknownNameError`
 with the closest valid name and the full list.
