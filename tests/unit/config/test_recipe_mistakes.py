@@ -219,8 +219,7 @@ def test_evaluator_without_evaluate_method(tmp_path: Path) -> None:
 
 def test_evaluator_spec_without_class(tmp_path: Path) -> None:
     (p,) = problems_of(write_recipe(tmp_path, ""), "rollout_worker.evaluator=evaluator.py")
-    assert p.startswith("rollout_worker.evaluator: 'evaluator.py' is not a named evaluator (")
-    assert "exact_match" in p and p.endswith("nor 'path/to/file.py:ClassName'")
+    assert "is not 'path/to/file.py:ClassName'" in p
 
 
 def test_evaluator_with_syntax_error(tmp_path: Path) -> None:
