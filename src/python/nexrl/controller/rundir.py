@@ -5,7 +5,7 @@ The initial model is built by ``nexrl.modeling.prepare``.
 ::
 
     runs/<experiment_name>/
-      config.yaml         the resolved recipe of the (latest) start
+      config.yaml         the resolved recipe of the (latest) start (${oc.env:…} kept)
       model/              the tiny model built from config (model.path: null)
       pool.zarr/          trajectories              snapshots/vN/   published weights
       checkpoints/        trainer + controller      batches/        the batch being trained
@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
+from nexrl.config.record import recorded_yaml
 from nexrl.errors import NexrlError
 from nexrl.weights.checkpoint import CheckpointManager
 
@@ -84,7 +83,7 @@ class RunDir:
             self._abandon([pool, self.metrics])
         for d in (self.root, self.logs, self.plots, self.batches):
             d.mkdir(parents=True, exist_ok=True)
-        (self.root / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        (self.root / "config.yaml").write_text(recorded_yaml(cfg))  # no env values: secrets
 
     def _abandon(self, paths: list[Path]) -> None:
         dest = self.root / f"abandoned-{time.strftime('%Y%m%d-%H%M%S')}"
