@@ -54,7 +54,7 @@ class DashboardPlugin(SchedulerPlugin):
 def add_page(scheduler: Any, state: dict[str, Any]) -> None:
     from distributed.dashboard.core import BokehApplication
     from distributed.dashboard.scheduler import template_variables
-    from tornado.ioloop import IOLoop
+    from tornado.ioloop import IOLoop  # pants: no-infer-dep (installed with distributed)
 
     from nexrl.dashboard.history import RunHistory
     from nexrl.dashboard.page import build_document
