@@ -183,13 +183,48 @@ def load_adapter_snapshot(path: str | Path, *, base: Any, device: torch.device) 
         raise SnapshotError(f"snapshot {str(snap)!r} has no {ADAPTER_WEIGHTS}")
     model = copy.deepcopy(base)
     try:
-        peft_model = PeftModel.from_pretrained(model, str(snap), is_trainable=False)
-        merged: Any = peft_model.merge_and_unload()
+        if not _merge_plain_lora(model, snap):  # DoRA, embeddings, ...: PEFT's own merge
+            model = PeftModel.from_pretrained(model, str(snap), is_trainable=False)
+            model = model.merge_and_unload()
     except Exception as exc:  # wrong base, truncated file, missing target modules, ...
         raise SnapshotError(f"adapter snapshot {str(snap)!r} failed to load: {exc}") from None
+    merged: Any = model
     merged.to(device).eval()
     _check_finite(merged, snap)
     return merged
+
+
+@torch.no_grad()
+def _merge_plain_lora(model: Any, snap: Path) -> bool:
+    """``W += (alpha / r) B A`` in place for every adapted ``nn.Linear`` (PEFT's merge for
+    plain LoRA, without building the PEFT wrapper); False when the adapter is not plain
+    LoRA on linear layers (nothing is changed then)."""
+    from safetensors.torch import load_file
+
+    config = json.loads((snap / ADAPTER_CONFIG).read_text())
+    if config.get("peft_type") != "LORA" or config.get("use_dora") or config.get("fan_in_fan_out"):
+        return False
+    if config.get("rank_pattern") or config.get("alpha_pattern") or config.get("modules_to_save"):
+        return False
+    r, alpha = int(config["r"]), float(config["lora_alpha"])
+    scale = alpha / r**0.5 if config.get("use_rslora") else alpha / r
+    tensors = load_file(str(snap / ADAPTER_WEIGHTS))
+    updates = []
+    for key, a in tensors.items():
+        if not key.endswith(".lora_A.weight"):
+            if not key.endswith(".lora_B.weight"):
+                return False
+            continue
+        prefix = key.removesuffix(".lora_A.weight")
+        b = tensors.get(prefix + ".lora_B.weight")
+        module = model.get_submodule(prefix.removeprefix("base_model.model."))
+        if b is None or not isinstance(module, torch.nn.Linear):
+            return False
+        updates.append((module.weight, b, a))
+    for weight, b, a in updates:
+        delta = (b.to(torch.float32) @ a.to(torch.float32)) * scale
+        weight.add_(delta.to(device=weight.device, dtype=weight.dtype))
+    return True
 
 
 def load_model_dir(
