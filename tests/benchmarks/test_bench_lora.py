@@ -28,7 +28,12 @@ from tests.unit.trainer._helpers import spec
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-MODEL: dict[str, Any] = {"hidden_size": 512, "intermediate_size": 1376, "num_layers": 2, "num_heads": 8}
+MODEL: dict[str, Any] = {
+    "hidden_size": 512,
+    "intermediate_size": 1376,
+    "num_layers": 2,
+    "num_heads": 8,
+}
 LORA = LoraConfig(rank=8, alpha=16.0)
 CPU = torch.device("cpu")
 _results: dict[str, float] = {}
