@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ def _lora_trainer(model_dir: Path, snaps: Path) -> SelfHostedTrainer:
     from nexrl.config.sections.trainer import LoraConfig
 
     s = spec(model_dir, snapshot_dir=str(snaps), keep_snapshots=2)
-    s.trainer = replace(s.trainer, lora=LoraConfig(**LORA))  # type: ignore[arg-type]
+    s.trainer = replace(s.trainer, lora=LoraConfig(**LORA))
     return create_trainer(s)
 
 
@@ -145,6 +146,17 @@ def test_a_server_started_on_an_adapter_snapshot_merges_it_into_its_base(
     got = lp.gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0][len(PROMPT) - 1 :]
     assert torch.allclose(got, _trainer_log_probs(trainer, tokens), atol=1e-5)
     assert base is not model
+
+    # the trainer guide's PEFT example loads the same policy
+    blocks = re.findall(r"```python\n(.*?)```", Path("docs/trainer.md").read_text(), re.S)
+    (block,) = [b for b in blocks if "PeftModel" in b]
+    scope: dict[str, Any] = {"model_path": str(tiny_model_dir), "snapshot_dir": tmp_path / "snaps"}
+    exec(block, scope)
+    with torch.no_grad():
+        logits = scope["policy"](input_ids=torch.tensor([tokens])).logits[0, :-1]
+    lp = torch.log_softmax(logits, -1)
+    got = lp.gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0][len(PROMPT) - 1 :]
+    assert torch.allclose(got, _trainer_log_probs(trainer, tokens), atol=1e-5)
 
 
 @pytest.mark.parametrize(
