@@ -179,3 +179,34 @@ def test_a_bad_lora_setting_is_refused_before_anything_starts(
 
     cfg = OmegaConf.create({"trainer": {"lora": {**LORA, field: value}}})
     assert lora(cfg, []) == [message]
+
+
+def test_a_lora_run_resumed_from_a_checkpoint_continues_as_if_uninterrupted(
+    tiny_model_dir: Path, vocab_size: int, tmp_path: Path
+) -> None:
+    """3 steps straight == 1 step, checkpoint, a new LoRA trainer resuming, 2 more."""
+    from dataclasses import replace
+
+    from nexrl.config.sections.trainer import LoraConfig
+
+    batches = [make_batch(vocab_size, groups=2, group_size=4, seed=i) for i in range(3)]
+
+    def trainer(**overrides: Any) -> SelfHostedTrainer:
+        s = spec(tiny_model_dir, trainer={"total_train_steps": 3, "save_every": 1}, **overrides)
+        s.trainer = replace(s.trainer, lora=LoraConfig(**LORA))
+        return create_trainer(s)
+
+    straight = trainer()
+    expected = [straight.train_step(b) for b in batches]
+    first = trainer(checkpoint_dir=str(tmp_path / "ck"))
+    first.train_step(batches[0])
+    first.close()
+    resumed = trainer(checkpoint_dir=str(tmp_path / "ck"), resume_mode="auto")
+    assert resumed.policy_version == 1
+    got = [resumed.train_step(b) for b in batches[1:]]
+    for e, g in zip(expected[1:], got, strict=True):
+        assert g["actor/grad_norm"] == pytest.approx(e["actor/grad_norm"], rel=1e-4)
+    wa, wb = straight.full_state_dict(), resumed.full_state_dict()
+    assert wa is not None and wb is not None
+    for k, v in wa.items():
+        assert torch.allclose(v, wb[k], atol=1e-6), k
