@@ -181,6 +181,20 @@ def test_a_bad_lora_setting_is_refused_before_anything_starts(
     assert lora(cfg, []) == [message]
 
 
+def test_lora_with_a_vllm_server_is_refused() -> None:
+    from omegaconf import OmegaConf
+
+    from nexrl.trainer.checks import lora
+
+    cfg = OmegaConf.create(
+        {"trainer": {"lora": LORA}, "service": {"inference_service": {"backend": "vllm"}}}
+    )
+    assert lora(cfg, []) == [
+        "trainer.lora: LoRA snapshots are served by the embedded server only, not "
+        "service.inference_service.backend 'vllm' (its reload loads full weights)"
+    ]
+
+
 def test_a_lora_run_resumed_from_a_checkpoint_continues_as_if_uninterrupted(
     tiny_model_dir: Path, vocab_size: int, tmp_path: Path
 ) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from nexrl.config.checks import register_check
 from nexrl.config.errors import RecipeError
@@ -101,4 +101,10 @@ def lora(cfg: DictConfig, roots: list[Path]) -> list[str]:
         out.append("trainer.lora.target_modules: empty; name the modules that get adapters")
     if not 0.0 <= float(lo.dropout) < 1.0:
         out.append(f"trainer.lora.dropout: must be in [0, 1), got {lo.dropout}")
+    backend = OmegaConf.select(cfg, "service.inference_service.backend", default="embedded")
+    if backend != "embedded":
+        out.append(
+            f"trainer.lora: LoRA snapshots are served by the embedded server only, not "
+            f"service.inference_service.backend '{backend}' (its reload loads full weights)"
+        )
     return out
