@@ -31,13 +31,13 @@ LORA = {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"], "dropou
 PROMPT = [40, 41, 42, 43, 44]
 
 
-def _lora_trainer(model_dir: Path, snaps: Path) -> SelfHostedTrainer:
+def _lora_trainer(model_dir: Path, snaps: Path, **lora: Any) -> SelfHostedTrainer:
     from dataclasses import replace
 
     from nexrl.config.sections.trainer import LoraConfig
 
     s = spec(model_dir, snapshot_dir=str(snaps), keep_snapshots=2)
-    s.trainer = replace(s.trainer, lora=LoraConfig(**LORA))
+    s.trainer = replace(s.trainer, lora=LoraConfig(**{**LORA, **lora}))
     return create_trainer(s)
 
 
@@ -125,6 +125,30 @@ def test_lora_trains_adapters_only_and_the_server_serves_the_adapted_policy(
     for k, v in base_weights.items():
         key = k.replace("q_proj.", "q_proj.base_layer.").replace("v_proj.", "v_proj.base_layer.")
         assert torch.equal(module_state[key], v), k
+
+
+def test_a_full_lm_head_beside_the_adapters_is_saved_and_served(
+    tiny_model_dir: Path, vocab_size: int, tmp_path: Path
+) -> None:
+    """``modules_to_save: [lm_head]``: the head trains in full, goes into the
+    snapshot, and the server's merge (PEFT's path) gives the trainer's log-probs."""
+    from backends.inference.embedded.weights import load_adapter_snapshot, load_snapshot
+
+    trainer = _lora_trainer(tiny_model_dir, tmp_path / "snaps", modules_to_save=["lm_head"])
+    trainable = [k for k, v in trainer.engine.module.named_parameters() if v.requires_grad]
+    assert any("lm_head.modules_to_save" in k for k in trainable)
+    batch = make_batch(vocab_size, groups=2, group_size=4, model_dir=tiny_model_dir)
+    trainer.train_step(batch)
+    base = load_snapshot(tiny_model_dir, device=torch.device("cpu"), dtype=torch.float32)
+    model = load_adapter_snapshot(tmp_path / "snaps" / "v1", base=base, device=torch.device("cpu"))
+    tokens = [*PROMPT, 50, 51, 52]
+    with torch.no_grad():
+        lp = torch.log_softmax(model(input_ids=torch.tensor([tokens])).logits[0, :-1], -1)
+    got = lp.gather(-1, torch.tensor(tokens[1:])[:, None])[:, 0][len(PROMPT) - 1 :]
+    assert torch.allclose(got, _trainer_log_probs(trainer, tokens), atol=1e-5)
+    with torch.no_grad():
+        base_lp = torch.log_softmax(base(input_ids=torch.tensor([tokens])).logits[0, :-1], -1)
+    assert not torch.allclose(lp, base_lp, atol=1e-3)  # the base copy was not merged into
 
 
 def test_a_server_started_on_an_adapter_snapshot_merges_it_into_its_base(

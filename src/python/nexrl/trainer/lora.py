@@ -38,6 +38,7 @@ def apply_lora(model: torch.nn.Module, trainer_cfg: Any) -> torch.nn.Module:
         lora_alpha=alpha,
         lora_dropout=float(lora.dropout),
         target_modules=list(lora.target_modules),
+        modules_to_save=list(getattr(lora, "modules_to_save", [])) or None,
         bias="none",
         task_type="CAUSAL_LM",
     )

@@ -32,6 +32,11 @@ class LoraConfig:
         "['q_proj', 'v_proj'] or ['all-linear'].",
     )
     dropout: float = cfg_field(0.0, help="Dropout on the adapter's input.", minimum=0.0)
+    modules_to_save: list[str] = cfg_field(
+        default_factory=list,
+        help="Modules trained in full beside the adapters and saved in every snapshot "
+        "(PEFT modules_to_save), e.g. ['lm_head'].",
+    )
 
 
 @dataclass
