@@ -27,7 +27,12 @@ from tests.unit.trainer._helpers import make_batch, spec
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-LORA = {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"], "dropout": 0.0}
+LORA: dict[str, Any] = {
+    "rank": 4,
+    "alpha": 8.0,
+    "target_modules": ["q_proj", "v_proj"],
+    "dropout": 0.0,
+}
 PROMPT = [40, 41, 42, 43, 44]
 
 

@@ -214,4 +214,8 @@ def test_trainer_guide_lora_settings_are_a_valid_recipe_section() -> None:
         for k, v in lora.items()
     ]
     checked = load_recipe_checked(Path("recipes/max_digit/max_digit_tiny.yaml"), overrides)
-    assert OmegaConf.to_container(checked.cfg.trainer.lora) == {**lora, "alpha": 16.0}
+    assert OmegaConf.to_container(checked.cfg.trainer.lora) == {
+        **lora,
+        "alpha": 16.0,
+        "modules_to_save": [],
+    }
