@@ -202,3 +202,20 @@ def test_user_guide_sft_data_line_and_its_label_mask(tmp_path: Path) -> None:
     assert shown is not None
     expected = shown.group(1).replace("recipes/max_digit_sft/data/train.jsonl", str(bad))
     assert str(err.value) == expected
+
+
+def test_trainer_guide_lora_settings_are_a_valid_recipe_section() -> None:
+    text = Path("docs/trainer.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "lora:" in b]
+    shown: Any = OmegaConf.to_container(OmegaConf.create(block))
+    lora = shown["trainer"]["lora"]
+    overrides = [f"trainer.lr={shown['trainer']['lr']}"] + [
+        f"trainer.lora.{k}=[{','.join(v)}]" if isinstance(v, list) else f"trainer.lora.{k}={v}"
+        for k, v in lora.items()
+    ]
+    checked = load_recipe_checked(Path("recipes/max_digit/max_digit_tiny.yaml"), overrides)
+    assert OmegaConf.to_container(checked.cfg.trainer.lora) == {
+        **lora,
+        "alpha": 16.0,
+        "modules_to_save": [],
+    }

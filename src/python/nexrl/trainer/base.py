@@ -53,6 +53,7 @@ from nexrl.algorithms import KL_CONTROLLERS, resolve_algorithm
 from nexrl.trainer.batch_io import load_batch
 from nexrl.trainer.engine import TrainingEngine, load_backend
 from nexrl.trainer.errors import TrainerError
+from nexrl.trainer.lora import adapter_config, adapter_state_dict, apply_lora, lora_enabled
 from nexrl.trainer.loss import call_with_options, policy_gradient_loss
 from nexrl.trainer.ops import (
     loss_units,
@@ -117,6 +118,9 @@ class SelfHostedTrainer:
         if model is None:
             model = self._load_model(spec.model_path, torch.float32)
         self.model_config = model.config
+        self.lora = lora_enabled(self.cfg)
+        if self.lora:
+            model = apply_lora(model, self.cfg)
         if engine is None:
             build = load_backend(self.cfg.backend)
             engine = build(
@@ -400,8 +404,7 @@ class SelfHostedTrainer:
         error = ""
         if self.publisher is not None and state is not None:
             try:
-                config = getattr(self.engine.module, "config", self.model_config)
-                self.last_snapshot = self.publisher.publish(state, config, self.policy_version)
+                self.last_snapshot = self._publish(state)
             except Exception as exc:  # report on every rank, never leave others waiting
                 error = f"{type(exc).__name__}: {exc}"
         failed = self.engine.all_reduce_sum(torch.tensor([1.0 if error else 0.0]))
@@ -411,6 +414,17 @@ class SelfHostedTrainer:
                 "'latest' still names the previous snapshot"
             )
         return self.last_snapshot if self.rank == 0 else None
+
+    def _publish(self, state: dict[str, Tensor]) -> PublishedSnapshot:
+        """Rank 0: the full weights, or with LoRA the adapter alone."""
+        assert self.publisher is not None
+        module = self.engine.module
+        if self.lora:
+            adapter = adapter_state_dict(module, state)
+            config = adapter_config(module, self.spec.model_path)
+            return self.publisher.publish_adapter(adapter, config, self.policy_version)
+        model_config = getattr(module, "config", self.model_config)
+        return self.publisher.publish(state, model_config, self.policy_version)
 
     def _snapshot_due(self, updated: bool) -> bool:
         return (

@@ -10,14 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from nexrl.config.checks import register_check
 from nexrl.config.errors import RecipeError
 from nexrl.config.sections.trainer import TRAINER_BACKENDS
 from nexrl.plugins import load_spec
 
-__all__ = ["custom_trainer", "sft_mode", "trainer_fits_backend", "zero_problems"]
+__all__ = ["custom_trainer", "lora", "sft_mode", "trainer_fits_backend", "zero_problems"]
 
 
 def zero_problems(zero_stage: int, offload_optimizer: bool, offload_param: bool) -> list[str]:
@@ -87,4 +87,24 @@ def sft_mode(cfg: DictConfig, roots: list[Path]) -> list[str]:
             load_demos([p for p in paths if p is not None], field)
         except WarmStartError as exc:
             out.append(str(exc))
+    return out
+
+
+@register_check
+def lora(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``trainer.lora``: a usable adapter setting when ``rank`` > 0."""
+    lo = cfg.trainer.get("lora")
+    if lo is None or int(lo.rank) == 0:
+        return []
+    out = []
+    if not list(lo.target_modules):
+        out.append("trainer.lora.target_modules: empty; name the modules that get adapters")
+    if not 0.0 <= float(lo.dropout) < 1.0:
+        out.append(f"trainer.lora.dropout: must be in [0, 1), got {lo.dropout}")
+    backend = OmegaConf.select(cfg, "service.inference_service.backend", default="embedded")
+    if backend != "embedded":
+        out.append(
+            f"trainer.lora: LoRA snapshots are served by the embedded server only, not "
+            f"service.inference_service.backend '{backend}' (its reload loads full weights)"
+        )
     return out

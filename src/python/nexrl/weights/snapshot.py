@@ -4,7 +4,9 @@ Layout under the snapshot root (``weight.snapshot_dir``)::
 
     v3/                  a complete snapshot: config.json, model.safetensors (or
     v4/                  model-0000k-of-0000n.safetensors + index), tokenizer files,
-                         generation_config.json, and ``version`` (the integer N)
+                         generation_config.json, and ``version`` (the integer N);
+                         with LoRA (``trainer.lora``): adapter_model.safetensors +
+                         adapter_config.json instead of config.json and the weights
     latest -> v4         relative symlink, replaced atomically
     .tmp-v5-1a2b3c4d/    a publish in progress (or one a crash interrupted)
 
@@ -51,6 +53,8 @@ from nexrl.errors import NexrlError
 from nexrl.util.files import atomic_symlink, fsync_dir, fsync_tree, remove_tree, replace_dir
 
 __all__ = [
+    "ADAPTER_CONFIG",
+    "ADAPTER_WEIGHTS",
     "LATEST_NAME",
     "VERSION_FILE",
     "PublishedSnapshot",
@@ -66,6 +70,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 LATEST_NAME = "latest"
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 VERSION_FILE = "version"
 _SNAPSHOT_RE = re.compile(r"^v(\d+)$")
 _TMP_PREFIX = ".tmp-v"
@@ -306,13 +312,8 @@ class SnapshotPublisher:
         replaces it. Any failure leaves ``latest`` and the existing snapshots
         untouched and raises.
         """
-        if version < 0:
-            raise ValueError(f"version must be >= 0, got {version!r}")
-        start = time.perf_counter()
-        final = self.root / f"v{version}"
-        tmp = self.root / f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        try:
+
+        def write(tmp: Path) -> None:
             tied = bool(getattr(config, "tie_word_embeddings", False))
             tensors = prepare_state_dict(state_dict, tie_word_embeddings=tied)
             write_safetensors(tensors, tmp, max_shard_bytes=self.max_shard_bytes)
@@ -321,6 +322,34 @@ class SnapshotPublisher:
             if len(dtypes) == 1:
                 cfg.dtype = next(iter(dtypes))
             cfg.save_pretrained(str(tmp))
+
+        return self._publish(version, write)
+
+    def publish_adapter(
+        self,
+        adapter_state: Mapping[str, torch.Tensor],
+        adapter_config: dict[str, Any],
+        version: int,
+    ) -> PublishedSnapshot:
+        """Write a LoRA snapshot ``v{version}`` (``adapter_model.safetensors`` +
+        ``adapter_config.json``, PEFT's layout) the same atomic way as :meth:`publish`."""
+
+        def write(tmp: Path) -> None:
+            tensors = prepare_state_dict(adapter_state)
+            _write_safetensors_file(tmp / ADAPTER_WEIGHTS, tensors)
+            (tmp / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2, default=str))
+
+        return self._publish(version, write)
+
+    def _publish(self, version: int, write: Any) -> PublishedSnapshot:
+        if version < 0:
+            raise ValueError(f"version must be >= 0, got {version!r}")
+        start = time.perf_counter()
+        final = self.root / f"v{version}"
+        tmp = self.root / f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        try:
+            write(tmp)
             if self.tokenizer_dir is not None:
                 _copy_tokenizer_files(self.tokenizer_dir, tmp)
             # the version file is written last: a folder without it is incomplete

@@ -73,7 +73,9 @@ def watch_parent(pid: int, interval_s: float = 1.0) -> threading.Thread:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    if not (Path(args.model) / "config.json").is_file():  # fail fast, before importing torch
+    model_dir = Path(args.model)
+    if not ((model_dir / "config.json").is_file() or (model_dir / "adapter_config.json").is_file()):
+        # fail fast, before importing torch
         sys.exit(f"error: --model {args.model!r} is not a model directory (no config.json)")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     if args.parent_pid is not None:
@@ -84,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from backends.inference.embedded.app import create_app
     from backends.inference.embedded.service import BatchingConfig, InferenceService
-    from backends.inference.embedded.weights import LoadedModel, load_snapshot, resolve_dtype
+    from backends.inference.embedded.weights import LoadedModel, load_model_dir, resolve_dtype
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
@@ -94,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     else:
         device = torch.device(args.device)
     dtype = resolve_dtype(args.dtype, device)
-    model = load_snapshot(args.model, device=device, dtype=dtype)
+    model, base = load_model_dir(args.model, device=device, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
     service = InferenceService(
         LoadedModel(model=model, version=args.policy_version, path=args.model),
@@ -103,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         dtype=dtype,
         batching=BatchingConfig(args.max_batch_size, args.batch_window_ms / 1000.0),
         logprobs_mode=args.logprobs_mode,
+        base_model=base,
     )
     name = args.served_model_name or args.model
     app = create_app(service, name, api=args.api)

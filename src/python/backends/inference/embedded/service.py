@@ -30,7 +30,13 @@ from backends.inference.embedded.generation import (
     generate,
 )
 from backends.inference.embedded.protocol import OpenAIError
-from backends.inference.embedded.weights import LoadedModel, SnapshotError, load_snapshot
+from backends.inference.embedded.weights import (
+    LoadedModel,
+    SnapshotError,
+    is_adapter_snapshot,
+    load_adapter_snapshot,
+    load_snapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +67,11 @@ class InferenceService:
         dtype: torch.dtype,
         batching: BatchingConfig | None = None,
         logprobs_mode: LogprobsMode = "raw",
+        base_model: Any | None = None,
     ) -> None:
         self._loaded = loaded
+        # LoRA snapshots are merged into this (default: the model the server started with)
+        self._base = base_model if base_model is not None else loaded.model
         self.tokenizer = tokenizer
         self.device, self.dtype = device, dtype
         self.batching = batching or BatchingConfig()
@@ -177,13 +186,18 @@ class InferenceService:
                     code="stale_version",
                 )
             try:
-                model = await asyncio.to_thread(
-                    load_snapshot,
-                    path,
-                    device=self.device,
-                    dtype=self.dtype,
-                    reference=current.model,
-                )
+                if is_adapter_snapshot(path):
+                    model = await asyncio.to_thread(
+                        load_adapter_snapshot, path, base=self._base, device=self.device
+                    )
+                else:
+                    model = await asyncio.to_thread(
+                        load_snapshot,
+                        path,
+                        device=self.device,
+                        dtype=self.dtype,
+                        reference=current.model,
+                    )
             except SnapshotError as exc:
                 raise OpenAIError(400, str(exc), param="model_path", code="bad_snapshot") from None
             self._loaded = LoadedModel(model=model, version=version, path=str(path))

@@ -140,3 +140,100 @@ def _check_finite(model: Any, snap: Path) -> None:
     logits = model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device)).logits
     if not bool(torch.isfinite(logits).all()):
         raise SnapshotError(f"snapshot {str(snap)!r}: weights give non-finite logits")
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+def is_adapter_snapshot(path: str | Path) -> bool:
+    """Whether ``path`` is a LoRA snapshot (``adapter_config.json``, no ``config.json``)."""
+    p = Path(path)
+    return (p / ADAPTER_CONFIG).is_file() and not (p / "config.json").is_file()
+
+
+def adapter_base_path(path: str | Path) -> str:
+    """The base model folder an adapter snapshot names (``base_model_name_or_path``)."""
+    snap = Path(path)
+    try:
+        base = json.loads((snap / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError) as exc:
+        raise SnapshotError(
+            f"snapshot {str(snap)!r}: adapter_config.json is unreadable: {exc}"
+        ) from None
+    if not base:
+        raise SnapshotError(f"snapshot {str(snap)!r}: adapter_config.json names no base model")
+    return str(base)
+
+
+def load_adapter_snapshot(path: str | Path, *, base: Any, device: torch.device) -> Any:
+    """A copy of ``base`` with the LoRA adapter at ``path`` merged in (``W + alpha/r B A``).
+
+    ``base`` (the served base model) is untouched, so the next adapter is merged
+    into the base again, not into the previous policy.
+    """
+    import copy
+
+    from peft import PeftModel
+
+    snap = Path(path)
+    if not snap.is_dir():
+        raise SnapshotError(f"model_path {str(snap)!r} is not a directory")
+    if not (snap / ADAPTER_WEIGHTS).is_file():
+        raise SnapshotError(f"snapshot {str(snap)!r} has no {ADAPTER_WEIGHTS}")
+    model = copy.deepcopy(base)
+    try:
+        if not _merge_plain_lora(model, snap):  # DoRA, embeddings, ...: PEFT's own merge
+            model = PeftModel.from_pretrained(model, str(snap), is_trainable=False)
+            model = model.merge_and_unload()
+    except Exception as exc:  # wrong base, truncated file, missing target modules, ...
+        raise SnapshotError(f"adapter snapshot {str(snap)!r} failed to load: {exc}") from None
+    merged: Any = model
+    merged.to(device).eval()
+    _check_finite(merged, snap)
+    return merged
+
+
+@torch.no_grad()
+def _merge_plain_lora(model: Any, snap: Path) -> bool:
+    """``W += (alpha / r) B A`` in place for every adapted ``nn.Linear`` (PEFT's merge for
+    plain LoRA, without building the PEFT wrapper); False when the adapter is not plain
+    LoRA on linear layers (nothing is changed then)."""
+    from safetensors.torch import load_file
+
+    config = json.loads((snap / ADAPTER_CONFIG).read_text())
+    if config.get("peft_type") != "LORA" or config.get("use_dora") or config.get("fan_in_fan_out"):
+        return False
+    if config.get("rank_pattern") or config.get("alpha_pattern") or config.get("modules_to_save"):
+        return False
+    r, alpha = int(config["r"]), float(config["lora_alpha"])
+    scale = alpha / r**0.5 if config.get("use_rslora") else alpha / r
+    tensors = load_file(str(snap / ADAPTER_WEIGHTS))
+    updates = []
+    for key, a in tensors.items():
+        if not key.endswith(".lora_A.weight"):
+            if not key.endswith(".lora_B.weight"):
+                return False
+            continue
+        prefix = key.removesuffix(".lora_A.weight")
+        b = tensors.get(prefix + ".lora_B.weight")
+        module = model.get_submodule(prefix.removeprefix("base_model.model."))
+        if b is None or not isinstance(module, torch.nn.Linear):
+            return False
+        updates.append((module.weight, b, a))
+    for weight, b, a in updates:
+        delta = (b.to(torch.float32) @ a.to(torch.float32)) * scale
+        weight.add_(delta.to(device=weight.device, dtype=weight.dtype))
+    return True
+
+
+def load_model_dir(
+    path: str | Path, *, device: torch.device, dtype: torch.dtype
+) -> tuple[Any, Any]:
+    """``(model, base)`` for the server's start: a full snapshot is its own base; an
+    adapter snapshot is merged into the base folder its config names."""
+    if is_adapter_snapshot(path):
+        base = load_snapshot(adapter_base_path(path), device=device, dtype=dtype)
+        return load_adapter_snapshot(path, base=base, device=device), base
+    model = load_snapshot(path, device=device, dtype=dtype)
+    return model, model

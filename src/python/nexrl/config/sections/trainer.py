@@ -14,6 +14,32 @@ TRAINER_BACKENDS: dict[str, tuple[str, ...]] = {
 
 
 @dataclass
+class LoraConfig:
+    """``trainer.lora``: train low-rank adapters (PEFT LoRA) instead of the full model."""
+
+    rank: int = cfg_field(
+        0,
+        help="LoRA rank r (0 = LoRA off: the full model trains). With r > 0 only the "
+        "adapters train and snapshots hold only the adapter.",
+        minimum=0,
+    )
+    alpha: float = cfg_field(
+        16.0, help="LoRA alpha; the adapter's update is scaled by alpha / rank.", minimum=0.0
+    )
+    target_modules: list[str] = cfg_field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        help="Names of the linear modules that get adapters (PEFT target_modules), e.g. "
+        "['q_proj', 'v_proj'] or ['all-linear'].",
+    )
+    dropout: float = cfg_field(0.0, help="Dropout on the adapter's input.", minimum=0.0)
+    modules_to_save: list[str] = cfg_field(
+        default_factory=list,
+        help="Modules trained in full beside the adapters and saved in every snapshot "
+        "(PEFT modules_to_save), e.g. ['lm_head'].",
+    )
+
+
+@dataclass
 class TrainerConfig:
     type: str = cfg_field(
         "self_hosted_grpo",
@@ -60,3 +86,7 @@ class TrainerConfig:
     offload_param: bool = cfg_field(False, help="ZeRO parameter offload to CPU (stage 3).")
     bf16: bool = cfg_field(False, help="bf16 mixed precision (GPU).")
     gradient_checkpointing: bool = cfg_field(False, help="Recompute activations in backward.")
+    lora: LoraConfig = cfg_field(
+        default_factory=LoraConfig,
+        help="LoRA adapters (off by default); see docs/trainer.md, 'LoRA'.",
+    )
