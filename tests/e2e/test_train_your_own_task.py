@@ -23,13 +23,18 @@ from tests.e2e._recipe import subprocess_env
 
 __all__ = ["task"]  # the fixture: scaffold + data script in a scratch folder
 
+# sys.path made absolute now, before the fixture changes directory (a Pants sandbox
+# puts relative source roots on it): what the child processes import nexrl from.
+IMPORT_PATH = os.pathsep.join(os.path.abspath(p) for p in sys.path)
+
 
 def test_the_guides_run_learns_and_its_python_reads_the_results(task: Path) -> None:
     (run,) = [c for c in commands(TRAIN) if c.endswith("next_digit.yaml")]
     args = shlex.split(run[len(TRAIN) :])
+    env = {**subprocess_env(), "PYTHONPATH": IMPORT_PATH}
     proc = subprocess.run(
         [sys.executable, "-m", "nexrl.cli.train", *args, "cluster.dashboard_address=:0"],
-        env=subprocess_env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=1200,
@@ -51,7 +56,6 @@ def test_the_guides_run_learns_and_its_python_reads_the_results(task: Path) -> N
 
     # The guide's "Read the results" block, as written, in the same folder.
     (reader,) = [b for b in guide_blocks("python") if "read_pool" in b]
-    env = {**subprocess_env(), "PYTHONPATH": os.pathsep.join(["src/python", *sys.path])}
     shown = subprocess.run(
         [sys.executable, "-c", reader], env=env, capture_output=True, text=True, timeout=300
     )

@@ -22,6 +22,7 @@ from nexrl.controller.loop import ControllerError
 from nexrl.controller.rundir import RunDirError
 from nexrl.data.errors import DataError
 from nexrl.errors import NexrlError
+from nexrl.evaluators.sandbox import SandboxUnavailable
 from nexrl.inference.client import InferenceError
 from nexrl.inference.supervisor import ServiceError
 from nexrl.metrics.sinks import MetricSinkError
@@ -64,6 +65,7 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     TrainerError: (RuntimeError,),
     TrainerGroupError: (RuntimeError,),
     TrainerLostError: (TrainerGroupError, RuntimeError),
+    SandboxUnavailable: (RuntimeError,),
     KubernetesError: (RuntimeError,),
     MetricSinkError: (RuntimeError,),
     InferenceError: (RuntimeError,),

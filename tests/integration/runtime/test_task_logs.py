@@ -76,7 +76,9 @@ def test_a_failing_task_is_one_line_per_failure_on_the_terminal(tmp_path: Path) 
     }
     # one terminal line per distinct failure per worker that hit it (its log file says which)
     per_worker = [p.read_text() for p in sorted(logs.glob("dask-worker-*.log"))]
-    hit = [("raise KeyError" in t) + ("raise TypeError" in t) for t in per_worker]
+    # (the exception as Dask logs it: functions from a script's __main__ come without
+    # source lines since cloudpickle 3.1.3, "<dynamic-code>")
+    hit = [("KeyError('answer')" in t) + ("TypeError(" in t) for t in per_worker]
     assert len(failures) == sum(hit) >= 2, proc.stderr
     assert "Traceback" not in proc.stderr and "File " not in proc.stderr
     warned = [line for line in terminal if "evaluator NoAnswer failed" in line]
@@ -92,6 +94,6 @@ def test_a_failing_task_is_one_line_per_failure_on_the_terminal(tmp_path: Path) 
     text = "".join(per_worker)
     assert text.count("Compute Failed") == 12
     assert text.count("Traceback:") == 12
-    assert "in evaluate" in text and "raise KeyError" in text
+    assert "line 21, in evaluate" in text  # the traceback, with where it was raised
     assert text.count("evaluator NoAnswer failed") == 8
     assert text.count("deepspeed: op built") == 8 and "op built" not in proc.stderr
