@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -40,6 +41,6 @@ def test_a_secret_from_the_environment_is_nowhere_in_the_run_folder(tmp_path: Pa
     assert leaked == []
     # config.yaml says where the key comes from, and still loads as a recipe's config
     recorded = OmegaConf.load(out / "config.yaml")
-    raw = OmegaConf.to_container(recorded, resolve=False)
+    raw: Any = OmegaConf.to_container(recorded, resolve=False)
     assert raw["service"]["inference_service"]["api_key"] == "${oc.env:NEXRL_TEST_API_KEY}"
     assert recorded.trainer.total_train_steps == 2
