@@ -10,6 +10,7 @@ import re
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 from nexrl.controller import Controller
 from nexrl.recipe import load_recipe_checked
@@ -19,30 +20,38 @@ from tests.e2e.test_kill_and_resume import wait_for_step
 STEPS = 6
 
 
-def test_a_killed_inference_server_is_restarted_on_the_newest_weights(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    recipe = load_recipe_checked(RECIPE, overrides(out, steps=STEPS))
+def run_with_signal_to_the_server(
+    out: Path, sig: signal.Signals, *extra: str
+) -> tuple[Controller, list[dict[str, Any]], int]:
+    """A run of STEPS steps whose embedded server gets ``sig`` once step 2 is logged;
+    ``(controller, training rows, the server's pid)``."""
+    recipe = load_recipe_checked(RECIPE, overrides(out, *extra, steps=STEPS))
     controller = Controller(recipe, progress=False)
-    killed: list[int] = []
+    hit: list[int] = []
 
-    def kill_the_server() -> None:
+    def signal_the_server() -> None:
         wait_for_step(out, 2)
         c = controller.components
         assert c is not None and c.supervisor.server is not None
         pid = int(c.supervisor.server.pid)
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
+        os.kill(pid, sig)
+        hit.append(pid)
 
-    thread = threading.Thread(target=kill_the_server, daemon=True)
+    thread = threading.Thread(target=signal_the_server, daemon=True)
     thread.start()
     result = controller.run()
     thread.join(timeout=10)
-    assert killed, "the server was not killed"
+    assert hit, f"the server got no {sig.name}"
     assert result.steps == STEPS
-
     rows = train_rows(out)
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
     assert rows[-1]["inference/restarts"] == 1
+    return controller, rows, hit[0]
+
+
+def test_a_killed_inference_server_is_restarted_on_the_newest_weights(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    controller, rows, killed = run_with_signal_to_the_server(out, signal.SIGKILL)
     # The restarted server serves the newest weights: rollouts never go back in version,
     # and in sync mode each step still trains on the previous step's weights.
     for r in rows:
@@ -58,45 +67,22 @@ def test_a_killed_inference_server_is_restarted_on_the_newest_weights(tmp_path: 
     log = (out / "logs" / "driver.log").read_text()
     # noticed by the health check, or by the reload that found no server answering
     assert "the embedded server exited (code -9); restarting on v" in log or (
-        f"the server (pid {killed[0]}) did not answer /health before the reload" in log
+        f"the server (pid {killed}) did not answer /health before the reload" in log
     )
     pids = [int(p) for p in re.findall(r"embedded server at \S+ \(pid (\d+)\)", log)]
-    assert len(pids) == 2 and pids[0] == killed[0] and pids[1] != killed[0]
+    assert len(pids) == 2 and pids[0] == killed and pids[1] != killed
 
 
 def test_a_hung_inference_server_is_detected_killed_and_replaced(tmp_path: Path) -> None:
     """SIGSTOP: the process lives but answers nothing. After ``unhealthy_after``
     health checks without an answer it is killed and replaced; nothing waits forever."""
     out = tmp_path / "run"
-    recipe = load_recipe_checked(
-        RECIPE,
-        overrides(
-            out,
-            "runtime_monitor.health_timeout_s=1",
-            "runtime_monitor.unhealthy_after=2",
-            steps=STEPS,
-        ),
+    controller, rows, stopped = run_with_signal_to_the_server(
+        out,
+        signal.SIGSTOP,
+        "runtime_monitor.health_timeout_s=1",
+        "runtime_monitor.unhealthy_after=2",
     )
-    controller = Controller(recipe, progress=False)
-    stopped: list[int] = []
-
-    def stop_the_server() -> None:
-        wait_for_step(out, 2)
-        c = controller.components
-        assert c is not None and c.supervisor.server is not None
-        pid = int(c.supervisor.server.pid)
-        os.kill(pid, signal.SIGSTOP)
-        stopped.append(pid)
-
-    thread = threading.Thread(target=stop_the_server, daemon=True)
-    thread.start()
-    result = controller.run()
-    thread.join(timeout=10)
-    assert stopped, "the server was not stopped"
-    assert result.steps == STEPS
-    rows = train_rows(out)
-    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
-    assert rows[-1]["inference/restarts"] == 1
     for r in rows:
         assert r["version/rollout_min"] == r["version/rollout_max"] == r["step"] - 1
     trained = sum(r["batch/size"] for r in rows)
@@ -106,9 +92,9 @@ def test_a_hung_inference_server_is_detected_killed_and_replaced(tmp_path: Path)
     # taken for hung by two health checks, or by the reload that found it not answering
     assert (
         "did not answer /health within 1s (1 of 2)" in log
-        and f"the server (pid {stopped[0]}) did not answer /health 2 times in a row" in log
-    ) or f"the server (pid {stopped[0]}) did not answer /health before the reload" in log
-    assert not _alive(stopped[0])  # the hung process was killed, not left stopped
+        and f"the server (pid {stopped}) did not answer /health 2 times in a row" in log
+    ) or f"the server (pid {stopped}) did not answer /health before the reload" in log
+    assert not _alive(stopped)  # the hung process was killed, not left stopped
 
 
 def _alive(pid: int) -> bool:
