@@ -125,6 +125,58 @@ def test_seeded_requests_repeat_a_sample_and_differ_between_samples(
     assert w.request_seed(ITEM) == {}
 
 
+class Counting(InferenceClient):
+    """The real client, counting the chat requests it sends (and their ``n``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests: list[int] = []
+
+    async def chat(self, messages: list[dict[str, Any]], **params: Any) -> Any:
+        self.requests.append(int(params.get("n", 1)))
+        return await super().chat(messages, **params)
+
+
+class OwnRunAgent(SimpleRolloutWorker):
+    async def run_agent(self, item: dict[str, Any]) -> Any:
+        return await super().run_agent(item)
+
+
+def test_a_group_is_asked_in_one_request_with_n(embedded_server: EmbeddedServer) -> None:
+    """rollout_worker.one_request_per_group: the 8 samples of a group come from one
+    request with n=8, one episode per item in item order, each choice its own
+    stream, the same tokens again when the group is rolled out again; a worker
+    with its own run_agent, the setting off, or items with different prompts
+    send one request per item."""
+    group = [dict(ITEM, run_id=r) for r in range(8)]
+
+    def run(cls: type[SimpleRolloutWorker], items: list[dict[str, Any]], **attrs: Any) -> Any:
+        client = Counting(embedded_server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
+        w = cls(client, max_digit(), {"max_tokens": 4, "temperature": 1.0})
+        w.seed = 5
+        for k, v in attrs.items():
+            setattr(w, k, v)
+        episodes = asyncio.run(w.run_group(items))
+        trajs = [t for e in episodes for t in w.score(e)]
+        return client.requests, trajs
+
+    requests, trajs = run(SimpleRolloutWorker, group)
+    assert requests == [8]
+    assert [(t.group_id, t.run_id) for t in trajs] == [(7, r) for r in range(8)]
+    assert len({tuple(t.response_ids) for t in trajs}) > 1  # 8 streams, not one
+    assert all(t.reward in (0.0, 1.0) and t.logprobs for t in trajs)
+    again_requests, again = run(SimpleRolloutWorker, group)
+    assert again_requests == [8]
+    assert [t.response_ids for t in again] == [t.response_ids for t in trajs]
+
+    assert run(OwnRunAgent, group)[0] == [1] * 8
+    assert run(SimpleRolloutWorker, group, group_requests=False)[0] == [1] * 8
+    mixed = [
+        dict(i, data_item={"prompt": f"max {r} 3 9", "answer": "9"}) for r, i in enumerate(group)
+    ]
+    assert run(SimpleRolloutWorker, mixed)[0] == [1] * 8
+
+
 def test_the_user_guides_custom_worker_runs_as_written(
     embedded_server: EmbeddedServer, tmp_path: Path
 ) -> None:

@@ -134,6 +134,7 @@ def rollout_spec(recipe: Recipe, pool: PoolConfig, base_urls: list[str]) -> Roll
         agent_entrypoint=str(rw.agent_entrypoint) if rw.agent_entrypoint else None,
         agent_timeout_s=float(rw.agent_timeout_s),
         seed=int(cfg.seed) if rw.seeded_requests else None,
+        group_requests=bool(rw.one_request_per_group),
         # replicas given by URL (vLLM, SGLang) do not report the version they serve:
         # the controller's record of what it loaded tags the replies
         # engines that report no policy version: replicas at base_urls, or one that

@@ -12,6 +12,8 @@ Hooks a custom worker overrides (load one with
   (unscored); ``score(episode)`` runs the evaluator and builds the trajectories.
   The controller runs the two as separate Dask futures (rollout, then
   evaluator), so the dashboard shows where time goes.
+* ``run_group(items) -> list[Episode]``: the episodes of a whole prompt group
+  (default: ``run_agent`` for each item, concurrently).
 * ``rollout(item) -> list[Trajectory]``: the whole episode, scored, async
   (default: ``score(await run_agent(item))``). A custom worker may override
   just this; it then runs inside the rollout future.
@@ -110,6 +112,17 @@ class BaseRolloutWorker:
             self.trajectory(gen, episode.item, result, train=bool(m))
             for gen, m in zip(episode.calls, mask, strict=True)
         ]
+
+    async def run_group(self, items: list[dict[str, Any]]) -> list[Episode]:
+        """The episodes of one rollout future's items (a prompt group), in order.
+
+        Default: ``run_agent`` for every item, concurrently. A worker whose items
+        can share model calls overrides this (``SimpleRolloutWorker`` asks for a
+        whole group's samples in one request with the OpenAI ``n`` parameter).
+        """
+        import asyncio
+
+        return list(await asyncio.gather(*(self.run_agent(i) for i in items)))
 
     async def rollout(self, item: dict[str, Any]) -> list[Trajectory]:
         """Run one episode for ``item`` (a data-loader item) and score it."""

@@ -5,12 +5,13 @@ For each prompt group the controller submits two futures::
     episodes = client.submit(rollout_task, spec, items, key="rollout-g<group>-…")
     summary  = client.submit(evaluate_task, spec, episodes, commit, key="evaluate-g<group>-…")
 
-``rollout_task`` runs the rollout worker's ``run_agent`` for every item of the
-group concurrently (one event loop, one inference client); ``evaluate_task``
-scores the episodes with the recipe's evaluator and appends the group's
-trajectories to the zarr pool in one commit, so a group is in the pool whole or
-not at all. Only a small ``GroupSummary`` travels back to the controller; the
-trajectories go to shared storage.
+``rollout_task`` runs the rollout worker's ``run_group`` on the group's items
+(``run_agent`` for every item concurrently, or one request for the whole group;
+one event loop, one inference client per process); ``evaluate_task`` scores
+the episodes with the recipe's evaluator and appends the group's trajectories
+to the zarr pool in one commit, so a group is in the pool whole or not at all.
+Only a small ``GroupSummary`` travels back to the controller; the trajectories
+go to shared storage.
 
 Both functions are pure in their inputs (no driver state), so Dask may rerun
 them on another worker when one dies. Workers, evaluators and pool writers are
@@ -50,6 +51,8 @@ class RolloutSpec:
         sampling: OpenAI sampling parameters (temperature, top_p, max_tokens).
         prompt_key: data column holding the prompt.
         pool: the trajectory pool config (store resolved).
+        group_requests: one request with ``n`` per prompt group
+            (``rollout_worker.one_request_per_group``; the 'simple' worker).
         versions_from_pool: the engines do not report policy versions (``base_urls``
             replicas: vLLM, SGLang): tag each reply with the version the controller
             last loaded everywhere, read from the pool's weight-sync record when the
@@ -74,6 +77,7 @@ class RolloutSpec:
     agent_timeout_s: float = 300.0
     seed: int | None = None  # per-request sampling seeds (BaseRolloutWorker.request_seed)
     versions_from_pool: bool = False
+    group_requests: bool = True
     evaluator_options: str = "{}"
 
     def with_sampling(self, **overrides: Any) -> RolloutSpec:
@@ -204,6 +208,10 @@ def _worker(spec: RolloutSpec, client: Any, recorder: Any = None) -> BaseRollout
         )
     worker = cls(client, evaluator(spec), dict(spec.sampling), spec.prompt_key)
     worker.seed = spec.seed  # set after construction: custom __init__s need not forward it
+    from nexrl.rollout_worker.simple import SimpleRolloutWorker
+
+    if isinstance(worker, SimpleRolloutWorker):
+        worker.group_requests = spec.group_requests
     return worker
 
 
@@ -315,7 +323,7 @@ def rollout_task(spec: RolloutSpec, items: list[dict[str, Any]]) -> list[Episode
     async def run() -> list[Any]:
         worker = _worker(spec, runner.client(spec), recorder)
         if type(worker).scores_separately():
-            return list(await asyncio.gather(*(worker.run_agent(i) for i in items)))
+            return await worker.run_group(items)
         scored = await asyncio.gather(*(worker.rollout(i) for i in items))
         return [t for ts in scored for t in ts]
 

@@ -90,6 +90,13 @@ class RolloutWorkerConfig:
         "index): the same recipe samples the same tokens however the server batches requests "
         "(needs a server that honours 'seed': the embedded one and vLLM do).",
     )
+    one_request_per_group: bool = cfg_field(
+        True,
+        help="The 'simple' worker asks for a group's group_size samples in one request with "
+        "the OpenAI 'n' parameter instead of one request each (~5x less time in requests for "
+        "short answers; the embedded server, vLLM and SGLang honour 'n'). Set false for an "
+        "engine that does not.",
+    )
     top_p: float = cfg_field(1.0, help="Nucleus sampling probability mass (0, 1].", minimum=0.0)
     max_response_length: int = cfg_field(
         64, help="max_tokens per model call (response tokens).", minimum=1
