@@ -43,7 +43,9 @@ def param_checksum(model: Any) -> str:
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="model folder (weights + tokenizer)")
-    p.add_argument("--data", required=True, help="JSON lines with 'prompt' and the evaluator's fields")
+    p.add_argument(
+        "--data", required=True, help="JSON lines with 'prompt' and the evaluator's fields"
+    )
     p.add_argument("--max-samples", type=int, default=None, help="first N rows only")
     p.add_argument("--evaluator", required=True, help="path/file.py:Class")
     p.add_argument("--out", required=True)
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     args = _args(argv)
     import torch
     from datasets import Dataset  # pants: no-infer-dep (installed with trl)
-    from transformers import AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer, PreTrainedTokenizerBase, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from nexrl.plugins import load_spec
@@ -83,8 +85,8 @@ def main(argv: list[str] | None = None) -> None:
 
     columns = [k for k in rows[0] if k != "prompt"]  # the data row's fields, as TRL passes them
 
-    def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
-        out_r = []
+    def reward(prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+        out_r: list[float | None] = []
         for i, completion in enumerate(completions):
             text = completion[-1]["content"] if isinstance(completion, list) else completion
             data = {"prompt": prompts[i][-1]["content"], **{k: kwargs[k][i] for k in columns}}
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     step_prompts: list[list[list[int]]] = []
 
-    class Recorder(GRPOTrainer):  # type: ignore[misc]
+    class Recorder(GRPOTrainer):
         """Records the prompt ids each step generated from (TRL's own tokenization)."""
 
         def _generate_and_score_completions(self, inputs: Any) -> Any:
@@ -139,13 +141,14 @@ def main(argv: list[str] | None = None) -> None:
     setup: dict[str, Any] = {}
     metrics = (out / "metrics.jsonl").open("w")
 
-    class Log(TrainerCallback):  # type: ignore[misc]
-        def on_train_begin(self, _a: Any, _s: Any, _c: Any, model: Any = None, **_: Any) -> None:
-            setup["param_checksum"] = param_checksum(model)
+    class Log(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            setup["param_checksum"] = param_checksum(kwargs["model"])
             setup["train_start"] = time.time()
 
-        def on_log(self, _a: Any, state: Any, _c: Any, logs: Any = None, **_: Any) -> None:
-            if logs and "reward" in logs:
+        def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            logs = kwargs.get("logs") or {}
+            if "reward" in logs:
                 row = {
                     "step": int(state.global_step),
                     "time": round(time.time(), 4),
@@ -165,11 +168,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     trainer.train()
     metrics.close()
+    used = trainer.processing_class  # the tokenizer TRL tokenized with
+    assert isinstance(used, PreTrainedTokenizerBase) and trainer.model is not None
     setup.update(
-        vocab=trainer.processing_class.get_vocab(),
-        chat_template=trainer.processing_class.chat_template,
+        vocab=used.get_vocab(),
+        chat_template=used.chat_template,
         step_prompt_ids=step_prompts,
-        device=str(trainer.model.device),
+        device=str(next(trainer.model.parameters()).device),
         torch_threads=torch.get_num_threads(),
     )
     (out / "setup.json").write_text(json.dumps(setup))

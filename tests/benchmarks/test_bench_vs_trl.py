@@ -30,6 +30,7 @@ prompt token ids of the same step, in the same order. Times are recorded in
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -55,6 +56,10 @@ N_PROMPTS = 208  # 13 whole steps per epoch
 LR = 3e-3
 EVALUATOR = "recipes/max_digit/evaluator.py:MaxDigitEvaluator"
 TARGET = 0.8  # reward, mean of 5 steps
+# A second, lower mark: on a shared 2-core machine 60 steps may end before 0.8 (the
+# default recipe's 300-step run passes 0.8 near step 75), and learning speed is
+# still compared where both get there.
+LOW_TARGET = 0.25
 DEADLINE_S = 900  # a hung run fails instead of blocking the suite
 
 
@@ -82,19 +87,29 @@ def summarize(rows: list[dict[str, Any]], command_start: float, train_start: flo
     assert steps == list(range(1, STEPS + 1)), steps
     times = [float(r["time"]) for r in rows]
     rewards = [float(r["reward/mean"]) for r in rows]
-    step_s = statistics.median(b - a for a, b in zip(times, times[1:], strict=False))
-    reached = next(
-        (i + 1 for i in range(4, len(rewards)) if statistics.mean(rewards[i - 4 : i + 1]) >= TARGET),
-        None,
-    )
-    return {
+    step_s = statistics.median(b - a for a, b in itertools.pairwise(times))
+    out: dict[str, Any] = {
         "median_step_s": step_s,
         "samples_per_s": PROMPTS * GROUP / step_s,
         "command_to_first_row_s": times[0] - command_start,
         "train_start_to_first_row_s": times[0] - train_start,
-        "steps_to_target": reached,
-        "train_s_to_target": None if reached is None else times[reached - 1] - train_start,
-        "command_s_to_target": None if reached is None else times[reached - 1] - command_start,
+    }
+    for name, mark in (("target", TARGET), ("low_target", LOW_TARGET)):
+        reached = next(
+            (
+                i + 1
+                for i in range(4, len(rewards))
+                if statistics.mean(rewards[i - 4 : i + 1]) >= mark
+            ),
+            None,
+        )
+        out[f"steps_to_{name}"] = reached
+        out[f"train_s_to_{name}"] = None if reached is None else times[reached - 1] - train_start
+        out[f"command_s_to_{name}"] = (
+            None if reached is None else times[reached - 1] - command_start
+        )
+    return {
+        **out,
         "reward_first5": statistics.mean(rewards[:5]),
         "reward_last5": statistics.mean(rewards[-5:]),
         "curve": [(t - command_start, r) for t, r in zip(times, rewards, strict=True)],
@@ -120,7 +135,7 @@ def check_same_setup(model_dir: Path, ours: Path, trl_setup: dict[str, Any]) -> 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir).float().eval()
     tok = AutoTokenizer.from_pretrained(model_dir)
     # TRL: the weights, vocabulary and chat template it started training with.
     assert trl_setup["param_checksum"] == param_checksum(model)
@@ -153,26 +168,34 @@ def check_same_setup(model_dir: Path, ours: Path, trl_setup: dict[str, Any]) -> 
 
 
 def plot(ours: dict[str, Any], trl: dict[str, Any], path: Path) -> None:
+    """Mean reward against seconds since the command started (left) and against the
+    step (right), both runs on each chart; thin lines per step, thick 5-step means."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4), width_ratios=(3, 2))
     for label, s, colour in (("NexRL (nexrl train)", ours, "C0"), ("TRL GRPOTrainer", trl, "C1")):
         xs = [x for x, _ in s["curve"]]
         ys = [y for _, y in s["curve"]]
         smooth = [statistics.mean(ys[max(0, i - 4) : i + 1]) for i in range(len(ys))]
-        ax.plot(xs, ys, colour, alpha=0.3, lw=1)
-        ax.plot(xs, smooth, colour, lw=2, label=f"{label} (5-step mean)")
-    ax.axhline(TARGET, color="grey", ls=":", lw=1)
-    ax.set_xlabel("seconds since the command started")
-    ax.set_ylabel("mean reward of the step")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(f"max_digit, tiny Qwen2, 16 x 8 per step, {STEPS} steps, 2-core CPU")
-    ax.legend(loc="lower right")
+        steps = range(1, len(ys) + 1)
+        for ax, x in ((by_time, xs), (by_step, steps)):
+            ax.plot(x, ys, colour, alpha=0.3, lw=1)
+            ax.plot(x, smooth, colour, lw=2, label=f"{label}, 5-step mean")
+    for ax in (by_time, by_step):
+        ax.axhline(TARGET, color="grey", ls=":", lw=1)
+        ax.set_ylim(0, 1.02)
+        ax.set_ylabel("mean reward of the step")
+    by_time.set_xlabel("seconds since the command started (start-up included)")
+    by_step.set_xlabel("step")
+    by_time.legend(loc="upper left")
+    fig.suptitle(
+        f"max_digit, same tiny Qwen2 init, 16 prompts x 8 per step, {STEPS} steps, shared 2-core CPU"
+    )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -255,6 +278,10 @@ def test_bench_vs_trl(benchmark: Any, tmp_path: Path) -> None:
         ),
         ratio_steps_to_target=ratio(ours["steps_to_target"], trl["steps_to_target"]),
         ratio_train_s_to_target=ratio(ours["train_s_to_target"], trl["train_s_to_target"]),
+        ratio_steps_to_low_target=ratio(ours["steps_to_low_target"], trl["steps_to_low_target"]),
+        ratio_train_s_to_low_target=ratio(
+            ours["train_s_to_low_target"], trl["train_s_to_low_target"]
+        ),
         steps=STEPS,
         entropy_coef=entropy,
     )
@@ -277,6 +304,9 @@ def test_bench_vs_trl(benchmark: Any, tmp_path: Path) -> None:
         ("steps_to_target", "ratio_steps_to_target"),
         ("train_s_to_target", "ratio_train_s_to_target"),
         ("command_s_to_target", None),
+        ("steps_to_low_target", "ratio_steps_to_low_target"),
+        ("train_s_to_low_target", "ratio_train_s_to_low_target"),
+        ("command_s_to_low_target", None),
         ("reward_first5", None),
         ("reward_last5", None),
     ):
