@@ -41,6 +41,25 @@ from nexrl.util.net import free_port
 if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
     os.environ["DS_ACCELERATOR"] = "cpu"
 
+
+def _extensions_dir() -> str:
+    """A JIT-extension cache folder of this Python environment's own.
+
+    DeepSpeed compiles its ops (on CPU: the shared-memory comm op, ~3.5 min on 2
+    cores) into ``~/.cache/torch_extensions/<py>_<device>/<op>``, a folder shared by
+    every environment: a build from another venv (``./pants run`` and ``./pants
+    test`` use different ones) names other include paths, so each switch rebuilt
+    it. Keyed by where torch is installed, each environment builds once.
+    """
+    import hashlib
+
+    key = hashlib.sha256(os.path.dirname(torch.__file__).encode()).hexdigest()[:12]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torch_extensions", f"nexrl-{torch.__version__}-{key}")
+
+
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", _extensions_dir())
+
 __all__ = ["DeepSpeedEngine", "build_engine", "ds_config", "init_distributed", "uses_gpu"]
 
 REQUIRES = ("deepspeed",)  # checked by nexrl.trainer.engine.load_backend
@@ -95,6 +114,30 @@ def ds_config(cfg: Any, *, world_size: int, on_gpu: bool) -> dict[str, Any]:
     return config
 
 
+@contextlib.contextmanager
+def _no_shm_op(skip: bool) -> Any:
+    """While ``skip``: DeepSpeed's CPU backend does not build its shared-memory comm op.
+
+    That op only speeds up all-reduces between CPU ranks of one node; a single rank
+    has none to do, and building it is a C++ compile of minutes on a new machine (the
+    backend falls back to torch.distributed without it, as on a build that lacks it).
+    """
+    if not skip:
+        yield
+        return
+    import importlib
+
+    # the module, not the attribute: deepspeed.comm's namespace binds "torch" to torch
+    ds_torch = importlib.import_module("deepspeed.comm.torch")
+
+    build = ds_torch.build_shm_op
+    ds_torch.build_shm_op = lambda: None
+    try:
+        yield
+    finally:
+        ds_torch.build_shm_op = build
+
+
 def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, int]:
     """Join (or create) the process group; returns ``(rank, world_size, local_rank)``."""
     import deepspeed
@@ -116,7 +159,7 @@ def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, int]:
     on_gpu = uses_gpu()
     if not dist.is_initialized():
         printed = io.StringIO()  # "DeepSpeed ... built successfully": a log line, not output
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed), _no_shm_op(not on_gpu and world == 1):
             deepspeed.init_distributed(
                 dist_backend="nccl" if on_gpu else "gloo",
                 auto_mpi_discovery=False,

@@ -9,6 +9,7 @@ step fails, what was already started is closed again.
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 import logging
 import math
 from collections.abc import Callable
@@ -197,27 +198,7 @@ def _build(
         logger.info("slurm: %s jobs %s", role, " ".join(ids) or "(none yet)")
     dashboard_url = install_dashboard(recipe, cluster, run)
 
-    spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)
-    spec = replace(spec, tokenizer_path=str(tok_dir), auto_checkpoint=False)
-    trainer = TrainerGroup.create(
-        cluster.client,
-        spec,
-        gpus_per_rank=int(cfg.resource.trainer_gpus),
-        workers=cluster.trainer_workers,  # Slurm: rank r in trainer job r
-        timeout_s=float(cfg.runtime_monitor.task_timeout_s) + 600.0,
-    )
-    closers.append(trainer.close)
-    ranks = trainer.setup_info()  # one describe() round trip, also for cluster.json
-    info = ranks[0]
-    version = int(info["policy_version"] or 0)
     snapshot_dir = Path(str(cfg.weight.snapshot_dir))
-    weights: Path = model_dir
-    if version > 0:
-        snap = latest_snapshot(snapshot_dir)
-        if snap is None or snap[0] != version:
-            raise RuntimeError(f"resumed at policy v{version} but {snapshot_dir} lacks it")
-        weights = snap[1]
-
     supervisor = InferenceSupervisor(
         inference_cfg,
         log_dir=run.logs,
@@ -227,7 +208,36 @@ def _build(
         unhealthy_after=int(cfg.runtime_monitor.unhealthy_after),
     )
     closers.append(supervisor.close)
-    urls = supervisor.start(weights, version)
+    # The inference server starts while the trainer ranks set up (each takes seconds),
+    # on the weights the run folder holds: its newest snapshot, or the initial model.
+    # Should the trainer resume at another version, the server reloads that one below.
+    newest = latest_snapshot(snapshot_dir)
+    guess: tuple[Path, int] = (newest[1], newest[0]) if newest else (model_dir, 0)
+    spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)
+    spec = replace(spec, tokenizer_path=str(tok_dir), auto_checkpoint=False)
+    with ThreadPoolExecutor(1, thread_name_prefix="nexrl-inference-start") as background:
+        server_up = background.submit(supervisor.start, *guess)
+        trainer = TrainerGroup.create(
+            cluster.client,
+            spec,
+            gpus_per_rank=int(cfg.resource.trainer_gpus),
+            workers=cluster.trainer_workers,  # Slurm: rank r in trainer job r
+            timeout_s=float(cfg.runtime_monitor.task_timeout_s) + 600.0,
+        )
+        closers.append(trainer.close)
+        ranks = trainer.setup_info()  # one describe() round trip, also for cluster.json
+        urls = server_up.result()
+    info = ranks[0]
+    version = int(info["policy_version"] or 0)
+    weights: Path = model_dir
+    if version > 0:
+        snap = latest_snapshot(snapshot_dir)
+        if snap is None or snap[0] != version:
+            raise RuntimeError(f"resumed at policy v{version} but {snapshot_dir} lacks it")
+        weights = snap[1]
+    if (weights, version) != guess:
+        logger.info("inference: reloading v%d (%s) for the resumed trainer", version, weights)
+        supervisor.reload(weights, version)
     _write_cluster_record(run.root / "cluster.json", cluster, ranks, supervisor)
 
     pool = TrajectoryPool(pool_cfg)

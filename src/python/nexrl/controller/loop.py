@@ -287,7 +287,7 @@ class Controller:
                     f"{parts.trainer.timeout_s:g}s (a hung rank?); see logs/driver.log"
                 )
             self._service(dispatch=parts.sync_policy.dispatch_while_training)
-            time.sleep(POLL_S)
+            pending.wait(POLL_S)  # returns the moment the step is done
         result: StepResult = pending.result()[0]  # rank 0's: it holds the snapshot path
         path.unlink(missing_ok=True)
         t_train = time.perf_counter()

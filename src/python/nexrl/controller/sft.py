@@ -203,7 +203,7 @@ class SftRun:
                     f"trainer: {what} still running after {self.trainer.timeout_s:g}s "
                     "(a hung rank?); see logs/driver.log"
                 )
-            time.sleep(POLL_S)
+            pending.wait(POLL_S)
         try:
             return pending.result()[0]
         except Exception as exc:

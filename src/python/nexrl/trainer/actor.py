@@ -25,6 +25,8 @@ after ``spec.dist_timeout_s``).
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 import socket
@@ -196,6 +198,19 @@ class PendingCall:
 
     def done(self) -> bool:
         return all(f.done() for f in self.futures)
+
+    def wait(self, timeout_s: float) -> bool:
+        """Block until every rank has answered or ``timeout_s`` passed (no sleep past
+        the answer: a poll loop wakes as soon as the step is done); whether done.
+        Errors are not raised here: ``result()`` raises them."""
+        end = time.monotonic() + timeout_s
+        for fut in self.futures:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            with contextlib.suppress(Exception):
+                fut.result(timeout=left)
+        return self.done()
 
     def result(self) -> list[Any]:
         """Per-rank results in rank order; ``TrainerGroupError`` naming the failed ranks
