@@ -138,7 +138,7 @@ class TlsConfig:
         False,
         help="A self-signed certificate and key generated for this run "
         "(distributed.Security.temporary()); held in memory on a local cluster, written "
-        "to <output_dir>/logs/slurm/tls/ (mode 0600, removed at the end) for Slurm "
+        "to output_dir/logs/slurm/tls/ (mode 0600, removed at the end) for Slurm "
         "jobs. Not for 'address' (that scheduler has its own CA).",
     )
     ca_file: str | None = cfg_field(
