@@ -39,9 +39,7 @@ def test_temporary_tls_cluster_refuses_clients_without_its_certificate() -> None
             Client(address, timeout="10s", security=Security.temporary())  # another CA
         # None of them got in: the run's client is still the only one.
         assert len(handle.client.scheduler_info()["workers"]) == 2
-        clients = handle.client.run_on_scheduler(
-            lambda dask_scheduler: len(dask_scheduler.clients)
-        )
+        clients = handle.client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.clients))
         assert clients == 2  # the run's client and the scheduler's own fire-and-forget one
     finally:
         handle.close()

@@ -45,7 +45,7 @@ def test_tls_is_off_by_default_and_valid_settings_load(tmp_path: Path) -> None:
 
 
 def test_a_missing_file_names_its_field(tmp_path: Path) -> None:
-    cert, key = pem_pair(tmp_path, "run")
+    cert, _ = pem_pair(tmp_path, "run")
     gone = tmp_path / "nope.key"
     (problem,) = problems_of(*files(cert, cert, gone))
     assert problem.startswith(f"cluster.tls.key: '{gone}' does not exist")
