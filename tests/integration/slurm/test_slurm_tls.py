@@ -58,6 +58,7 @@ def test_slurm_jobs_join_a_tls_scheduler_with_the_runs_temporary_certificate(
         assert client.who_has(fut)[fut.key][0] == trainer
 
         # The jobs were told to speak TLS and where the certificate is ...
+        assert handle.cluster is not None
         script = handle.cluster.job_script()
         assert "--protocol tls://" in script and f"--tls-key {tls_dir}/" in script
         # ... which only this user can read.
