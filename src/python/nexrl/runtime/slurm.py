@@ -281,12 +281,18 @@ def start_slurm(
     scheduler_options = {"host": cfg.scheduler_host} if cfg.scheduler_host else {}
     tls_dir = None
     if security is not None:
+        import tempfile
+
         from nexrl.runtime.tls import PROTOCOL, write_pem_files
 
-        tls_dir = Path(log_dir or ".").resolve() / "tls"
-        security = write_pem_files(security, tls_dir)  # the jobs read files
-        if not any(tls_dir.glob("*.pem")):
-            tls_dir = None  # the recipe's own files: nothing of ours to remove
+        # on storage the jobs see: the run's log folder, else the working directory
+        folder = Path(log_dir) / "tls" if log_dir else Path(tempfile.mkdtemp(".tls", dir="."))
+        in_files = write_pem_files(security, folder.resolve())  # the jobs read files
+        # ours to remove at the end only if we wrote it (not the recipe's own files)
+        tls_dir = folder.resolve() if in_files is not security else None
+        if tls_dir is None and not log_dir:
+            folder.rmdir()
+        security = in_files
         kwargs.update(security=security, protocol=PROTOCOL)
     try:
         cluster = SLURMCluster(**kwargs, scheduler_options=scheduler_options)
