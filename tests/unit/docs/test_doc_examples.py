@@ -12,6 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from nexrl.algorithms import ADVANTAGE_ESTIMATORS
+from nexrl.config.errors import RecipeError
 from nexrl.recipe import load_recipe_checked
 
 
@@ -80,7 +81,6 @@ def test_user_guide_shows_the_openai_agent_recipe_and_function_verbatim() -> Non
 
 def test_developer_guide_adds_a_recipe_check_in_a_plugin(tmp_path: Path) -> None:
     from nexrl.config.checks import CHECKS
-    from nexrl.config.errors import RecipeError
 
     (block,) = [b for b in python_blocks("docs/developer-guide.md") if "@register_check" in b]
     plugin = tmp_path / "my_checks.py"
@@ -219,3 +219,40 @@ def test_trainer_guide_lora_settings_are_a_valid_recipe_section() -> None:
         "alpha": 16.0,
         "modules_to_save": [],
     }
+
+
+def _flat(prefix: str, node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [o for k, v in node.items() for o in _flat(f"{prefix}{k}.", v)]
+    return [f"{prefix[:-1]}={str(node).lower() if isinstance(node, bool) else node}"]
+
+
+def test_cluster_guide_tls_commands_make_files_its_recipe_lines_accept(tmp_path: Path) -> None:
+    import shlex
+    import subprocess
+
+    text = Path("docs/cluster.md").read_text()
+    section = text[text.index("## TLS") : text.index("## Kubernetes")]
+    (commands,) = re.findall(r"```sh\n(.*?)```", section, re.S)
+    for line in commands.splitlines():  # the guide's openssl lines, as written
+        subprocess.run(shlex.split(line), cwd=tmp_path, check=True, capture_output=True)
+    blocks: list[Any] = [
+        OmegaConf.to_container(OmegaConf.create(b))
+        for b in re.findall(r"```yaml\n(.*?)```", section, re.S)
+    ]
+    assert [b["cluster"].get("type", "local") for b in blocks] == ["local", "slurm", "address"]
+    for shown in blocks:
+        lines = [o.replace("/shared/tls", str(tmp_path)) for o in _flat("", shown)]
+        tls = load_recipe_checked(Path("recipes/max_digit/max_digit_tiny.yaml"), lines).cfg
+        got = OmegaConf.to_container(tls.cluster.tls)
+        assert {k: v for k, v in got.items() if v} == {  # type: ignore[union-attr]
+            k: str(v).replace("/shared/tls", str(tmp_path)) if isinstance(v, str) else v
+            for k, v in shown["cluster"]["tls"].items()
+        }
+    # The guide's files, with a key that is not the certificate's: one line, named.
+    lines = [o.replace("/shared/tls", str(tmp_path)) for o in _flat("", blocks[1])]
+    lines = [o.replace("nexrl.key", "ca.key") for o in lines]
+    with pytest.raises(RecipeError) as err:
+        load_recipe_checked(Path("recipes/max_digit/max_digit_tiny.yaml"), lines)
+    (problem,) = err.value.problems
+    assert problem.startswith("cluster.tls.cert/key:")

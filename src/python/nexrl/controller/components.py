@@ -190,9 +190,11 @@ def _build(
         trainer_ranks=int(cfg.trainer.world_size),
         inference_job=not inference_cfg.base_urls,
         log_dir=run.logs / "slurm",
+        roots=recipe.roots,  # where relative cluster.tls files resolve
     )
     closers.append(cluster.close)
     install_task_logs(cluster.client, run.logs)
+    logger.info("Dask scheduler: %s", cluster.scheduler_address)
     logger.info("Dask dashboard: %s", cluster.dashboard_link)
     for role, ids in cluster.job_ids().items():
         logger.info("slurm: %s jobs %s", role, " ".join(ids) or "(none yet)")
@@ -306,6 +308,7 @@ def _write_cluster_record(
     }
     server = getattr(supervisor.server, "info", None) or {}
     record = {
+        "scheduler": cluster.scheduler_address,  # tls://… with cluster.tls
         "dashboard": cluster.dashboard_link,
         "slurm_jobs": cluster.job_ids(),
         "trainer_ranks": ranks,

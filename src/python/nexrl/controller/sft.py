@@ -122,6 +122,7 @@ class SftRun:
             str(cfg.experiment_name),
             max(1, int(cfg.resource.trainer_gpus)),
             plugins=recipe.plugins,
+            roots=recipe.roots,
         )
         self._closers.append(self.cluster.close)
         spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from nexrl.config.checks import register_check
 
-__all__ = ["run_settings", "sync_mode_settings"]
+__all__ = ["cluster_tls", "run_settings", "sync_mode_settings"]
 
 
 @register_check
@@ -39,3 +39,12 @@ def run_settings(cfg: DictConfig, roots: list[Path]) -> list[str]:
             "validate.data_files: required when validate.every > 0 or validate.validate_before_train"
         )
     return out
+
+
+@register_check
+def cluster_tls(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``cluster.tls``: the three files (readable, a PEM pair) or temporary, for a
+    cluster type that is wired, checked before any cluster starts."""
+    from nexrl.runtime.tls import recipe_problems
+
+    return recipe_problems(cfg.cluster, roots)

@@ -14,6 +14,10 @@
   dask-kubernetes ``DaskCluster`` of rollout workers, one worker group per trainer
   rank and one for the embedded inference server; all deleted by ``close()``.
 
+``cluster.tls`` (``nexrl.runtime.tls``) puts every comm of local, address and
+Slurm clusters on TLS: the scheduler listens on ``tls://``, and the workers and the
+driver's client present the run's certificate.
+
 Whatever the type, a recipe's ``plugins:`` are imported in every worker, present and
 future (``nexrl.runtime.worker_plugin``), before ``start_cluster`` returns.
 """
@@ -50,6 +54,11 @@ class ClusterHandle:
     @property
     def dashboard_link(self) -> str:
         return str(self.client.dashboard_link)
+
+    @property
+    def scheduler_address(self) -> str:
+        """The scheduler's comm address (``tls://…`` with ``cluster.tls``)."""
+        return str(self.client.scheduler.address)
 
     def job_ids(self) -> dict[str, list[str]]:
         """``{role: [Slurm job id, ...]}`` of a Slurm run (empty elsewhere)."""
@@ -100,16 +109,27 @@ class ClusterHandle:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()  # a SLURMCluster scancels its rollout jobs
+        if self.slurm_jobs is not None:
+            self.slurm_jobs.remove_tls_files()  # a temporary certificate's files
 
 
 def worker_resources(gpus: int, threads: int) -> dict[str, float]:
     return {"GPU": float(gpus), "CPU": float(threads)}
 
 
-def local_cluster_kwargs(cfg: ClusterConfig, gpus_per_worker: int = 1) -> dict[str, Any]:
-    """LocalCluster arguments: worker processes sized to the machine."""
+def local_cluster_kwargs(
+    cfg: ClusterConfig, gpus_per_worker: int = 1, security: Any | None = None
+) -> dict[str, Any]:
+    """LocalCluster arguments: worker processes sized to the machine (on TLS with
+    ``security``)."""
     n = cfg.n_workers or max(2, min(4, os.cpu_count() or 2))
+    tls: dict[str, Any] = {}
+    if security is not None:
+        from nexrl.runtime.tls import PROTOCOL
+
+        tls = {"security": security, "protocol": PROTOCOL}
     return {
+        **tls,
         "n_workers": n,
         "threads_per_worker": cfg.threads_per_worker,
         "processes": True,
@@ -128,6 +148,7 @@ def start_cluster(
     trainer_ranks: int = 1,
     inference_job: bool = False,
     log_dir: str | Path | None = None,
+    roots: Sequence[Path] = (),
 ) -> ClusterHandle:
     """Start (or connect to) the cluster and return a connected client.
 
@@ -135,17 +156,22 @@ def start_cluster(
     every worker, present and future, before the client is returned. On Slurm,
     ``trainer_ranks`` jobs for the trainer and (``inference_job``) one for the
     embedded server are submitted and joined first; job output goes to ``log_dir``.
-    On Kubernetes, the same as worker groups (pods).
+    On Kubernetes, the same as worker groups (pods). ``roots`` are where relative
+    ``cluster.tls`` file paths resolve (the recipe's roots).
     """
     from distributed import Client
 
+    from nexrl.runtime.tls import security as tls_security
+
+    security = tls_security(cfg.tls, roots)
     if cfg.type == "address":
-        return _with_plugins(ClusterHandle(Client(cfg.address, timeout="60s"), None), plugins)
+        client = Client(cfg.address, timeout="60s", security=security)
+        return _with_plugins(ClusterHandle(client, None), plugins)
     cluster: Any
     if cfg.type == "local":
         from distributed import LocalCluster
 
-        cluster = LocalCluster(**local_cluster_kwargs(cfg, gpus_per_worker))
+        cluster = LocalCluster(**local_cluster_kwargs(cfg, gpus_per_worker, security))
     elif cfg.type == "slurm":
         from nexrl.runtime.slurm import start_slurm
 
@@ -156,12 +182,15 @@ def start_cluster(
             trainer_ranks=trainer_ranks,
             inference=inference_job,
             log_dir=log_dir,
+            security=security,
         )
         handle = ClusterHandle(client, cluster, jobs, trainers, server)
         return _with_plugins(handle, plugins)
     else:
         from nexrl.runtime.kubernetes import group_names, start_kubernetes
 
+        if security is not None:  # the recipe check says so first
+            raise ValueError("cluster.tls is not wired for cluster.type 'kubernetes'")
         client, cluster, trainers, server = start_kubernetes(
             cfg.kubernetes,
             experiment,
@@ -172,7 +201,8 @@ def start_cluster(
         group = group_names(experiment, 0, inference_job).get("inference")
         handle = ClusterHandle(client, cluster, None, trainers, server, group)
         return _with_plugins(handle, plugins)
-    return _with_plugins(ClusterHandle(Client(cluster, timeout="120s"), cluster), plugins)
+    client = Client(cluster, timeout="120s", security=security)
+    return _with_plugins(ClusterHandle(client, cluster), plugins)
 
 
 def _with_plugins(handle: ClusterHandle, plugins: Sequence[str]) -> ClusterHandle:

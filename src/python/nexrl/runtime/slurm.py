@@ -22,6 +22,10 @@ scripts dask-jobqueue users know) and each starts with the recipe's
 ``prologue`` lines. When ``python`` is not set, the jobs run the driver's own
 interpreter with the driver's ``sys.path`` exported, so a worker imports the
 same nexrl (and recipe plugins) the driver does, also under ``./pants run``.
+
+With ``cluster.tls`` every job's worker is started with ``--protocol tls://`` and
+the ``--tls-*`` files of the run's certificate; a ``temporary`` certificate is
+written to ``<log_dir>/tls/`` (0600) for the jobs and removed when the run ends.
 """
 
 from __future__ import annotations
@@ -159,6 +163,8 @@ class SlurmJobs:
     experiment: str
     trainer_gpus: int = 1
     log_dir: str | None = None
+    security: Any | None = None  # distributed.Security with file paths (cluster.tls)
+    tls_dir: Path | None = None  # where a temporary certificate was written
     submitted: list[SubmittedJob] = field(default_factory=list)
 
     def submit(self, role: str, index: int) -> SubmittedJob:
@@ -173,6 +179,10 @@ class SlurmJobs:
         )
         name = f"{kwargs['job_name']}-{index}"
         kwargs["job_name"] = name
+        if self.security is not None:
+            from nexrl.runtime.tls import PROTOCOL
+
+            kwargs.update(security=self.security, protocol=PROTOCOL)
         script = SLURMJob(
             scheduler=self.cluster.scheduler_address, name=name, **kwargs
         ).job_script()
@@ -219,6 +229,14 @@ class SlurmJobs:
             logger.info("slurm: cancelled jobs %s", " ".join(ids))
         self.submitted.clear()
 
+    def remove_tls_files(self) -> None:
+        """Delete a temporary certificate's files (after every job has ended)."""
+        if self.tls_dir is not None:
+            import shutil
+
+            shutil.rmtree(self.tls_dir, ignore_errors=True)
+            self.tls_dir = None
+
 
 def _rollout_adaptive() -> type:
     from distributed.deploy.adaptive import Adaptive
@@ -243,8 +261,10 @@ def start_slurm(
     trainer_ranks: int,
     inference: bool,
     log_dir: str | Path | None = None,
+    security: Any | None = None,
 ) -> tuple[Any, Any, SlurmJobs, list[str], str | None]:
-    """Start the rollout cluster and submit the trainer (and inference) jobs.
+    """Start the rollout cluster and submit the trainer (and inference) jobs;
+    every comm on TLS with ``security`` (``nexrl.runtime.tls.security``).
 
     Returns ``(client, cluster, jobs, trainer_workers, inference_worker)`` once
     every trainer/inference worker has joined; ``trainer_workers[r]`` is rank
@@ -259,8 +279,38 @@ def start_slurm(
         cfg, "rollout", experiment=experiment, trainer_gpus=trainer_gpus, log_dir=log_dir
     )
     scheduler_options = {"host": cfg.scheduler_host} if cfg.scheduler_host else {}
-    cluster = SLURMCluster(**kwargs, scheduler_options=scheduler_options)
-    jobs = SlurmJobs(cluster, cfg, experiment, trainer_gpus, str(log_dir) if log_dir else None)
+    tls_dir = None
+    if security is not None:
+        import tempfile
+
+        from nexrl.runtime.tls import PROTOCOL, write_pem_files
+
+        # on storage the jobs see: the run's log folder, else the working directory
+        folder = Path(log_dir) / "tls" if log_dir else Path(tempfile.mkdtemp(".tls", dir="."))
+        in_files = write_pem_files(security, folder.resolve())  # the jobs read files
+        # ours to remove at the end only if we wrote it (not the recipe's own files)
+        tls_dir = folder.resolve() if in_files is not security else None
+        if tls_dir is None and not log_dir:
+            folder.rmdir()
+        security = in_files
+        kwargs.update(security=security, protocol=PROTOCOL)
+    try:
+        cluster = SLURMCluster(**kwargs, scheduler_options=scheduler_options)
+    except BaseException:
+        if tls_dir is not None:
+            import shutil
+
+            shutil.rmtree(tls_dir, ignore_errors=True)
+        raise
+    jobs = SlurmJobs(
+        cluster,
+        cfg,
+        experiment,
+        trainer_gpus,
+        str(log_dir) if log_dir else None,
+        security=security,
+        tls_dir=tls_dir,
+    )
     client = None
     try:
         # adapt, also for a fixed count: it replaces a job that died (scancel, node
@@ -271,7 +321,7 @@ def start_slurm(
             interval="2s",
             Adaptive=_rollout_adaptive(),
         )
-        client = Client(cluster, timeout="120s")
+        client = Client(cluster, timeout="120s", security=security)
         own = [jobs.submit("trainer", r) for r in range(trainer_ranks)]
         if inference:
             own.append(jobs.submit("inference", 0))
@@ -284,6 +334,7 @@ def start_slurm(
         if client is not None:
             client.close()
         cluster.close()
+        jobs.remove_tls_files()
         raise
 
 

@@ -128,6 +128,34 @@ class KubernetesConfig:
 
 
 @dataclass
+class TlsConfig:
+    """``cluster.tls``: TLS on every Dask comm (scheduler, workers, the driver's
+    client) with distributed's ``Security``: encrypted, and only peers holding a
+    certificate the CA signed can connect. Off unless ``temporary`` or the three
+    files are set. The Dask dashboard (HTTP) is not covered."""
+
+    temporary: bool = cfg_field(
+        False,
+        help="A self-signed certificate and key generated for this run "
+        "(distributed.Security.temporary()); held in memory on a local cluster, written "
+        "to output_dir/logs/slurm/tls/ (mode 0600, removed at the end) for Slurm "
+        "jobs. Not for 'address' (that scheduler has its own CA).",
+    )
+    ca_file: str | None = cfg_field(
+        None,
+        help="CA certificate (PEM) every component trusts; set with cert and key.",
+        path=True,
+    )
+    cert: str | None = cfg_field(
+        None,
+        help="Certificate (PEM, signed by ca_file) that the scheduler, workers and "
+        "client present; on Slurm the jobs read it from the same path.",
+        path=True,
+    )
+    key: str | None = cfg_field(None, help="Private key (PEM) of cert.", path=True)
+
+
+@dataclass
 class ClusterConfig:
     type: str = cfg_field(
         "local",
@@ -141,6 +169,10 @@ class ClusterConfig:
     )
     threads_per_worker: int = cfg_field(1, help="Threads per local worker.", minimum=1)
     dashboard_address: str = cfg_field(":8787", help="Dask dashboard address.")
+    tls: TlsConfig = cfg_field(
+        default_factory=TlsConfig,
+        help="TLS for the Dask comms (types local, address and slurm; off by default).",
+    )
     slurm: SlurmConfig = cfg_field(default_factory=SlurmConfig, help="Settings for type 'slurm'.")
     kubernetes: KubernetesConfig = cfg_field(
         default_factory=KubernetesConfig, help="Settings for type 'kubernetes'."
