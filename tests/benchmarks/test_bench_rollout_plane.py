@@ -66,8 +66,9 @@ def _groups(round_no: int) -> list[list[dict[str, Any]]]:
     return out
 
 
-def _spec(server: EmbeddedServer, store: Path) -> RolloutSpec:
+def _spec(server: EmbeddedServer, store: Path, group_requests: bool = True) -> RolloutSpec:
     return RolloutSpec(
+        group_requests=group_requests,
         worker_type="simple",
         evaluator=EVALUATOR,
         roots=(ROOT,),
@@ -107,12 +108,12 @@ def _direct(server: EmbeddedServer, spec: RolloutSpec, round_no: int) -> list[fl
     return rewards
 
 
-def _dask(dispatcher: RolloutDispatcher, round_no: int) -> list[float]:
+def _dask(dispatcher: RolloutDispatcher, round_no: int, name: str) -> list[float]:
     start = time.perf_counter()
     for g in _groups(round_no):
         dispatcher.submit(g)
     done = dispatcher.drain(timeout_s=300)
-    _times.setdefault("dask", []).append(time.perf_counter() - start)
+    _times.setdefault(name, []).append(time.perf_counter() - start)
     assert not done.failed
     return [r for _, s in done.done for r in s.rewards]
 
@@ -131,28 +132,39 @@ def test_direct_requests_baseline(benchmark: Any, server: EmbeddedServer, tmp_pa
 
 
 @pytest.mark.benchmark(group="rollout-plane")
-def test_dask_futures_and_pool(benchmark: Any, server: EmbeddedServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("group_requests", [False, True], ids=["request-per-sample", "n-per-group"])
+def test_dask_futures_and_pool(
+    benchmark: Any, server: EmbeddedServer, tmp_path: Path, group_requests: bool
+) -> None:
+    """The controller's plane; ``n-per-group`` is ``rollout_worker.one_request_per_group``
+    (the default: one request with n=8 per group), ``request-per-sample`` the 128
+    separate requests the direct baseline also sends."""
     from distributed import Client, LocalCluster
 
     from nexrl.pool import TrajectoryPool
 
-    spec = _spec(server, tmp_path / "pool.zarr")
+    name = "dask-n" if group_requests else "dask"
+    spec = _spec(server, tmp_path / "pool.zarr", group_requests)
     with (
         LocalCluster(n_workers=2, threads_per_worker=4, dashboard_address=":0") as cluster,
         Client(cluster) as client,
     ):
         dispatcher = RolloutDispatcher(client, spec, rollout_cpus=0)
-        _dask(dispatcher, 99)  # warm-up: workers import torch, open pool segments
-        _times.pop("dask")
+        _dask(dispatcher, 99, name)  # warm-up: workers import torch, open pool segments
+        _times.pop(name)
         rounds = iter(range(ROUNDS))
         rewards = benchmark.pedantic(
-            lambda: _dask(dispatcher, next(rounds)), rounds=ROUNDS, iterations=1
+            lambda: _dask(dispatcher, next(rounds), name), rounds=ROUNDS, iterations=1
         )
     assert len(rewards) == GROUPS * GROUP_SIZE
     pool = TrajectoryPool(spec.pool)
     assert pool.stats().committed == (ROUNDS + 1) * GROUPS * GROUP_SIZE
-    benchmark.extra_info["trajectories_per_s"] = GROUPS * GROUP_SIZE / min(_times["dask"])
+    benchmark.extra_info["trajectories_per_s"] = GROUPS * GROUP_SIZE / min(_times[name])
     if "direct" in _times:
-        ratio = statistics.median(_times["dask"]) / statistics.median(_times["direct"])
-        benchmark.extra_info["slowdown_vs_direct"] = ratio
-        print(f"\nrollout plane: dask {ratio:.2f}x the direct time")
+        ratio = statistics.median(_times[name]) / statistics.median(_times["direct"])
+        benchmark.extra_info["time_vs_direct"] = ratio
+        print(f"\nrollout plane ({name}): {ratio:.2f}x the direct time")
+    if name == "dask-n" and "dask" in _times:
+        ratio = statistics.median(_times["dask"]) / statistics.median(_times["dask-n"])
+        benchmark.extra_info["speedup_vs_request_per_sample"] = ratio
+        print(f"rollout plane: one request per group {ratio:.2f}x faster than one per sample")
