@@ -95,7 +95,9 @@ def test_an_agent_sends_the_token_in_its_api_key(
         client = openai.OpenAI(
             base_url=service.openai_base_url, api_key=api_key, timeout=60, max_retries=0
         )
-        reply = client.chat.completions.create(model=SERVED_NAME, messages=MESSAGES, max_tokens=3)
+        reply = client.chat.completions.create(
+            model=SERVED_NAME, messages=[{"role": "user", "content": "1 2 3"}], max_tokens=3
+        )
         return reply.choices[0].message.content or ""
 
     with pytest.raises(openai.AuthenticationError):
@@ -123,7 +125,9 @@ def test_without_the_inference_token_calls_fail_upstream(
         base_url=service.openai_base_url, api_key="sess-9", timeout=60, max_retries=0
     )
     with pytest.raises(openai.AuthenticationError):  # the inference server's 401, passed on
-        client.chat.completions.create(model=SERVED_NAME, messages=MESSAGES, max_tokens=3)
+        client.chat.completions.create(
+            model=SERVED_NAME, messages=[{"role": "user", "content": "1 2 3"}], max_tokens=3
+        )
 
 
 def test_no_bind_beyond_loopback_without_a_token(

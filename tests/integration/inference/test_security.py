@@ -23,7 +23,7 @@ from nexrl.config.sections.runtime import InferenceServiceConfig
 from nexrl.inference import Generation, InferenceClient
 from nexrl.inference.supervisor import InferenceSupervisor
 from nexrl.util.auth import INFERENCE_TOKEN_ENV
-from tests.integration.inference._helpers import MESSAGES, SERVED_NAME
+from tests.integration.inference._helpers import SERVED_NAME
 
 TOKEN = "tok-3f9a1c"
 PROMPT = [40, 41, 42, 43]
@@ -64,7 +64,9 @@ def _chat(server: EmbeddedServer, api_key: str) -> str:
     client = openai.OpenAI(
         base_url=f"{_url(server)}/v1", api_key=api_key, timeout=60, max_retries=0
     )
-    reply = client.chat.completions.create(model=SERVED_NAME, messages=MESSAGES, max_tokens=3)
+    reply = client.chat.completions.create(
+        model=SERVED_NAME, messages=[{"role": "user", "content": "1 2 3"}], max_tokens=3
+    )
     return reply.choices[0].message.content or ""
 
 
@@ -102,6 +104,8 @@ def test_reloads_outside_the_snapshot_root_are_refused(
     secured: EmbeddedServer, snapshots: dict[str, Path], snapshot_root: Path
 ) -> None:
     before = _greedy(secured)
+    v = before.policy_version
+    assert v is not None
     (snapshot_root / "escape").symlink_to(snapshots["b"])  # a symlink out of the root
     attempts = {
         "absolute elsewhere": str(snapshots["b"]),
@@ -112,7 +116,7 @@ def test_reloads_outside_the_snapshot_root_are_refused(
     for name, path in attempts.items():
         resp = httpx.post(
             f"{_url(secured)}/update_weights_from_disk",
-            json={"model_path": path, "version": before.policy_version + 1},
+            json={"model_path": path, "version": v + 1},
             headers=secured.auth_headers,
             timeout=60,
         )
@@ -129,10 +133,10 @@ def test_reloads_outside_the_snapshot_root_are_refused(
     # a snapshot under the root loads (through the adapter, which sends the token)
     with make_reload_adapter("embedded", _url(secured), timeout_s=120, api_key=TOKEN) as adapter:
         assert adapter.health() == {_url(secured): True}
-        (outcome,) = adapter.reload(str(snapshot_root / "latest"), before.policy_version + 1)
+        (outcome,) = adapter.reload(str(snapshot_root / "latest"), v + 1)
     assert outcome.ok
     after = _greedy(secured)
-    assert after.policy_version == before.policy_version + 1
+    assert after.policy_version == v + 1
     assert after.token_ids != before.token_ids
 
 

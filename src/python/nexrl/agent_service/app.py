@@ -58,7 +58,7 @@ from nexrl.pool import PoolDataError, PoolWriter
 from nexrl.types import Trajectory
 from nexrl.util.auth import BearerAuth, bearer_key, same_token
 
-__all__ = ["SESSION_HEADER", "TOKEN_HEADER", "create_app", "authorized"]
+__all__ = ["SESSION_HEADER", "TOKEN_HEADER", "authorized", "create_app"]
 
 log = logging.getLogger(__name__)
 SESSION_HEADER = "X-NexRL-Session"

@@ -35,8 +35,8 @@ class Recorder:
         """``api_key``: the inference service's (sent upstream; the recorder itself
         binds 127.0.0.1 in this process and needs no token)."""
         from nexrl.agent_service.config import ServiceConfig
-        from nexrl.util.auth import token_of
         from nexrl.agent_service.server import AgentService
+        from nexrl.util.auth import token_of
 
         self._seeds: dict[str, SeedFn] = {}
         self._lock = threading.Lock()
