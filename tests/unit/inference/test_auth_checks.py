@@ -37,7 +37,9 @@ def test_beyond_loopback_without_a_token_fails_the_check(
         ["service.inference_service.base_urls=[http://10.0.0.5:8000]"],  # not nexrl's server
     ],
 )
-def test_loopback_or_a_token_passes(overrides: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_loopback_or_a_token_passes(
+    overrides: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main([DEFAULT, *overrides, "--check"]) == 0, capsys.readouterr().err
 
 
@@ -45,9 +47,7 @@ def test_loopback_addresses() -> None:
     assert [is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost")] == [
         True
     ] * 5
-    assert [is_loopback(h) for h in ("0.0.0.0", "::", "", "10.1.2.3", "192.168.0.7")] == [
-        False
-    ] * 5
+    assert [is_loopback(h) for h in ("0.0.0.0", "::", "", "10.1.2.3", "192.168.0.7")] == [False] * 5
     assert [token_of(k) for k in (None, "", "EMPTY", " t ")] == [None, None, None, "t"]
     assert bind_refusal("127.0.0.1", None, what="x", field="f") is None
     assert bind_refusal("0.0.0.0", "t", what="x", field="f") is None
