@@ -12,6 +12,7 @@ START = "sudo build-support/slurm.sh start"
 
 # A run on the one-node test Slurm: every job small enough that a run's jobs fit
 # beside the tests' own (the node offers ~80% of the machine's memory).
+SLURM_TOKEN = "slurm-test-token"
 SLURM_RUN = [
     "cluster.type=slurm",
     "cluster.slurm.partition=debug",
@@ -24,6 +25,8 @@ SLURM_RUN = [
     "cluster.slurm.inference.cores=1",
     "cluster.slurm.inference.memory=2GB",
     "cluster.slurm.inference.gpus=0",
+    # the inference server binds its node's address: beyond loopback, a token
+    f"service.inference_service.api_key={SLURM_TOKEN}",
 ]
 
 

@@ -17,7 +17,7 @@ from nexrl.config.sections.cluster import (
 )
 from nexrl.runtime.cluster import start_cluster
 
-from ._slurm import require_slurm, squeue, wait_gone
+from ._slurm import SLURM_TOKEN, require_slurm, squeue, wait_gone
 
 
 def _job_env() -> dict[str, str | None]:
@@ -144,7 +144,7 @@ def test_the_embedded_server_runs_in_the_inference_job_and_moves_to_a_new_one_wh
     handle = start_cluster(
         cfg, "srv", 1, trainer_ranks=0, inference_job=True, log_dir=tmp_path / "slurm"
     )
-    service = InferenceServiceConfig(startup_timeout_s=300)
+    service = InferenceServiceConfig(startup_timeout_s=300, api_key=SLURM_TOKEN)
     supervisor = InferenceSupervisor(
         service, log_dir=tmp_path / "logs", server_factory=handle.server_factory()
     )
@@ -154,7 +154,9 @@ def test_the_embedded_server_runs_in_the_inference_job_and_moves_to_a_new_one_wh
 
         def ask() -> str:
             (url,) = supervisor.base_urls
-            client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", timeout=60, max_retries=1)
+            client = openai.OpenAI(
+                base_url=f"{url}/v1", api_key=SLURM_TOKEN, timeout=60, max_retries=1
+            )
             reply = client.chat.completions.create(
                 model=service.served_model_name,
                 messages=[{"role": "user", "content": "1 2 3"}],

@@ -6,6 +6,7 @@ tested is what the operator would be given (docs/cluster.md, "Kubernetes")."""
 from __future__ import annotations
 
 import copy
+import os
 import shlex
 import subprocess
 import sys
@@ -125,8 +126,9 @@ def _guide_command(marker: str) -> list[str]:
 
 def test_the_guides_dry_run_prints_the_manifests_kubectl_takes() -> None:
     command = _guide_command("cluster.kubernetes.image=registry.example/nexrl:1 --dry-run")
+    env = {**os.environ, "NEXRL_TOKEN": "t0ken"}  # the guide's token, from the environment
     proc = subprocess.run(
-        [*command, "trainer.world_size=2"], capture_output=True, text=True, timeout=300
+        [*command, "trainer.world_size=2"], capture_output=True, text=True, timeout=300, env=env
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     docs = list(yaml.safe_load_all(proc.stdout))

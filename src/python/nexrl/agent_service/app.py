@@ -15,6 +15,17 @@ Routes:
 * ``POST /v1/trajectories``: push already built trajectories (validated, one commit).
 * ``GET /health``.
 
+Authentication (``ServiceConfig.token`` set; required to bind beyond loopback):
+every request, ``/health`` included, proves the token in one of three ways,
+else 401:
+
+* ``Authorization: Bearer <token>`` (pushes, reward reports, health);
+* ``Authorization: Bearer <token>:<session id>``: an unmodified agent, which can
+  only set its API key, uses ``OpenAI(api_key=f"{token}:{session}")``; the
+  session id is what follows the first ``<token>:``;
+* ``X-NexRL-Token: <token>`` (with the session id as the API key, or in
+  ``X-NexRL-Session``).
+
 Every error is ``{"error": {"message", "type", "param", "code"}}``.
 """
 
@@ -45,26 +56,53 @@ from nexrl.agent_service.sessions import Call, Session, SessionStore, check_sess
 from nexrl.agent_service.upstream import Upstream
 from nexrl.pool import PoolDataError, PoolWriter
 from nexrl.types import Trajectory
+from nexrl.util.auth import BearerAuth, bearer_key, same_token
 
-__all__ = ["SESSION_HEADER", "create_app"]
+__all__ = ["SESSION_HEADER", "TOKEN_HEADER", "authorized", "create_app"]
 
 log = logging.getLogger(__name__)
 SESSION_HEADER = "X-NexRL-Session"
+TOKEN_HEADER = "X-NexRL-Token"
 
 
-def session_id(request: Request) -> str:
-    """The session of a model call: the ``X-NexRL-Session`` header, else the API key."""
+def _key_session(key: str, token: str | None) -> str | None:
+    """The session id an API key carries: the key itself, or with a token, what follows
+    ``<token>:`` (None: the key is the bare token, or does not start with it)."""
+    if not token:
+        return key
+    n = len(token)
+    if len(key) > n + 1 and key[n] == ":" and same_token(key[:n], token):
+        return key[n + 1 :]
+    return None
+
+
+def authorized(headers: Any, token: str) -> bool:
+    """Whether a request proves ``token`` (see the module doc)."""
+    given = headers.get(TOKEN_HEADER)
+    if given is not None:
+        return same_token(given.strip(), token)
+    key = bearer_key(headers)
+    if key is None:
+        return False
+    return same_token(key, token) or _key_session(key, token) is not None
+
+
+def session_id(request: Request, token: str | None = None) -> str:
+    """The session of a model call: the ``X-NexRL-Session`` header, else the API key
+    (with a token: the part after ``<token>:``, unless the token came in ``X-NexRL-Token``)."""
     header = request.headers.get(SESSION_HEADER)
     if header is not None:
         return check_session_id(header.strip(), SESSION_HEADER)
-    auth = request.headers.get("authorization", "")
-    scheme, _, key = auth.partition(" ")
-    if scheme.lower() == "bearer" and key.strip():
-        return check_session_id(key.strip(), "api_key")
+    key = bearer_key(request.headers)
+    if key is not None:
+        sid = key if request.headers.get(TOKEN_HEADER) is not None else _key_session(key, token)
+        if sid is not None:
+            return check_session_id(sid, "api_key")
     raise ServiceError(
         400,
         f"no session id: send the {SESSION_HEADER} header or use the session id as the "
-        "API key (OpenAI(api_key=session_id, base_url=...))",
+        "API key (OpenAI(api_key=session_id, base_url=...); with the service's token: "
+        "api_key=f'{token}:{session_id}')",
         param=SESSION_HEADER,
         code="missing_session",
     )
@@ -149,6 +187,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
             config.upstream,
             timeout_s=config.upstream_timeout_s,
             max_retries=config.upstream_max_retries,
+            api_key=config.upstream_api_key,
         )
         try:
             yield
@@ -157,6 +196,14 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
     app = FastAPI(title="nexrl agent service", lifespan=lifespan)
     app.state.nexrl = state
+    if config.token:
+        token: str = config.token
+        app.add_middleware(
+            BearerAuth,
+            allowed=lambda headers: authorized(headers, token),
+            hint=f"send Authorization: Bearer <token> (an agent: api_key='<token>:<session "
+            f"id>'), or the {TOKEN_HEADER} header",
+        )
 
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
@@ -179,7 +226,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
     async def proxy(request: Request, path: str, chat: bool) -> JSONResponse:
         body, asked = prepare_request(await _json(request), chat=chat, model=config.model)
-        sid = session_id(request)
+        sid = session_id(request, config.token)
         session, seq = state.sessions.begin_call(sid)
         call: Call | None = None
         try:

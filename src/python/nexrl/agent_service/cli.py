@@ -1,13 +1,21 @@
-"""``python -m nexrl.agent_service --pool DIR --upstream URL [--port N]``: run the service."""
+"""``python -m nexrl.agent_service --pool DIR --upstream URL [--port N]``: run the service.
+
+Tokens come from the environment (never flags, which ``ps`` shows):
+``NEXRL_AGENT_SERVICE_TOKEN`` is this service's bearer token (required with a
+``--host`` beyond loopback), ``NEXRL_INFERENCE_TOKEN`` the inference service's
+(sent upstream).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from nexrl.agent_service.config import ServiceConfig
 from nexrl.agent_service.sessions import SessionLimits
+from nexrl.util.auth import AGENT_SERVICE_TOKEN_ENV, INFERENCE_TOKEN_ENV, token_of
 
 __all__ = ["main", "parse_args"]
 
@@ -54,6 +62,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[ServiceConfig, argpar
         upstream_max_retries=args.upstream_retries,
         fsync=args.fsync,
         limits=limits,
+        token=token_of(os.environ.get(AGENT_SERVICE_TOKEN_ENV)),
+        upstream_api_key=token_of(os.environ.get(INFERENCE_TOKEN_ENV)),
     )
     return config, args
 
@@ -62,9 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     from nexrl.agent_service.app import create_app
+    from nexrl.agent_service.server import refusal
     from nexrl.inference.balance import normalize_base_urls
 
     config, args = parse_args(argv)
+    why = refusal(args.host, config.token)
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     try:
         normalize_base_urls(config.upstream)
     except ValueError as exc:

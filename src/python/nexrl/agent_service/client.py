@@ -9,7 +9,9 @@
 ``/v1``). Every call has a timeout; a refused connection (nothing was sent) is
 retried up to ``max_retries`` times, nothing else is (a push is not
 idempotent). A 4xx/5xx answer raises ``AgentServiceError`` with the service's
-message (which names the record and field).
+message (which names the record and field). ``token``: the service's bearer
+token, sent as ``Authorization: Bearer <token>`` (a service started with one
+answers 401 without it).
 """
 
 from __future__ import annotations
@@ -38,11 +40,14 @@ def _root(url: str) -> str:
     return url.strip().rstrip("/").removesuffix("/v1")
 
 
-def _post(url: str, json: Any, timeout_s: float, max_retries: int) -> dict[str, Any]:
+def _post(
+    url: str, json: Any, timeout_s: float, max_retries: int, token: str | None = None
+) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else None
     last: Exception | None = None
     for attempt in range(max_retries + 1):
         try:
-            resp = httpx.post(url, json=json, timeout=timeout_s)
+            resp = httpx.post(url, json=json, headers=headers, timeout=timeout_s)
             break
         except httpx.ConnectError as exc:
             last = exc
@@ -78,11 +83,12 @@ def push_trajectories(
     *,
     timeout_s: float = 60.0,
     max_retries: int = 2,
+    token: str | None = None,
 ) -> dict[str, Any]:
     """Append ``records`` to the pool in one commit (all or nothing); returns
     ``{"written": n, "group_ids": [...]}``."""
     body = {"trajectories": [_record(r) for r in records]}
-    return _post(f"{_root(url)}/v1/trajectories", body, timeout_s, max_retries)
+    return _post(f"{_root(url)}/v1/trajectories", body, timeout_s, max_retries, token)
 
 
 def report_reward(
@@ -93,6 +99,7 @@ def report_reward(
     *,
     timeout_s: float = 60.0,
     max_retries: int = 2,
+    token: str | None = None,
     **fields: Any,
 ) -> dict[str, Any]:
     """End ``session`` with ``reward``; ``fields`` are the other ``RewardReport`` fields
@@ -101,4 +108,4 @@ def report_reward(
 
     body = {"reward": reward, "group_id": group_id, **fields}
     target = f"{_root(url)}/v1/sessions/{quote(session, safe='')}/reward"
-    return _post(target, body, timeout_s, max_retries)
+    return _post(target, body, timeout_s, max_retries, token)

@@ -19,7 +19,12 @@ class ServiceConfig:
     ``pool=None``: the service only records; reward reports and pushes are refused
     (``nexrl train``'s ``openai_agent`` worker takes the recorded calls itself).
     ``request_seed(session, call_seq)``: the sampling seed for a call that carries
-    none (None: leave it unseeded); in-process use only."""
+    none (None: leave it unseeded); in-process use only.
+
+    ``token``: the service's bearer token (None: none; then it must bind loopback):
+    every request must carry it (see ``nexrl.agent_service.app``).
+    ``upstream_api_key``: the bearer token of the inference service (its
+    ``service.inference_service.api_key``), sent with every forwarded call."""
 
     upstream: str | list[str]
     pool: str | None
@@ -29,3 +34,5 @@ class ServiceConfig:
     fsync: bool = False
     limits: SessionLimits = field(default_factory=SessionLimits)
     request_seed: Callable[[str, int], int | None] | None = None
+    token: str | None = None
+    upstream_api_key: str | None = None

@@ -5,6 +5,9 @@ port), so ``base_url`` is known at once and there is no port race::
 
     with AgentService(ServiceConfig(upstream=..., pool=...)) as service:
         client = openai.OpenAI(base_url=service.openai_base_url, api_key=session_id)
+
+A ``host`` beyond loopback needs ``ServiceConfig.token``: without one ``start()``
+raises ``AgentServiceStartError`` (one line) before binding anything.
 """
 
 from __future__ import annotations
@@ -18,9 +21,26 @@ import uvicorn
 from nexrl.agent_service.app import create_app
 from nexrl.agent_service.config import ServiceConfig
 from nexrl.agent_service.sessions import SessionStore
+from nexrl.errors import NexrlError
 from nexrl.runtime.local_service import LocalService
+from nexrl.util.auth import AGENT_SERVICE_TOKEN_ENV, bind_refusal
 
-__all__ = ["AgentService"]
+__all__ = ["AgentService", "AgentServiceStartError"]
+
+
+class AgentServiceStartError(RuntimeError, NexrlError):
+    """The agent service cannot start as configured (the message says why and what to set)."""
+
+
+def refusal(host: str, token: str | None) -> str | None:
+    """Why the service must not bind ``host`` with ``token`` (None: it may)."""
+    return bind_refusal(
+        host,
+        token,
+        what="the agent service",
+        field=f"a token (the {AGENT_SERVICE_TOKEN_ENV} environment variable; "
+        "ServiceConfig.token in Python)",
+    )
 
 
 class AgentService(LocalService):
@@ -49,6 +69,9 @@ class AgentService(LocalService):
         return store
 
     def start(self) -> AgentService:
+        why = refusal(self.host, self.config.token)
+        if why:
+            raise AgentServiceStartError(why)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))

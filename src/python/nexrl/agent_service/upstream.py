@@ -32,8 +32,15 @@ class Upstream:
     """The inference service behind the proxy (one or more OpenAI-compatible replicas)."""
 
     def __init__(
-        self, base_urls: str | list[str], *, timeout_s: float = 300.0, max_retries: int = 2
+        self,
+        base_urls: str | list[str],
+        *,
+        timeout_s: float = 300.0,
+        max_retries: int = 2,
+        api_key: str | None = None,
     ) -> None:
+        """``api_key``: the inference service's bearer token (None: send none; the
+        agent's own key, its session id, is never forwarded)."""
         if not timeout_s > 0:
             raise ValueError(f"upstream timeout_s must be > 0, got {timeout_s}")
         if not 0 <= max_retries <= MAX_RETRIES_LIMIT:
@@ -45,6 +52,7 @@ class Upstream:
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
         )
 
     async def request(

@@ -208,6 +208,7 @@ def _build(
         server_factory=cluster.server_factory(),  # Slurm: in the inference job
         health_timeout_s=float(cfg.runtime_monitor.health_timeout_s),
         unhealthy_after=int(cfg.runtime_monitor.unhealthy_after),
+        snapshot_root=snapshot_dir,
     )
     closers.append(supervisor.close)
     # The inference server starts while the trainer ranks set up (each takes seconds),

@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from nexrl.config.checks import register_check
 
-__all__ = ["inference_command"]
+__all__ = ["inference_command", "inference_token"]
 
 FIELDS = ("model", "host", "port", "served_model_name")
 
@@ -44,3 +44,26 @@ def inference_command(cfg: DictConfig, roots: list[Path]) -> list[str]:
             "reaches the server there)"
         ]
     return []
+
+
+@register_check
+def inference_token(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """A server nexrl starts beyond loopback (``service.inference_service.host``, or
+    the inference job of a Slurm/Kubernetes run) needs a bearer token (``api_key``)."""
+    from nexrl.util.auth import is_loopback, token_of
+
+    svc = cfg.service.inference_service
+    if svc.base_urls or token_of(str(svc.api_key)):
+        return []
+    kind = str(cfg.cluster.type)
+    if kind in ("slurm", "kubernetes"):
+        where = f"its node's address (cluster.type={kind}: the rollouts reach it from other nodes)"
+    elif not is_loopback(str(svc.host)):
+        where = f"service.inference_service.host={str(svc.host)!r}"
+    else:
+        return []
+    return [
+        f"service.inference_service.api_key: the inference server nexrl starts binds {where} "
+        "and needs a bearer token; set api_key: ${oc.env:NEXRL_TOKEN} (the token from the "
+        "environment) or bind 127.0.0.1"
+    ]

@@ -15,6 +15,13 @@ the driver; the rollouts' side is ``nexrl.inference.client``).
 
 ``reload(path, version)`` loads a published snapshot on every replica through
 the backend's reload adapter (``backends.inference.adapters``).
+
+Security: a server nexrl starts binds ``service.inference_service.host``
+(127.0.0.1 by default; on Slurm its node's address). ``api_key`` (unless
+``"EMPTY"``) is the bearer token the server then requires on every request;
+the supervisor sends it with its health checks and reloads, the rollouts with
+their requests. The embedded server is told ``snapshot_root`` (the run's
+``weight.snapshot_dir``) and reloads nothing outside it.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any
 
 from nexrl.config.sections.runtime import InferenceServiceConfig
 from nexrl.errors import NexrlError
+from nexrl.util.auth import token_of
 
 __all__ = ["InferenceSupervisor", "ServiceError"]
 
@@ -60,11 +68,15 @@ class InferenceSupervisor:
         server_factory: Callable[..., Any] | None = None,
         health_timeout_s: float = 10.0,
         unhealthy_after: int = 3,
+        snapshot_root: Path | None = None,
     ) -> None:
         """``server_factory(model, **kwargs)`` makes the embedded server's handle
         (default: ``EmbeddedServer``, a child of this process; on Slurm the
-        controller passes one that starts it in the inference job)."""
+        controller passes one that starts it in the inference job).
+        ``snapshot_root``: the only place the embedded server reloads from."""
         self.config = config
+        self.snapshot_root = snapshot_root
+        self.token = token_of(config.api_key)
         self.server_factory = server_factory
         self.log_dir = log_dir
         self.seed = seed
@@ -112,6 +124,9 @@ class InferenceSupervisor:
             command = {"extra_args": self._embedded_args()}
         server = factory(
             self.model_path or "",
+            host=str(cfg.host),
+            api_key=self.token,
+            snapshot_root=None if self.snapshot_root is None else str(self.snapshot_root.resolve()),
             served_model_name=cfg.served_model_name,
             startup_timeout_s=cfg.startup_timeout_s,
             log_path=self.log_dir / "inference.log",
@@ -157,7 +172,10 @@ class InferenceSupervisor:
             from backends.inference.adapters import make_reload_adapter
 
             self._adapter = make_reload_adapter(
-                self.config.backend, self._urls, timeout_s=self.reload_timeout_s
+                self.config.backend,
+                self._urls,
+                timeout_s=self.reload_timeout_s,
+                api_key=self.token,
             )
         return self._adapter
 
@@ -262,7 +280,9 @@ class InferenceSupervisor:
 
         try:
             url = f"{self.server.base_url}/health"
-            return httpx.get(url, timeout=self.health_timeout_s).status_code == 200
+            headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+            reply = httpx.get(url, headers=headers, timeout=self.health_timeout_s)
+            return reply.status_code == 200
         except httpx.HTTPError:
             return False
 

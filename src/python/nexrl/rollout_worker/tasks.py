@@ -271,7 +271,14 @@ class _LoopThread:
         (``openai_agent``); started on first use, from the calling (task) thread."""
         from nexrl.rollout_worker.openai_agent.recorder import Recorder
 
-        key = ("recorder", spec.base_urls, spec.served_model_name, spec.timeout_s, spec.max_retries)
+        key = (
+            "recorder",
+            spec.base_urls,
+            spec.served_model_name,
+            spec.api_key,
+            spec.timeout_s,
+            spec.max_retries,
+        )
         with _CACHE_LOCK:
             if key not in self.clients:
                 self.clients[key] = Recorder(
@@ -279,6 +286,7 @@ class _LoopThread:
                     spec.served_model_name,
                     timeout_s=spec.timeout_s,
                     max_retries=spec.max_retries,
+                    api_key=spec.api_key,
                 )
             return self.clients[key]
 

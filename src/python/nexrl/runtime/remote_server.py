@@ -48,6 +48,9 @@ class ServerHost:
         from backends.inference.embedded import EmbeddedServer
 
         self.stop()
+        # the node's address (the rollouts run on other nodes): the supervisor's
+        # ``host`` (loopback by default) does not apply here; a token is required
+        kwargs = {k: v for k, v in kwargs.items() if k != "host"}
         host = os.environ.get("NEXRL_INFERENCE_HOST") or get_ip()
         self.server = EmbeddedServer(model, host=host, **kwargs).start()
         return {

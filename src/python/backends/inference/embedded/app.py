@@ -11,6 +11,11 @@ where vLLM cannot run: replies carry no policy version (as vLLM's), and the
 weights reload through the routes ``VLLMReloadAdapter`` drives
 (``POST /collective_rpc`` with ``update_config`` then ``reload_weights``,
 ``POST /reset_prefix_cache``); each reload serves the next version.
+
+``token``: every request (``/health`` too) must send ``Authorization: Bearer
+<token>`` or gets 401 (``nexrl.util.auth``). ``snapshot_root``: a reload
+accepts only a directory under it (after resolving ``..`` and symlinks),
+anything else gets 403 and the served weights stay as they are.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -34,6 +40,7 @@ from backends.inference.embedded.protocol import (
     UpdateWeightsRequest,
 )
 from backends.inference.embedded.service import InferenceService
+from nexrl.util.auth import BearerAuth, bearer_key, same_token
 
 
 def _versioned(body: dict[str, Any], version: int, status: int = 200) -> JSONResponse:
@@ -57,9 +64,36 @@ def _validation_error(exc: RequestValidationError) -> OpenAIError:
     return OpenAIError(400, f"{where}{msg}", param=param, code="invalid_value")
 
 
-def create_app(service: InferenceService, served_model_name: str, api: str = "embedded") -> FastAPI:
+def check_snapshot_path(model_path: str, root: str | Path | None) -> str:
+    """``model_path`` resolved (``..``, symlinks; a relative path from the server's
+    working directory) and checked to lie under ``root``; 403 ``OpenAIError`` otherwise.
+    ``root=None``: any path (a server started without ``--snapshot-root``)."""
+    if root is None:
+        return model_path
+    base = Path(root).resolve()
+    path = Path(model_path).resolve()
+    if path == base or not path.is_relative_to(base):
+        raise OpenAIError(
+            403,
+            f"model_path {model_path!r} resolves to {str(path)!r}, outside the snapshot "
+            f"root {str(base)!r} (the server's --snapshot-root): only snapshots published "
+            "there can be loaded",
+            param="model_path",
+            code="outside_snapshot_root",
+        )
+    return str(path)
+
+
+def create_app(
+    service: InferenceService,
+    served_model_name: str,
+    api: str = "embedded",
+    *,
+    token: str | None = None,
+    snapshot_root: str | Path | None = None,
+) -> FastAPI:
     """The HTTP app around ``service``; its lifespan starts and stops the batcher.
-    ``api="vllm"``: the vLLM stand-in (see the module doc)."""
+    ``api="vllm"``: the vLLM stand-in; ``token``, ``snapshot_root``: see the module doc."""
     reply = _unversioned if api == "vllm" else _versioned
 
     @contextlib.asynccontextmanager
@@ -72,6 +106,19 @@ def create_app(service: InferenceService, served_model_name: str, api: str = "em
 
     app = FastAPI(title="nexrl embedded inference", lifespan=lifespan)
     created = int(time.time())
+    if token:
+        secret: str = token
+
+        def allowed(headers: Any) -> bool:
+            key = bearer_key(headers)
+            return key is not None and same_token(key, secret)
+
+        app.add_middleware(
+            BearerAuth,
+            allowed=allowed,
+            hint="send Authorization: Bearer <service.inference_service.api_key> "
+            "(OpenAI(api_key=...))",
+        )
 
     @app.exception_handler(OpenAIError)
     async def _openai_error(_: Request, exc: OpenAIError) -> JSONResponse:
@@ -130,7 +177,8 @@ def create_app(service: InferenceService, served_model_name: str, api: str = "em
     @app.post("/update_weights_from_disk")
     async def update_weights(req: UpdateWeightsRequest) -> JSONResponse:
         try:
-            version = await service.reload(req.model_path, req.target_version(service.version))
+            path = check_snapshot_path(req.model_path, snapshot_root)
+            version = await service.reload(path, req.target_version(service.version))
         except OpenAIError as exc:
             body = {**exc.body(), "success": False, "message": exc.message}
             return _versioned(body, service.version, exc.status)
@@ -143,11 +191,11 @@ def create_app(service: InferenceService, served_model_name: str, api: str = "em
         return _versioned(body, version)
 
     if api == "vllm":
-        _vllm_routes(app, service)
+        _vllm_routes(app, service, snapshot_root)
     return app
 
 
-def _vllm_routes(app: FastAPI, service: InferenceService) -> None:
+def _vllm_routes(app: FastAPI, service: InferenceService, root: str | Path | None) -> None:
     """vLLM's dev-mode reload routes, as ``VLLMReloadAdapter`` calls them."""
     staged: dict[str, str] = {}
 
@@ -156,7 +204,8 @@ def _vllm_routes(app: FastAPI, service: InferenceService) -> None:
         body = await request.json()
         method = body.get("method")
         if method == "update_config":
-            staged["model"] = str(body["args"][0]["model_config"]["model"])
+            model = str(body["args"][0]["model_config"]["model"])
+            staged["model"] = check_snapshot_path(model, root)
         elif method == "reload_weights":
             if "model" not in staged:
                 raise OpenAIError(400, "reload_weights before update_config")

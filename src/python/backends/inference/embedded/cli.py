@@ -3,6 +3,12 @@
 ``--fd`` serves on an already-bound listening socket (how ``EmbeddedServer``
 starts it without a port race); otherwise ``--host``/``--port`` are bound.
 SIGTERM/SIGINT shut down cleanly (uvicorn finishes open requests briefly).
+
+Security: the bearer token is read from the environment variable
+``NEXRL_INFERENCE_TOKEN`` (never a flag: the command line is visible to every
+user of the machine); with it, every request needs ``Authorization: Bearer
+<token>``. A ``--host`` beyond loopback without a token is refused at start.
+``--snapshot-root DIR``: reloads accept only directories under ``DIR``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--fd", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--snapshot-root",
+        default=None,
+        help="reloads (/update_weights_from_disk) accept only directories under this one "
+        "(default: any directory)",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     p.add_argument("--policy-version", type=int, default=0, help="version of the initial weights")
@@ -73,6 +85,17 @@ def watch_parent(pid: int, interval_s: float = 1.0) -> threading.Thread:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    from nexrl.util.auth import INFERENCE_TOKEN_ENV, bind_refusal, token_of
+
+    token = token_of(os.environ.get(INFERENCE_TOKEN_ENV))
+    refusal = bind_refusal(
+        args.host,
+        token,
+        what="the embedded inference server",
+        field=f"service.inference_service.api_key (here: the {INFERENCE_TOKEN_ENV} variable)",
+    )
+    if refusal:
+        sys.exit(f"error: {refusal}")
     model_dir = Path(args.model)
     if not ((model_dir / "config.json").is_file() or (model_dir / "adapter_config.json").is_file()):
         # fail fast, before importing torch
@@ -108,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         base_model=base,
     )
     name = args.served_model_name or args.model
-    app = create_app(service, name, api=args.api)
+    app = create_app(service, name, api=args.api, token=token, snapshot_root=args.snapshot_root)
     config = uvicorn.Config(
         app,
         host=args.host,

@@ -17,6 +17,13 @@ instead, with ``{model}``, ``{host}``, ``{port}`` and ``{served_model_name}``
 filled in: the port is picked free and released just before the start (a
 command cannot take an open socket), the command gets no embedded-server flags,
 and it dies with this process (``PR_SET_PDEATHSIG``) as the embedded server does.
+
+Security (``nexrl.util.auth``): ``api_key`` (a bearer token; ``None``/``"EMPTY"``
+= none) reaches the child in its environment (``NEXRL_INFERENCE_TOKEN``, and
+``VLLM_API_KEY`` for a ``command``: vLLM checks it on its ``/v1`` routes), and
+this handle sends it with its own health checks. A ``host`` beyond loopback
+without a token is refused before anything starts. ``snapshot_root``: the
+embedded server reloads only directories under it (``--snapshot-root``).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import httpx
 
 from nexrl.errors import NexrlError
 from nexrl.runtime.local_service import LocalService
+from nexrl.util.auth import INFERENCE_TOKEN_ENV, bind_refusal, token_of
 
 if TYPE_CHECKING:
     # Never imported at run time (the child process runs them); listed so that
@@ -108,12 +116,17 @@ class EmbeddedServer(LocalService):
         log_path: str | Path | None = None,
         exit_with_parent: bool = True,
         command: str | None = None,
+        api_key: str | None = None,
+        snapshot_root: str | Path | None = None,
     ) -> None:
         """``log_path``: server stdout/stderr (default: a temp file removed by ``stop()``).
         ``exit_with_parent``: the server exits by itself when this process dies, even
         by SIGKILL (it runs in its own session, so it would otherwise be orphaned).
-        ``command``: start this server command instead (see the module doc)."""
+        ``command``: start this server command instead; ``api_key``, ``snapshot_root``:
+        see the module doc."""
         self.command = command
+        self.token = token_of(api_key)
+        self.snapshot_root = None if snapshot_root is None else str(snapshot_root)
         self.model = str(model)
         self.host, self.port = host, port
         self.served_model_name = served_model_name or self.model
@@ -150,6 +163,14 @@ class EmbeddedServer(LocalService):
     def start(self) -> EmbeddedServer:
         if self._proc is not None:
             raise RuntimeError("server already started")
+        refusal = bind_refusal(
+            self.host,
+            self.token,
+            what="the inference server",
+            field="service.inference_service.api_key",
+        )
+        if refusal:
+            raise ServerStartError(refusal)
         sock = socket.create_server((self.host, self.port), backlog=128)
         self.port = sock.getsockname()[1]
         if self.log_path is None:
@@ -176,10 +197,16 @@ class EmbeddedServer(LocalService):
                 "--fd",
                 str(sock.fileno()),
                 *(["--parent-pid", str(os.getpid())] if self.exit_with_parent else []),
+                *(["--snapshot-root", self.snapshot_root] if self.snapshot_root else []),
                 *self.extra_args,
             ]
             fds, preexec = (sock.fileno(),), None
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        env.pop(INFERENCE_TOKEN_ENV, None)  # only the token this handle was given
+        if self.token:
+            env[INFERENCE_TOKEN_ENV] = self.token
+            if self.command is not None:
+                env["VLLM_API_KEY"] = self.token
         with open(self.log_path, "ab") as log:
             try:
                 self._proc = subprocess.Popen(
@@ -222,7 +249,8 @@ class EmbeddedServer(LocalService):
                 code = None if self._proc is None else self._proc.returncode
                 raise ServerStartError(f"server exited with {code}:\n{self.log_tail()}")
             try:
-                if httpx.get(f"{self.base_url}/health", timeout=2.0).status_code == 200:
+                url = f"{self.base_url}/health"
+                if httpx.get(url, headers=self.auth_headers, timeout=2.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -231,6 +259,11 @@ class EmbeddedServer(LocalService):
                     f"server not healthy after {timeout_s:.0f}s:\n{self.log_tail()}"
                 )
             time.sleep(0.1)
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """The headers a request to this server needs (the bearer token, if any)."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def log_tail(self, chars: int = 4000) -> str:
         if self.log_path is None or not self.log_path.exists():

@@ -38,7 +38,20 @@ class InferenceServiceConfig:
         "through 'backend''s API and stops it at the end. Needs an empty base_urls.",
     )
     served_model_name: str = cfg_field("policy", help="Model name sent in requests.")
-    api_key: str = cfg_field("EMPTY", help="API key sent to the service.")
+    api_key: str = cfg_field(
+        "EMPTY",
+        help="API key sent to the service (Authorization: Bearer). For a server nexrl starts, "
+        "also the bearer token it then requires on every request (/health too; 401 "
+        "without it); 'EMPTY' = no token. Required when that server binds beyond loopback "
+        "(host, or a Slurm/Kubernetes inference job). Take it from the environment: "
+        "${oc.env:NEXRL_TOKEN} (config.yaml keeps the interpolation, not the value).",
+    )
+    host: str = cfg_field(
+        "127.0.0.1",
+        help="Address a server nexrl starts here binds: 127.0.0.1 = this machine only; "
+        "anything else (0.0.0.0, this node's address) needs api_key. On Slurm/Kubernetes "
+        "the server binds its node's address (NEXRL_INFERENCE_HOST overrides).",
+    )
     startup_timeout_s: float = cfg_field(
         300.0, help="How long to wait for /health at start.", minimum=1.0
     )

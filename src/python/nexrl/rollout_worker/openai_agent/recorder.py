@@ -30,9 +30,13 @@ class Recorder:
         *,
         timeout_s: float = 60.0,
         max_retries: int = 2,
+        api_key: str | None = None,
     ) -> None:
+        """``api_key``: the inference service's (sent upstream; the recorder itself
+        binds 127.0.0.1 in this process and needs no token)."""
         from nexrl.agent_service.config import ServiceConfig
         from nexrl.agent_service.server import AgentService
+        from nexrl.util.auth import token_of
 
         self._seeds: dict[str, SeedFn] = {}
         self._lock = threading.Lock()
@@ -43,6 +47,7 @@ class Recorder:
             upstream_timeout_s=timeout_s,
             upstream_max_retries=max_retries,
             request_seed=self._seed,
+            upstream_api_key=token_of(api_key),
         )
         self.service = AgentService(config).start()
 
