@@ -211,15 +211,16 @@ def _build(
         snapshot_root=snapshot_dir,
     )
     closers.append(supervisor.close)
-    # The inference server starts while the trainer ranks set up (each takes seconds),
-    # on the weights the run folder holds: its newest snapshot, or the initial model.
-    # Should the trainer resume at another version, the server reloads that one below.
+    # A server nexrl starts comes up while the trainer ranks set up (each takes
+    # seconds), on the weights the run folder holds: its newest snapshot, or the
+    # initial model. Should the trainer resume at another version, it is corrected
+    # below. Replicas given by URL are checked once the version is known.
     newest = latest_snapshot(snapshot_dir)
     guess: tuple[Path, int] = (newest[1], newest[0]) if newest else (model_dir, 0)
     spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)
     spec = replace(spec, tokenizer_path=str(tok_dir), auto_checkpoint=False)
     with ThreadPoolExecutor(1, thread_name_prefix="nexrl-inference-start") as background:
-        server_up = background.submit(supervisor.start, *guess)
+        server_up = background.submit(supervisor.start, *guess) if supervisor.owns_server else None
         trainer = TrainerGroup.create(
             cluster.client,
             spec,
@@ -229,7 +230,8 @@ def _build(
         )
         closers.append(trainer.close)
         ranks = trainer.setup_info()  # one describe() round trip, also for cluster.json
-        urls = server_up.result()
+        if server_up is not None:
+            server_up.result()
     info = ranks[0]
     version = int(info["policy_version"] or 0)
     weights: Path = model_dir
@@ -238,9 +240,16 @@ def _build(
         if snap is None or snap[0] != version:
             raise RuntimeError(f"resumed at policy v{version} but {snapshot_dir} lacks it")
         weights = snap[1]
-    if (weights, version) != guess:
-        logger.info("inference: reloading v%d (%s) for the resumed trainer", version, weights)
-        supervisor.reload(weights, version)
+    if server_up is None:
+        supervisor.start(weights, version)
+    elif (weights, version) != guess:
+        logger.info("inference: the trainer is at v%d: serving %s instead", version, weights)
+        if version == 0:  # the initial model is outside the snapshot root: a new server
+            supervisor.close()
+            supervisor.start(weights, version)
+        else:
+            supervisor.reload(weights, version)
+    urls = supervisor.base_urls
     _write_cluster_record(run.root / "cluster.json", cluster, ranks, supervisor)
 
     pool = TrajectoryPool(pool_cfg)
