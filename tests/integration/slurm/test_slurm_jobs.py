@@ -102,9 +102,11 @@ def test_sbatch_dry_run_prints_a_driver_script_slurm_accepts(tmp_path: Path) -> 
         "cluster.slurm.walltime=00:30:00",
         "cluster.slurm.prologue=['export NEXRL_X=1']",
         "seed=3",
+        "service.inference_service.api_key=${oc.env:NEXRL_TOKEN}",  # off-node: a token
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "NEXRL_TOKEN": "t0ken-x9"}
     shown = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    assert "t0ken-x9" not in shown  # the job reads it from its environment
     assert "#SBATCH -J nexrl-max_digit_tiny-driver" in shown
     assert "#SBATCH -p debug" in shown and "#SBATCH -t 00:30:00" in shown
     assert f"#SBATCH -o {out}/logs/slurm/driver-%j.out" in shown
