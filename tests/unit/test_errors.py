@@ -14,6 +14,7 @@ from backends.inference.adapters import ReloadError
 from backends.inference.embedded.handle import ServerStartError
 from backends.inference.embedded.weights import SnapshotError as EmbeddedSnapshotError
 from nexrl.agent_service.client import AgentServiceError
+from nexrl.agent_service.server import AgentServiceStartError
 from nexrl.agent_service.errors import ServiceError as AgentServiceHTTPError
 from nexrl.algorithms.registry import UnknownNameError
 from nexrl.cli.new_task import NewTaskError
@@ -75,6 +76,7 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     AgentError: (RuntimeError,),
     AgentServiceError: (RuntimeError,),
     AgentServiceHTTPError: (),
+    AgentServiceStartError: (RuntimeError,),
     ServerStartError: (RuntimeError,),
     ReloadError: (RuntimeError,),
     EmbeddedSnapshotError: (ValueError,),

@@ -227,12 +227,15 @@ def _flat(prefix: str, node: Any) -> list[str]:
     return [f"{prefix[:-1]}={str(node).lower() if isinstance(node, bool) else node}"]
 
 
-def test_cluster_guide_tls_commands_make_files_its_recipe_lines_accept(tmp_path: Path) -> None:
+def test_cluster_guide_tls_commands_make_files_its_recipe_lines_accept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import shlex
     import subprocess
 
     text = Path("docs/cluster.md").read_text()
     section = text[text.index("## TLS") : text.index("## Kubernetes")]
+    monkeypatch.setenv("NEXRL_TOKEN", "guide-token")  # the Slurm block's bearer token
     (commands,) = re.findall(r"```sh\n(.*?)```", section, re.S)
     for line in commands.splitlines():  # the guide's openssl lines, as written
         subprocess.run(shlex.split(line), cwd=tmp_path, check=True, capture_output=True)

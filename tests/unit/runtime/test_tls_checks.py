@@ -106,5 +106,9 @@ def test_an_existing_scheduler_needs_files_and_a_tls_address(tmp_path: Path) -> 
 
 
 def test_kubernetes_says_tls_is_not_wired_there() -> None:
-    (problem,) = problems_of("cluster.type=kubernetes", "cluster.tls.temporary=true")
+    (problem,) = problems_of(
+        "cluster.type=kubernetes",
+        "cluster.tls.temporary=true",
+        "service.inference_service.api_key=tok",  # off-node servers need a token (Security)
+    )
     assert problem.startswith("cluster.tls: not wired for cluster.type 'kubernetes'")
