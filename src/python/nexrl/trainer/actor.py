@@ -128,6 +128,7 @@ class TrainerActor:
             "policy_version": t.policy_version if t else None,
             "resumed_from": str(t.resumed_from) if t and t.resumed_from else None,
             "schedule_note": getattr(t, "schedule_note", None) if t else None,
+            "resume_note": getattr(t, "resume_note", None) if t else None,
         }
 
     def train_step(self, batch: Any) -> dict[str, float]:
