@@ -56,16 +56,16 @@ def test_a_poisoned_step_is_skipped_and_the_run_goes_on(
     err = capsys.readouterr().err
     warned = [line for line in err.splitlines() if line.startswith("warning: step 2: ")]
     assert len(warned) == 1 and "NaN/inf" in warned[0] and "skipped" in warned[0]
-    assert any(line.startswith("step 3/3 ") and "nan_skipped=1" in line for line in err.splitlines())
+    assert any(
+        line.startswith("step 3/3 ") and "nan_skipped=1" in line for line in err.splitlines()
+    )
 
 
 def test_a_run_of_only_poisoned_steps_stops_with_a_clear_error(tmp_path: Path) -> None:
     out = tmp_path / "run"
     recipe = load_recipe_checked(
         RECIPE,
-        overrides(
-            out, _trainer(tmp_path, {1, 2, 3, 4}), "trainer.max_nonfinite_steps=2", steps=4
-        ),
+        overrides(out, _trainer(tmp_path, {1, 2, 3, 4}), "trainer.max_nonfinite_steps=2", steps=4),
     )
     with pytest.raises(ControllerError) as err:
         Controller(recipe, progress=False).run()
