@@ -12,11 +12,14 @@
   prune) against the I/O floor: the same number of bytes written with plain
   file writes + fsync. extra_info: bytes, MB/s, ``vs_floor`` (floor time over
   publish time; 1.0 = at the floor) and ``vs_floor_paired`` (median over
-  publishes each right after a floor write).
+  publishes each right after a floor write). ``test_snapshot_checksums``: the
+  sha256 manifest a publish writes (``tree_checksums`` of the same snapshot),
+  extra_info ``share_of_publish`` (its time over the publish's mean, same run).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -176,7 +179,7 @@ def test_snapshot_publish(benchmark: Any, publish_setup: dict[str, Any]) -> None
         trainer.publish_snapshot()
 
     benchmark.pedantic(publish, rounds=5, warmup_rounds=1)
-    mean = benchmark.stats.stats.mean
+    mean = _results["publish_s"] = benchmark.stats.stats.mean
     floor_file = publish_setup["root"] / "floor-paired.bin"
     ratios = []
     for _ in range(5):  # paired: the floor write, then a publish of the same bytes
@@ -198,3 +201,22 @@ def test_snapshot_publish(benchmark: Any, publish_setup: dict[str, Any]) -> None
     benchmark.extra_info.update(info)
     snaps = sorted(p.name for p in (publish_setup["root"] / "snaps").iterdir())
     assert len([s for s in snaps if s.startswith("v")]) == 2 and "latest" in snaps
+
+
+@pytest.mark.benchmark(group="snapshot-publish")
+def test_snapshot_checksums(benchmark: Any, publish_setup: dict[str, Any]) -> None:
+    """The part of a publish that the sha256 manifest (checksums.json) costs."""
+    from nexrl.util.checksums import tree_checksums
+    from nexrl.weights.snapshot import CHECKSUMS_FILE, VERSION_FILE, latest_snapshot
+
+    found = latest_snapshot(publish_setup["root"] / "snaps")
+    assert found is not None
+    path = found[1]
+    sums = benchmark.pedantic(tree_checksums, args=(path,), rounds=5, warmup_rounds=1)
+    assert json.loads((path / CHECKSUMS_FILE).read_text()) == {
+        k: v for k, v in sums.items() if k not in (CHECKSUMS_FILE, VERSION_FILE)
+    }
+    info: dict[str, float] = {"load_avg_1m": os.getloadavg()[0]}
+    if "publish_s" in _results:
+        info["share_of_publish"] = benchmark.stats.stats.mean / _results["publish_s"]
+    benchmark.extra_info.update(info)

@@ -103,3 +103,32 @@ def test_too_few_gpu_workers_is_a_clear_error(
     s = spec(tiny_model_dir, trainer={"world_size": 3})
     with pytest.raises(TrainerGroupError, match=r"world_size=3 needs 3 Dask workers.*GPU>=1"):
         TrainerGroup.create(local_cluster, s)
+
+
+def test_a_nan_on_one_rank_skips_the_update_on_both(
+    local_cluster: Any, tiny_model_dir: Path, vocab_size: int, tmp_path: Path
+) -> None:
+    """Only rank 0's shard holds the NaN (row 0): the ranks agree (all-reduced) to drop
+    the update, so neither applies it, neither waits for the other, and the next good
+    batch trains on both."""
+    good = make_batch(vocab_size, groups=7, group_size=2, seed=1)
+    poisoned = make_batch(vocab_size, groups=7, group_size=2, seed=2)
+    for key in ("old_log_probs", "behaviour_log_probs"):
+        poisoned.tensors[key][0, 0] = float("nan")
+    settings = _settings(tmp_path)
+    settings["algorithm"] = {"do_old_log_prob_compute": False}
+    group = TrainerGroup.create(local_cluster, spec(tiny_model_dir, **settings), timeout_s=300)
+    try:
+        group.train_step(good)
+        before = group.full_state_dict()
+        skipped = group.train_step(poisoned)
+        after = group.full_state_dict()
+        assert skipped["train/skipped_nonfinite"] == 1.0
+        assert skipped["trainer/policy_version"] == 1.0
+        assert before is not None and after is not None
+        assert all(torch.equal(before[k], after[k]) for k in before)
+        trained = group.train_step(good)
+        assert trained["train/skipped_nonfinite"] == 0.0
+        assert trained["trainer/policy_version"] == 2.0
+    finally:
+        group.close()

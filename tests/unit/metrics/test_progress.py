@@ -37,6 +37,16 @@ def test_plain_line_without_metrics() -> None:
     assert stream.getvalue().startswith("step 1/10 elapsed=")
 
 
+def test_skipped_nonfinite_steps_show_once_counted() -> None:
+    stream = io.StringIO()
+    progress = ProgressDisplay(10, stream=stream)
+    progress.update(1, {"reward/mean": 0.5, "train/skipped_nonfinite_total": 0.0})
+    progress.update(2, {"reward/mean": 0.5, "train/skipped_nonfinite_total": 2.0})
+    first, second = stream.getvalue().splitlines()
+    assert "nan_skipped" not in first
+    assert second.startswith("step 2/10 reward=0.500 nan_skipped=2 elapsed=")
+
+
 def test_bar_when_enabled_shows_postfix() -> None:
     stream = io.StringIO()
     progress = ProgressDisplay(10, initial_step=2, enabled=True, stream=stream)

@@ -53,10 +53,16 @@ class PlainEngine:
     def step(self) -> float:
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(self._module.parameters(), clip)
+        if not torch.isfinite(norm):  # the protocol: no update on NaN/inf gradients
+            self.discard_gradients()
+            return float(norm)
         self.opt.step()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
         return float(norm)
+
+    def discard_gradients(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
 
     def lr(self) -> float:
         return float(self.opt.param_groups[0]["lr"])

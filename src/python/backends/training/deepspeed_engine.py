@@ -96,7 +96,8 @@ def ds_config(cfg: Any, *, world_size: int, on_gpu: bool) -> dict[str, Any]:
         "train_batch_size": micro * world_size,
         "gradient_clipping": float(cfg.grad_clip),
         "zero_optimization": zero,
-        "bf16": {"enabled": bool(cfg.bf16) and on_gpu},
+        # bf16: ZeRO skips an update whose gradient norm is NaN/inf only when asked to
+        "bf16": {"enabled": bool(cfg.bf16) and on_gpu, "check_grad_overflow": True},
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
@@ -128,7 +129,7 @@ def _no_shm_op(skip: bool) -> Any:
     import importlib
 
     # the module, not the attribute: deepspeed.comm's namespace binds "torch" to torch
-    ds_torch = importlib.import_module("deepspeed.comm.torch")
+    ds_torch: Any = importlib.import_module("deepspeed.comm.torch")
 
     build = ds_torch.build_shm_op
     ds_torch.build_shm_op = lambda: None
@@ -257,11 +258,59 @@ class DeepSpeedEngine:
 
     def step(self) -> float:
         pre = self._param_grad_norm() if self.zero_stage == 0 else None
+        if pre is not None and not math.isfinite(pre):  # stage 0 has no overflow check
+            self.discard_gradients()
+            return pre
         self.engine.step()
         norm = self.engine.get_global_grad_norm()
         if norm is None:
             norm = pre
+        if not self.engine.was_step_applied():  # ZeRO's own overflow check skipped it
+            return math.inf if norm is None or math.isfinite(float(norm)) else float(norm)
         return float(norm) if norm is not None else math.nan
+
+    def discard_gradients(self) -> None:
+        """Drop the accumulated gradients, no update.
+
+        Stage 0: the gradients are the parameters' ``.grad`` (already all-reduced):
+        cleared. ZeRO 1-3 keep them in their own partitioned buffers, so the engine's
+        ``step()`` runs with the optimizer's overflow check forced to report an
+        overflow: DeepSpeed's own skip path then clears those buffers and leaves the
+        parameters, the optimizer state and the LR schedule as they were (what it
+        does for an fp16 overflow).
+        """
+        if self.zero_stage == 0:
+            self.engine.zero_grad()
+            return
+        opt: Any = self.engine.optimizer
+        saved = dict(vars(opt))
+        if self.zero_stage == 3:
+
+            def overflow_check(update_scale: bool = True) -> bool:
+                opt.overflow = True
+                return True if not update_scale else opt._loss_scale_update_and_overflow_cleanup()
+
+            opt._overflow_check_and_loss_scale_update = overflow_check
+        else:
+
+            def check_overflow(partition_gradients: bool = True) -> None:
+                opt.overflow = True
+
+            opt.check_overflow = check_overflow
+            opt.check_grad_overflow = True
+        try:
+            self.engine.step()
+        finally:
+            for name in ("_overflow_check_and_loss_scale_update", "check_overflow"):
+                if name not in saved:
+                    vars(opt).pop(name, None)
+            if "check_grad_overflow" in saved:
+                opt.check_grad_overflow = saved["check_grad_overflow"]
+        if self.engine.was_step_applied():
+            raise RuntimeError(
+                "DeepSpeed applied an update that was to be skipped (a non-finite loss): "
+                "this DeepSpeed version's ZeRO overflow path changed"
+            )
 
     def _param_grad_norm(self) -> float | None:
         grads = [p.grad for p in self.module.parameters() if p.grad is not None]

@@ -9,10 +9,10 @@ step fails, what was already started is closed again.
 from __future__ import annotations
 
 import contextlib
-from concurrent.futures import ThreadPoolExecutor
 import logging
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -161,7 +161,7 @@ def _build(
     from nexrl.runtime.cluster import start_cluster
     from nexrl.runtime.task_logs import install_task_logs, route_logs
     from nexrl.trainer import TrainerGroup, TrainerSpec
-    from nexrl.weights.snapshot import latest_snapshot
+    from nexrl.weights.snapshot import latest_snapshot, verify_snapshot
 
     cfg = recipe.cfg
     out = absolute_output_dir(cfg)
@@ -215,12 +215,19 @@ def _build(
     # seconds), on the weights the run folder holds: its newest snapshot, or the
     # initial model. Should the trainer resume at another version, it is corrected
     # below. Replicas given by URL are checked once the version is known.
-    newest = latest_snapshot(snapshot_dir)
-    guess: tuple[Path, int] = (newest[1], newest[0]) if newest else (model_dir, 0)
+
+    def start_on_guess() -> tuple[Path, int]:
+        newest = latest_snapshot(snapshot_dir)
+        # a snapshot that fails its checksums is republished by the trainer: not a guess
+        ok = newest is not None and verify_snapshot(newest[1]) is None
+        guess = (newest[1], newest[0]) if newest is not None and ok else (model_dir, 0)
+        supervisor.start(*guess)
+        return guess
+
     spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)
     spec = replace(spec, tokenizer_path=str(tok_dir), auto_checkpoint=False)
     with ThreadPoolExecutor(1, thread_name_prefix="nexrl-inference-start") as background:
-        server_up = background.submit(supervisor.start, *guess) if supervisor.owns_server else None
+        server_up = background.submit(start_on_guess) if supervisor.owns_server else None
         trainer = TrainerGroup.create(
             cluster.client,
             spec,
@@ -230,8 +237,7 @@ def _build(
         )
         closers.append(trainer.close)
         ranks = trainer.setup_info()  # one describe() round trip, also for cluster.json
-        if server_up is not None:
-            server_up.result()
+        guess = server_up.result() if server_up is not None else None
     info = ranks[0]
     version = int(info["policy_version"] or 0)
     weights: Path = model_dir
@@ -240,7 +246,7 @@ def _build(
         if snap is None or snap[0] != version:
             raise RuntimeError(f"resumed at policy v{version} but {snapshot_dir} lacks it")
         weights = snap[1]
-    if server_up is None:
+    if guess is None:
         supervisor.start(weights, version)
     elif (weights, version) != guess:
         logger.info("inference: the trainer is at v%d: serving %s instead", version, weights)

@@ -181,6 +181,9 @@ class Controller:
         self.counters.update(state.counters)
         self.scheduler.restore(state.pending, state.trained, committed_group_ids(parts.pool))
         self._last_ckpt_step = self.step
+        if info.get("resume_note"):  # a corrupted checkpoint or snapshot was passed over
+            logger.warning("%s", info["resume_note"])
+            parts.progress.write(f"warning: {info['resume_note']}")
         if info.get("schedule_note"):  # the resumed recipe moved the LR schedule's end
             logger.warning("%s", info["schedule_note"])
             parts.progress.write(f"warning: {info['schedule_note']}")
@@ -294,6 +297,15 @@ class Controller:
         self.step = result.global_step
         self.version = result.policy_version
         row = self._step_row(batch, trained, result, version_before)
+        if row.get("train/skipped_nonfinite"):
+            note = (
+                f"step {self.step}: the loss or gradient norm was NaN/inf; its update was "
+                f"skipped ({int(row.get('train/skipped_nonfinite_total', 0))} so far; "
+                f"trainer.max_nonfinite_steps={int(self.cfg.trainer.max_nonfinite_steps)} in a "
+                "row stop the run)"
+            )
+            logger.warning("%s", note)
+            parts.progress.write(f"warning: {note}")
         if parts.pool.config.filter_zero_variance:
             row.update(self._filter_row(trained, filtered))
         parts.record_samples(self.step, trained)

@@ -146,6 +146,8 @@ class SftRun:
                 )
             self.data.load_state_dict(state)
             logger.info("resumed from %s at step %d", info["resumed_from"], self.step)
+            if info.get("resume_note"):  # a corrupted checkpoint or snapshot was passed over
+                logger.warning("%s", info["resume_note"])
         self._last_ckpt = self.step
         self.version = self._published = int(info["policy_version"] or 0)
         self.tracker = MetricsTracker(

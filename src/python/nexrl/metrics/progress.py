@@ -3,7 +3,8 @@
 On a terminal it is a tqdm bar: ``train 3/100 |#   | 00:41 eta 22:30,
 reward=0.412 traj/s=12.5 staleness=1 exact=0.25`` (the step, the time so far and
 the time left, then the mean reward, the throughput, the policy staleness ``version/lag_max``
-and up to three evaluator metrics ``eval/<name>``). When the stream is not a
+and up to three evaluator metrics ``eval/<name>``; ``nan_skipped=N`` once a
+step's update was skipped for a NaN/inf loss). When the stream is not a
 terminal (CI logs, ``nohup``, a file) a bar would be unreadable, so one plain
 line is printed per step instead, with the same fields:
 ``step 3/100 reward=0.412 traj/s=12.5 staleness=1 elapsed=41s eta=1350s``. A
@@ -30,6 +31,7 @@ FIELDS: tuple[tuple[str, str, str], ...] = (
     ("actor/sft_loss", "loss", ".4f"),  # mode: sft
     ("val/loss", "val_loss", ".4f"),
 )
+NONFINITE_TOTAL = "train/skipped_nonfinite_total"  # shown as nan_skipped=N once above 0
 EVAL_PREFIX = "eval/"
 EVAL_SHOWN = 3  # evaluator metrics shown (eval/<name>, first by name), errors always
 BAR_FORMAT = "train {n_fmt}/{total_fmt} |{bar:12}| {elapsed} eta {remaining}{postfix}"
@@ -67,6 +69,9 @@ def _fields(metrics: Mapping[str, Any]) -> list[tuple[str, str]]:
         value = metrics.get(key)
         if value is not None:
             out.append((label, format(float(value), spec)))
+    skipped = metrics.get(NONFINITE_TOTAL)
+    if skipped:  # only once a step's update was skipped for a NaN/inf loss
+        out.append(("nan_skipped", format(float(skipped), "g")))
     return out + _eval_fields(metrics)
 
 

@@ -26,7 +26,6 @@ after ``spec.dist_timeout_s``).
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import os
 import socket
@@ -130,6 +129,7 @@ class TrainerActor:
             "policy_version": t.policy_version if t else None,
             "resumed_from": str(t.resumed_from) if t and t.resumed_from else None,
             "schedule_note": getattr(t, "schedule_note", None) if t else None,
+            "resume_note": getattr(t, "resume_note", None) if t else None,
         }
 
     def train_step(self, batch: Any) -> dict[str, float]:

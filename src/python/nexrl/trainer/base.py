@@ -17,6 +17,12 @@ the micro-batch size and world size: ``(1/W) sum_ranks sum_b L_b n_b W / N =
 sum_b L_b n_b / N``. Every rank runs the same number of forwards (the shard
 padding guarantees it), which ZeRO-3 collectives need.
 
+An epoch whose loss is NaN/inf on any rank (or whose gradient norm is) applies
+no update: the gradients are dropped (``engine.discard_gradients``), the step is
+counted (``train/skipped_nonfinite``, ``train/skipped_nonfinite_total``) and the
+run goes on; ``trainer.max_nonfinite_steps`` such steps in a row raise
+``TrainerError`` (a run that only produces NaNs stops, it never "finishes").
+
 The default loss is the policy gradient through the registries
 (``nexrl.trainer.loss.policy_gradient_loss``)::
 
@@ -37,6 +43,7 @@ Subclasses override ``_prepare_batch`` (must leave ``advantages`` and
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import time
@@ -68,9 +75,16 @@ from nexrl.trainer.schedule import schedule_change_note
 from nexrl.trainer.spec import TrainerSpec
 from nexrl.types.batch import Batch
 from nexrl.weights.checkpoint import CheckpointManager
-from nexrl.weights.snapshot import PublishedSnapshot, SnapshotPublisher, list_snapshots
+from nexrl.weights.snapshot import (
+    PublishedSnapshot,
+    SnapshotPublisher,
+    list_snapshots,
+    verify_snapshot,
+)
 
 __all__ = ["SelfHostedTrainer", "TrainerError", "call_with_options"]
+
+logger = logging.getLogger(__name__)
 
 
 class _WeightedSums:
@@ -134,6 +148,8 @@ class SelfHostedTrainer:
         self.global_step = 0  # train_step calls
         self.policy_version = 0  # updates applied (0 = the initial weights)
         self.optimizer_steps = 0
+        self.nonfinite_total = 0  # steps whose update was skipped for a NaN/inf loss
+        self.nonfinite_streak = 0  # ... in a row, up to now
         self.extra_state: dict[str, Any] = {}
         self.kl_ctrl = call_with_options(
             KL_CONTROLLERS.get(self.algo.kl_controller),
@@ -156,6 +172,7 @@ class SelfHostedTrainer:
             else None
         )
         self.resumed_from: Path | None = None
+        self.resume_note: str | None = None  # set on resume when corrupted files were passed over
         self.schedule_note: str | None = None  # set on resume when the schedule's end moved
         self._resume()
 
@@ -197,16 +214,33 @@ class SelfHostedTrainer:
         if manager is None and spec.resume_mode == "from_path" and spec.resume_path:
             manager = CheckpointManager(spec.resume_path)
         path = manager.resolve(spec.resume_mode, spec.resume_path) if manager else None
+        notes = []
         if manager is not None and path is not None:
             self.load_state_dict(manager.load(self.engine, path))
             self.resumed_from = path
+            if manager.skipped:  # (the manager logged it)
+                notes.append(
+                    f"corrupted checkpoint skipped: {'; '.join(manager.skipped)}; "
+                    f"resumed from {path} instead"
+                )
         if self.publisher is not None:  # snapshots a lost run published past this point
             self.publisher.discard_newer_than(self.policy_version)
         if path is not None and spec.snapshot_dir is not None and self.policy_version > 0:
-            have = [v for v, _ in list_snapshots(spec.snapshot_dir)] if self.rank == 0 else []
-            missing = torch.tensor([1.0 if self.policy_version not in have else 0.0])
-            if float(self.engine.all_reduce_sum(missing).sum()) > 0:
+            problem = None
+            if self.rank == 0:
+                have = dict(list_snapshots(spec.snapshot_dir))
+                snap = have.get(self.policy_version)
+                problem = "missing" if snap is None else verify_snapshot(snap)
+                if snap is not None and problem is not None:
+                    notes.append(
+                        f"corrupted snapshot v{self.policy_version}: {problem}; published it "
+                        f"again from checkpoint {path}"
+                    )
+                    logger.warning("%s", notes[-1])
+            redo = torch.tensor([1.0 if problem is not None else 0.0])
+            if float(self.engine.all_reduce_sum(redo).sum()) > 0:
                 self.publish_snapshot()
+        self.resume_note = " | ".join(notes) or None
 
     # -- state ------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -215,6 +249,8 @@ class SelfHostedTrainer:
             "global_step": self.global_step,
             "policy_version": self.policy_version,
             "optimizer_steps": self.optimizer_steps,
+            "nonfinite_total": self.nonfinite_total,
+            "nonfinite_streak": self.nonfinite_streak,
             "kl_controller": self.kl_ctrl.state_dict(),
             "trainer_class": f"{type(self).__module__}.{type(self).__qualname__}",
             "lr_schedule_steps": self.schedule_steps,
@@ -225,6 +261,8 @@ class SelfHostedTrainer:
         self.global_step = int(state["global_step"])
         self.policy_version = int(state["policy_version"])
         self.optimizer_steps = int(state["optimizer_steps"])
+        self.nonfinite_total = int(state.get("nonfinite_total", 0))  # absent before they were
+        self.nonfinite_streak = int(state.get("nonfinite_streak", 0))
         self.kl_ctrl.load_state_dict(state["kl_controller"])
         self.extra_state = dict(state.get("extra") or {})
         self.schedule_note = schedule_change_note(
@@ -254,14 +292,20 @@ class SelfHostedTrainer:
         metrics.update(prepared)
         units = loss_units(batch, self.loss_agg_mode) if len(batch) else 0
         updated = units > 0
+        nonfinite = False
         if updated:
             with _timed(timings, "update"):
                 metrics.update(self._update(batch, units))
-            self.policy_version += 1
+            nonfinite = metrics.pop("train/nonfinite_epochs", 0.0) > 0
+            applied = metrics.pop("train/applied_epochs", 1.0) > 0
+            updated = applied
+            if applied:
+                self.policy_version += 1
             kl = metrics.get("actor/reward_kl", metrics.get("actor/kl_loss"))
-            if kl is not None and math.isfinite(kl):
+            if applied and kl is not None and math.isfinite(kl):
                 self.kl_ctrl.update(kl, n_steps=len(batch))
         self.global_step += 1
+        self._count_nonfinite(nonfinite, metrics)
         metrics["actor/update_skipped"] = 0.0 if updated else 1.0
         metrics["actor/kl_coef"] = float(self.kl_ctrl.value)
         if "advantages" in batch and len(batch):
@@ -289,6 +333,37 @@ class SelfHostedTrainer:
             metrics=metrics,
         )
 
+    def _count_nonfinite(self, nonfinite: bool, metrics: dict[str, float]) -> None:
+        """Count a step skipped for a NaN/inf loss (one warning line); raise at the
+        ``trainer.max_nonfinite_steps``-th in a row."""
+        self.nonfinite_streak = self.nonfinite_streak + 1 if nonfinite else 0
+        self.nonfinite_total += int(nonfinite)
+        metrics["train/skipped_nonfinite"] = float(nonfinite)
+        metrics["train/skipped_nonfinite_total"] = float(self.nonfinite_total)
+        if not nonfinite:
+            return
+        limit = int(self.cfg.max_nonfinite_steps)
+        loss, norm = metrics.get("actor/loss", math.nan), metrics.get("actor/grad_norm", math.nan)
+        if self.nonfinite_streak >= limit:
+            raise TrainerError(
+                f"step {self.global_step}: the loss or gradient norm was NaN/inf for "
+                f"{self.nonfinite_streak} steps in a row (trainer.max_nonfinite_steps={limit}; "
+                f"loss {loss}, grad norm {norm}); no update was applied for them. Look for "
+                "NaN/inf rewards, advantages or log-probs in the batches, or lower trainer.lr"
+            )
+        if self.rank == 0:
+            logger.warning(
+                "step %d: the loss or gradient norm was NaN/inf (loss %s, grad norm %s); the "
+                "update was skipped (%d in a row, %d in all; the run stops at "
+                "trainer.max_nonfinite_steps=%d in a row)",
+                self.global_step,
+                loss,
+                norm,
+                self.nonfinite_streak,
+                self.nonfinite_total,
+                limit,
+            )
+
     def _prepare_batch(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
         """Hook: turn the received batch into what ``_compute_loss`` needs (identity here)."""
         return batch, {}
@@ -298,21 +373,35 @@ class SelfHostedTrainer:
         mbs = micro_batches(shard, self.cfg.micro_batch_size)
         sums, norms, lrs = _WeightedSums(), [], []
         self.engine.train(True)
+        applied = nonfinite = 0
         for _ in range(self.cfg.ppo_epochs):
             lrs.append(self.engine.lr())
+            finite = True
             for i, mb in enumerate(mbs):
                 self.engine.set_boundary(i == len(mbs) - 1)
                 mb = mb.to(self.device)
                 log_probs, entropy = self._forward(mb, entropy_grad=self.algo.entropy_coeff > 0)
                 loss, m = self._compute_loss(mb, log_probs, entropy)
+                finite = finite and bool(torch.isfinite(loss.detach()).all())
                 share = loss_units(mb, self.loss_agg_mode) / units
                 self.engine.backward(loss * (share * self.world_size))
                 sums.add({**m, "actor/loss": loss.detach()}, share)
-            norms.append(self.engine.step())
+            bad = self.engine.all_reduce_sum(torch.tensor([0.0 if finite else 1.0]))
+            if float(bad.sum()) > 0:  # every rank agrees: drop this epoch's gradients
+                self.engine.discard_gradients()
+                norms.append(math.nan)
+            else:
+                norms.append(self.engine.step())  # not finite: the engine applied nothing
+            if not math.isfinite(norms[-1]):
+                nonfinite += 1
+                break  # the same batch again would not do better
+            applied += 1
             self.optimizer_steps += 1
-        out = sums.reduce(self.engine, divide=self.cfg.ppo_epochs)
+        out = sums.reduce(self.engine, divide=len(norms))
         out["actor/grad_norm"] = float(np.mean(norms))
         out["actor/lr"] = lrs[-1]
+        out["train/nonfinite_epochs"] = float(nonfinite)
+        out["train/applied_epochs"] = float(applied)
         return out
 
     def _forward(self, mb: Batch, *, entropy_grad: bool | None) -> tuple[Tensor, Tensor | None]:

@@ -10,7 +10,9 @@ Gradient accumulation is driven by the trainer, not by the engine's counter:
 before each micro-batch's forward the trainer calls
 ``set_boundary(is_last_micro_batch)``; ``backward(loss)`` never rescales the
 loss (the trainer already scaled it, see ``nexrl.trainer.base``); ``step()``
-applies the update once per accumulated batch and returns the gradient norm.
+applies the update once per accumulated batch and returns the gradient norm, or
+applies nothing and returns a non-finite norm when the gradients are not finite;
+``discard_gradients()`` drops an accumulated batch whose loss was not finite.
 """
 
 from __future__ import annotations
@@ -56,7 +58,17 @@ class TrainingEngine(Protocol):
         ...
 
     def step(self) -> float:
-        """Apply the optimizer and LR-schedule step; the global gradient norm (pre-clip)."""
+        """Apply the optimizer and LR-schedule step; the global gradient norm (pre-clip).
+
+        When the gradients are not finite (NaN/inf) no update is applied (parameters,
+        optimizer state and LR schedule unchanged, gradients dropped) and the returned
+        norm is not finite: that is how the trainer knows the update was skipped.
+        """
+        ...
+
+    def discard_gradients(self) -> None:
+        """Drop the accumulated gradients without an update (collective: every rank
+        calls it instead of ``step``); parameters, optimizer state and LR schedule stay."""
         ...
 
     def lr(self) -> float:

@@ -8,7 +8,8 @@ Layout under the checkpoint root (``<output_dir>/checkpoints``)::
                            file per rank - and LR scheduler)
         rng_rank<r>.pt     python / numpy / torch (/ cuda) RNG states of rank r
         trainer_state.pt   step, policy version, optimizer steps, KL controller, extra
-        meta.json          written last: marks the folder complete
+        meta.json          written last: marks the folder complete; holds the size
+                           and sha256 of every other file ("files")
     latest                 text file naming the newest complete folder, replaced atomically
     .tmp-step_30/          a save in progress, or one a crash interrupted
 
@@ -20,6 +21,15 @@ large) at any point leaves ``latest`` naming the previous complete checkpoint;
 the stray ``.tmp-*`` folder is removed by the next save. Readers trust a folder
 only when its ``meta.json`` exists; if ``latest`` is missing or names an
 incomplete folder, the newest complete ``step_*`` is used.
+
+Corruption (a truncated or altered file in a committed folder: a disk or file-system
+fault, a partial copy): before a checkpoint is resumed from, every file is checked
+against the sizes and sha256 checksums in its ``meta.json``. A folder that fails
+is skipped with one warning line naming it, the file and the checkpoint used
+instead (the newest one that passes); when none passes the resume stops with a
+:class:`CheckpointError` rather than silently starting at step 1. Checkpoints
+written before checksums were recorded (no ``files`` in ``meta.json``) are
+trusted as they are.
 
 Resume modes (``resume.mode``): ``disable`` (fresh run), ``auto`` (the latest
 complete checkpoint under the root, or fresh when none), ``from_path`` (a
@@ -41,6 +51,7 @@ import numpy as np
 import torch
 
 from nexrl.errors import NexrlError
+from nexrl.util.checksums import check_tree, tree_checksums
 from nexrl.util.files import atomic_write_bytes, fsync_tree, remove_tree, replace_dir
 
 __all__ = [
@@ -49,6 +60,7 @@ __all__ = [
     "get_rng_state",
     "is_complete",
     "set_rng_state",
+    "verify_checkpoint",
 ]
 
 logger = logging.getLogger(__name__)
@@ -109,6 +121,20 @@ def is_complete(path: str | Path) -> bool:
     return True
 
 
+def verify_checkpoint(path: str | Path) -> str | None:
+    """``None`` when ``path`` is complete and every file matches the checksums of its
+    ``meta.json`` (or it has none: written before they were recorded); else why not."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / META_FILE).read_text())
+    except (OSError, ValueError):
+        return f"{path / META_FILE} is missing or unreadable (an incomplete checkpoint)"
+    files = meta.get("files") if isinstance(meta, dict) else None
+    if not files:
+        return None
+    return check_tree(path, files)
+
+
 class CheckpointManager:
     """Saves and finds checkpoints under ``root``.
 
@@ -123,6 +149,7 @@ class CheckpointManager:
             raise ValueError(f"keep must be >= 1 or None, got {keep!r}")
         self.root = Path(root)
         self.keep = keep
+        self.skipped: list[str] = []  # corrupted checkpoints the last resolve passed over
 
     # -- finding --------------------------------------------------------------
     def complete(self) -> list[tuple[int, Path]]:
@@ -147,19 +174,59 @@ class CheckpointManager:
         found = self.complete()
         return found[-1][1] if found else None
 
+    def latest_verified(self) -> Path | None:
+        """The newest complete checkpoint whose files match their checksums (``latest``
+        first), None when there is none at all.
+
+        Corrupted ones are skipped with one warning line naming them and the one used
+        instead; when every complete checkpoint is corrupted, :class:`CheckpointError`.
+        """
+        self.skipped = []
+        first = self.latest()
+        if first is None:
+            return None
+        candidates = [first] + [p for _, p in reversed(self.complete()) if p != first]
+        bad: list[str] = []
+        for path in candidates:
+            problem = verify_checkpoint(path)
+            if problem is None:
+                if bad:
+                    logger.warning(
+                        "corrupted checkpoint skipped: %s; resuming from %s instead",
+                        "; ".join(bad),
+                        path,
+                    )
+                    self.skipped = list(bad)
+                return path
+            bad.append(f"{path} ({problem})")
+        raise CheckpointError(
+            f"every checkpoint under {str(self.root)!r} is corrupted: {'; '.join(bad)}; "
+            "restore them from a copy, or start over with resume.mode: disable (or another "
+            "output_dir)"
+        )
+
     def resolve(self, mode: str, path: str | Path | None = None) -> Path | None:
         """The checkpoint to resume from for ``resume.mode`` (None = start fresh)."""
         if mode == "disable":
             return None
         if mode == "auto":
-            return self.latest()
+            return self.latest_verified()
         if mode == "from_path":
             if not path:
                 raise CheckpointError("resume.mode is 'from_path' but resume.path is not set")
             p = Path(path)
             if is_complete(p):
+                problem = verify_checkpoint(p)
+                if problem is not None:
+                    raise CheckpointError(
+                        f"resume.path {str(p)!r} is corrupted: {problem}; point resume.path at "
+                        "an earlier step_N folder (or its checkpoint root, whose newest good "
+                        "checkpoint is then used)"
+                    )
                 return p
-            found = CheckpointManager(p).latest() if p.is_dir() else None
+            other = CheckpointManager(p)
+            found = other.latest_verified() if p.is_dir() else None
+            self.skipped = other.skipped
             if found is None:
                 raise CheckpointError(
                     f"resume.path {str(p)!r} is not a complete checkpoint (no {META_FILE}) and "
@@ -217,6 +284,7 @@ class CheckpointManager:
             "world_size": world_size,
             "bytes": num_bytes,
             "time": time.time(),
+            "files": tree_checksums(tmp, exclude={META_FILE}),
         }
         atomic_write_bytes(tmp / META_FILE, json.dumps(meta, indent=2).encode())
         replace_dir(tmp, final)

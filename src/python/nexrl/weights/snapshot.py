@@ -4,7 +4,8 @@ Layout under the snapshot root (``weight.snapshot_dir``)::
 
     v3/                  a complete snapshot: config.json, model.safetensors (or
     v4/                  model-0000k-of-0000n.safetensors + index), tokenizer files,
-                         generation_config.json, and ``version`` (the integer N);
+                         generation_config.json, ``checksums.json`` (size and
+                         sha256 of every other file) and ``version`` (the integer N);
                          with LoRA (``trainer.lora``): adapter_model.safetensors +
                          adapter_config.json instead of config.json and the weights
     latest -> v4         relative symlink, replaced atomically
@@ -25,6 +26,13 @@ snapshots beyond ``keep`` are pruned after ``latest`` moved (the one ``latest``
 names never is): renamed to ``.trash-*`` at once, so no reader sees a
 half-deleted snapshot, then deleted in a background thread, off the publish's
 critical path.
+
+Corruption: :func:`verify_snapshot` checks a snapshot's files against its
+``checksums.json``. On resume the trainer verifies the snapshot of the version it
+resumed at and publishes it again from the checkpoint's weights when it does not
+match (one warning line naming it), so the inference server never starts from a
+truncated or altered file. Snapshots written before checksums were recorded (no
+``checksums.json``) are trusted as they are.
 
 ZeRO: callers pass a *consolidated* state dict (``TrainingEngine.full_state_dict``
 gathers ZeRO-3 partitions on rank 0; stages 0-2 keep full parameters).
@@ -50,11 +58,13 @@ from typing import Any
 import torch
 
 from nexrl.errors import NexrlError
+from nexrl.util.checksums import check_tree, tree_checksums
 from nexrl.util.files import atomic_symlink, fsync_dir, fsync_tree, remove_tree, replace_dir
 
 __all__ = [
     "ADAPTER_CONFIG",
     "ADAPTER_WEIGHTS",
+    "CHECKSUMS_FILE",
     "LATEST_NAME",
     "VERSION_FILE",
     "PublishedSnapshot",
@@ -64,6 +74,7 @@ __all__ = [
     "list_snapshots",
     "prepare_state_dict",
     "read_version",
+    "verify_snapshot",
     "write_safetensors",
 ]
 
@@ -73,6 +84,7 @@ LATEST_NAME = "latest"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 VERSION_FILE = "version"
+CHECKSUMS_FILE = "checksums.json"
 _SNAPSHOT_RE = re.compile(r"^v(\d+)$")
 _TMP_PREFIX = ".tmp-v"
 # Files copied from the tokenizer / model folder next to the weights.
@@ -127,6 +139,21 @@ def list_snapshots(root: str | Path) -> list[tuple[int, Path]]:
         ):
             found.append((int(m.group(1)), entry))
     return sorted(found)
+
+
+def verify_snapshot(path: str | Path) -> str | None:
+    """``None`` when ``path`` is complete and its files match ``checksums.json`` (or it
+    has none: published before checksums were recorded); else one line saying why not."""
+    path = Path(path)
+    if read_version(path) is None:
+        return f"{path / VERSION_FILE} is missing or unreadable (an incomplete snapshot)"
+    try:
+        manifest = json.loads((path / CHECKSUMS_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return f"{path / CHECKSUMS_FILE} is unreadable ({exc})"
+    return check_tree(path, manifest)
 
 
 def latest_snapshot(root: str | Path) -> tuple[int, Path] | None:
@@ -352,6 +379,8 @@ class SnapshotPublisher:
             write(tmp)
             if self.tokenizer_dir is not None:
                 _copy_tokenizer_files(self.tokenizer_dir, tmp)
+            sums = tree_checksums(tmp)
+            (tmp / CHECKSUMS_FILE).write_text(json.dumps(sums, indent=1, sort_keys=True))
             # the version file is written last: a folder without it is incomplete
             (tmp / VERSION_FILE).write_text(f"{version}\n")
             num_bytes = fsync_tree(tmp)

@@ -79,6 +79,13 @@ class TrainerConfig:
     )
     ppo_epochs: int = cfg_field(1, help="Passes over each batch.", minimum=1)
     grad_clip: float = cfg_field(1.0, help="Gradient norm clip (0 = off).", minimum=0.0)
+    max_nonfinite_steps: int = cfg_field(
+        3,
+        help="A step whose loss or gradient norm is NaN/inf is skipped (no update; counted "
+        "in train/skipped_nonfinite); this many such steps in a row stop the run with an "
+        "error (1 = stop at the first).",
+        minimum=1,
+    )
     zero_stage: int = cfg_field(1, help="DeepSpeed ZeRO stage 0-3.", minimum=0)
     offload_optimizer: bool = cfg_field(
         False, help="ZeRO optimizer state offload to CPU (stage >= 1)."

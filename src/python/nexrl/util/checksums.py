@@ -1,0 +1,83 @@
+"""Content checksums of a folder's files: written into a manifest when a checkpoint or
+snapshot is committed, checked before one is trusted on resume.
+
+A manifest maps each file's path (relative to the folder, ``/``-separated) to
+``{"bytes": size, "sha256": hex digest}``. :func:`check_tree` names the first
+file that is missing, of another size (a truncated write) or of other content
+(a flipped byte); files absent from the manifest are not checked. sha256 from
+``hashlib`` (no extra dependency), files read in 1 MiB chunks, several files in
+parallel (``hashlib`` releases the GIL on large buffers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+__all__ = ["check_tree", "file_sha256", "tree_checksums"]
+
+CHUNK = 1 << 20
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 hex digest of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(root: Path, exclude: Collection[str]) -> list[str]:
+    out = []
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, root).replace(os.sep, "/")
+            if rel not in exclude and os.path.isfile(path) and not os.path.islink(path):
+                out.append(rel)
+    return sorted(out)
+
+
+def _digests(root: Path, rels: list[str]) -> list[str]:
+    paths = [root / rel for rel in rels]
+    if len(paths) <= 1:
+        return [file_sha256(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
+        return list(pool.map(file_sha256, paths))
+
+
+def tree_checksums(root: str | Path, *, exclude: Collection[str] = ()) -> dict[str, Any]:
+    """``{relative path: {"bytes", "sha256"}}`` of every regular file under ``root``
+    (``exclude``: relative paths left out, e.g. the manifest itself)."""
+    root = Path(root)
+    rels = _files(root, exclude)
+    return {
+        rel: {"bytes": (root / rel).stat().st_size, "sha256": digest}
+        for rel, digest in zip(rels, _digests(root, rels), strict=True)
+    }
+
+
+def check_tree(root: str | Path, manifest: Mapping[str, Any]) -> str | None:
+    """``None`` when every file of ``manifest`` under ``root`` has its size and sha256,
+    else one line naming the first file that does not (missing, truncated, altered)."""
+    root = Path(root)
+    sized = []
+    for rel in sorted(manifest):
+        want = manifest[rel]
+        path = root / rel
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return f"{path} is missing"
+        if size != int(want["bytes"]):
+            return f"{path} has {size} bytes, {int(want['bytes'])} were written (truncated?)"
+        sized.append(rel)
+    for rel, digest in zip(sized, _digests(root, sized), strict=True):
+        if digest != manifest[rel]["sha256"]:
+            return f"{root / rel} does not match its sha256 checksum (its bytes changed)"
+    return None
