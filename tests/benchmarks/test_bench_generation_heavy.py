@@ -170,6 +170,8 @@ def report(
     for k, v in info.items():
         if k.startswith("ratio_"):
             print(f"{k}: {v:.3f}")
+        elif k.endswith("_lags"):
+            print(f"{k} (version/lag_max of the steps): {v}")
 
 
 def test_bench_generation_heavy_vs_trl(benchmark: Any, tmp_path: Path) -> None:
