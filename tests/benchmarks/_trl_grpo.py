@@ -5,7 +5,8 @@ tests/benchmarks/test_bench_vs_trl.py):
 
 It trains the model folder ``--model`` (weights and tokenizer) on the prompts of
 ``--data`` in file order (no shuffle), ``--prompts`` prompts x ``--group-size``
-samples per step, one new token at temperature 1, constant ``--lr``, no KL, on
+samples per step, ``--max-new-tokens`` new tokens (one by default; none of them an
+end of sequence before ``--min-new-tokens``) at temperature 1, constant ``--lr``, no KL, on
 CPU with ``--threads`` torch threads, no checkpoints, no report_to, logging every
 step. The reward function wraps the recipe's evaluator (``--evaluator``
 ``path/file.py:Class``) so rewards mean what they mean in our run.
@@ -13,8 +14,9 @@ step. The reward function wraps the recipe's evaluator (``--evaluator``
 It writes under ``--out``:
 
 * ``metrics.jsonl``: one row per step, ``{"step", "time", "reward/mean",
-  "train_start"}`` (``time``, ``train_start``: ``time.time()`` at the end of the
-  step and when training began);
+  "train_start", "completion_min_length", "completion_max_length"}`` (``time``,
+  ``train_start``: ``time.time()`` at the end of the step and when training began;
+  the shortest and longest completion of the step, in tokens);
 * ``setup.json``: what the trainer really used: the parameter checksum of the
   model at the start of training (``param_checksum``), the tokenizer's vocabulary
   and chat template, and the prompt token ids of each step (``step_prompt_ids``,
@@ -55,6 +57,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--entropy-coef", type=float, default=0.0)
     p.add_argument("--max-new-tokens", type=int, default=1)
+    p.add_argument(
+        "--min-new-tokens",
+        type=int,
+        default=0,
+        help="no end-of-sequence before this many tokens (generation_kwargs min_new_tokens)",
+    )
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=42)
@@ -111,6 +119,9 @@ def main(argv: list[str] | None = None) -> None:
         gradient_accumulation_steps=1,
         num_generations=args.group_size,
         max_completion_length=args.max_new_tokens,
+        generation_kwargs=(
+            {"min_new_tokens": args.min_new_tokens} if args.min_new_tokens > 0 else None
+        ),
         temperature=args.temperature,
         learning_rate=args.lr,
         lr_scheduler_type="constant",
@@ -154,6 +165,8 @@ def main(argv: list[str] | None = None) -> None:
                     "time": round(time.time(), 4),
                     "reward/mean": float(logs["reward"]),
                     "train_start": setup["train_start"],
+                    "completion_min_length": logs.get("completions/min_length"),
+                    "completion_max_length": logs.get("completions/max_length"),
                 }
                 metrics.write(json.dumps(row) + "\n")
                 metrics.flush()

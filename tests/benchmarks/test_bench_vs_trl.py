@@ -80,11 +80,13 @@ def run_command(cmd: list[str], log: Path) -> float:
     return start
 
 
-def summarize(rows: list[dict[str, Any]], command_start: float, train_start: float) -> dict:
+def summarize(
+    rows: list[dict[str, Any]], command_start: float, train_start: float, n_steps: int = STEPS
+) -> dict:
     """Per-step wall time (median of the gaps between consecutive rows after the
     first), samples/s, start-up and steps/seconds to the reward target."""
     steps = [int(r["step"]) for r in rows]
-    assert steps == list(range(1, STEPS + 1)), steps
+    assert steps == list(range(1, n_steps + 1)), steps
     times = [float(r["time"]) for r in rows]
     rewards = [float(r["reward/mean"]) for r in rows]
     step_s = statistics.median(b - a for a, b in itertools.pairwise(times))
@@ -116,7 +118,7 @@ def summarize(rows: list[dict[str, Any]], command_start: float, train_start: flo
     }
 
 
-def pool_trajectories(out: Path) -> list[Any]:
+def pool_trajectories(out: Path, consumer: str = "vs-trl-check") -> list[Any]:
     """Every trajectory of our run's pool, read back by a second consumer."""
     cfg = PoolConfig(
         store=str(out / "pool.zarr"),
@@ -124,7 +126,7 @@ def pool_trajectories(out: Path) -> list[Any]:
         group_size=GROUP,
         batch_size=100_000,
         batch_readiness="loaded_batch_finished",
-        consumer="vs-trl-check",
+        consumer=consumer,
     )
     batch = TrajectoryPool(cfg).get_batch(loaded_batch_finished=True)
     assert batch is not None

@@ -1,0 +1,210 @@
+"""Generation-heavy side-by-side runs (issue 18): a ~10x larger tiny model that
+answers 64 tokens, 16 prompts x 8 samples per step, ``STEPS`` steps per run.
+
+1. ``test_bench_generation_heavy_vs_trl``: TRL 1.16's ``GRPOTrainer``
+   (tests/benchmarks/_trl_grpo.py) vs our default recipe through ``nexrl train``
+   (sync mode), on the identical workload of tests/benchmarks/test_bench_vs_trl.py
+   (same prepared model folder, same prompts in file order, same optimiser and
+   loss settings) except that both generate 64 tokens with the larger model.
+2. ``test_bench_one_step_off_vs_sync``: ours with ``weight.sync_mode=batch-async``
+   and ``weight.staleness_threshold=1`` (one step off: the next batch is sampled
+   while the trainer trains on the current one, and every batch is sampled by one
+   policy version at most one behind, since batch-async drains in-flight rollouts
+   before each reload) vs ours with ``weight.sync_mode=sync``.
+
+The model: the recipe's ``model.tiny`` with hidden_size 192 and 4 layers instead
+of 64 and 2 (the MLP width, 128, is fixed by our tiny-model builder), about 9x the
+default's parameters (asserted between 8x and 12x, both counted here).
+
+64 tokens on both sides: ours sends ``ignore_eos`` with every request
+(tests/benchmarks/_fixed_length_worker.py; an end-of-sequence token, when
+sampled, is kept and sampling goes on), TRL generates with ``min_new_tokens=64``
+(its generate masks the end-of-sequence logit until 64 tokens). Asserted: every
+sample of every step is exactly 64 tokens on each side.
+
+Samples/s (16 x 8 over the median gap between consecutive steps' metrics rows)
+and median step times are recorded in ``extra_info`` and printed; nothing is
+asserted on time.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from nexrl.modeling.prepare import prepare_model
+from nexrl.recipe import load_recipe_checked
+from tests.benchmarks.test_bench_vs_trl import (
+    EVALUATOR,
+    GROUP,
+    LR,
+    N_PROMPTS,
+    PROMPTS,
+    artifacts,
+    pool_trajectories,
+    ratio,
+    run_command,
+    summarize,
+)
+from tests.e2e._recipe import DATA, RECIPE, read_rows
+
+STEPS = 5
+RESPONSE = 64
+HIDDEN, LAYERS = 192, 4
+WORKER = "tests/benchmarks/_fixed_length_worker.py:FixedLengthWorker"
+LARGER = [f"model.tiny.hidden_size={HIDDEN}", f"model.tiny.num_layers={LAYERS}"]
+
+
+def n_params(model_dir: Path) -> int:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    return sum(p.numel() for p in model.parameters())
+
+
+def prepare(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """The larger model folder, and its size beside the default tiny model's."""
+    default = load_recipe_checked(RECIPE, [f"output_dir={tmp_path / 'prep-default'}"])
+    default_dir, _ = prepare_model(default.cfg, tmp_path / "prep-default")
+    recipe = load_recipe_checked(RECIPE, [f"output_dir={tmp_path / 'prep'}", *LARGER])
+    model_dir, tok_dir = prepare_model(recipe.cfg, tmp_path / "prep")
+    assert tok_dir == model_dir
+    size: dict[str, float] = {
+        "params": n_params(model_dir),
+        "default_params": n_params(default_dir),
+    }
+    size["params_ratio"] = size["params"] / size["default_params"]
+    print(
+        f"\nmodel: {size['params']:,} parameters, {size['params_ratio']:.1f}x the default "
+        f"tiny model's {size['default_params']:,}"
+    )
+    assert 8 <= size["params_ratio"] <= 12, size
+    return model_dir, size
+
+
+def run_ours(tmp_path: Path, name: str, model_dir: Path, extra: list[str]) -> dict[str, Any]:
+    out = tmp_path / name
+    cmd = [
+        sys.executable,
+        "-m",
+        "nexrl.cli.train",
+        RECIPE,
+        f"output_dir={out}",
+        f"model.path={model_dir}",
+        f"trainer.total_train_steps={STEPS}",
+        f"trainer.lr={LR}",
+        "trainer.lr_scheduler=constant",
+        "trainer.save_every=0",
+        "data.shuffle=false",
+        f"data.max_samples={N_PROMPTS}",
+        f"trajectory_pool.batch_size={PROMPTS * GROUP}",
+        f"rollout_worker.group_size={GROUP}",
+        f"rollout_worker.max_response_length={RESPONSE}",
+        f"rollout_worker.custom_worker={WORKER}",
+        "validate.validate_before_train=false",
+        "validate.every=0",
+        "cluster.dashboard_address=:0",
+        *extra,
+    ]
+    start = run_command(cmd, tmp_path / f"{name}.log")
+    rows = [r for r in read_rows(out) if "reward/mean" in r]
+    first = rows[0]
+    s = summarize(rows, start, float(first["time"]) - float(first["time/running_s"]), STEPS)
+    s["median_timing_step_s"] = statistics.median(float(r["timing/step"]) for r in rows[1:])
+    trajs = pool_trajectories(out, consumer=f"{name}-check")
+    assert len(trajs) >= STEPS * PROMPTS * GROUP
+    lengths = {len(t.response_ids) for t in trajs}
+    assert lengths == {RESPONSE}, lengths  # every answer really is 64 tokens
+    s["lags"] = sorted({r.get("version/lag_max") for r in rows}, key=str)
+    return s
+
+
+def run_trl(tmp_path: Path, model_dir: Path, entropy: float) -> dict[str, Any]:
+    out = tmp_path / "trl"
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.benchmarks._trl_grpo",
+        f"--model={model_dir}",
+        f"--data={DATA}",
+        f"--max-samples={N_PROMPTS}",
+        f"--evaluator={EVALUATOR}",
+        f"--out={out}",
+        f"--steps={STEPS}",
+        f"--prompts={PROMPTS}",
+        f"--group-size={GROUP}",
+        f"--lr={LR}",
+        f"--entropy-coef={entropy}",
+        f"--max-new-tokens={RESPONSE}",
+        f"--min-new-tokens={RESPONSE}",
+        "--threads=1",
+    ]
+    start = run_command(cmd, tmp_path / "trl.log")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:  # every completion of every step really is 64 tokens
+        assert r["completion_min_length"] == r["completion_max_length"] == RESPONSE, r
+    return summarize(rows, start, float(rows[0]["train_start"]), STEPS)
+
+
+KEYS = ("median_step_s", "samples_per_s", "command_to_first_row_s", "train_start_to_first_row_s")
+
+
+def report(
+    benchmark: Any, name: str, a: tuple[str, dict], b: tuple[str, dict], extra: dict
+) -> None:
+    (an, av), (bn, bv) = a, b
+    info: dict[str, Any] = {f"{an}_{k}": av[k] for k in KEYS}
+    info.update({f"{bn}_{k}": bv[k] for k in KEYS})
+    info[f"ratio_samples_per_s_{an}_over_{bn}"] = ratio(av["samples_per_s"], bv["samples_per_s"])
+    info[f"ratio_step_s_{bn}_over_{an}"] = ratio(bv["median_step_s"], av["median_step_s"])
+    info.update(steps=STEPS, response_tokens=RESPONSE, **extra)
+    benchmark.extra_info.update(info)
+    (artifacts() / f"{name}.json").write_text(json.dumps(info, indent=1))
+    print(f"\n{name}: {STEPS} steps, 16 prompts x 8, {RESPONSE}-token answers")
+    print(f"{'':28} {an:>12} {bn:>12}")
+    for k in KEYS:
+        print(f"{k:28} {av[k]:>12.3f} {bv[k]:>12.3f}")
+    for k, v in info.items():
+        if k.startswith("ratio_"):
+            print(f"{k}: {v:.3f}")
+        elif k.endswith("_lags"):
+            print(f"{k} (version/lag_max of the steps): {v}")
+
+
+def test_bench_generation_heavy_vs_trl(benchmark: Any, tmp_path: Path) -> None:
+    model_dir, size = prepare(tmp_path)
+    recipe = load_recipe_checked(RECIPE, [f"output_dir={tmp_path / 'prep'}"])
+    entropy = float(recipe.cfg.algorithm.entropy_coeff)
+    trl = run_trl(tmp_path, model_dir, entropy)
+    ours = benchmark.pedantic(
+        lambda: run_ours(tmp_path, "ours", model_dir, ["weight.sync_mode=sync"]),
+        rounds=1,
+        iterations=1,
+    )
+    report(benchmark, "generation_heavy_vs_trl", ("ours", ours), ("trl", trl), size)
+
+
+def test_bench_one_step_off_vs_sync(benchmark: Any, tmp_path: Path) -> None:
+    model_dir, size = prepare(tmp_path)
+    sync = run_ours(tmp_path, "sync", model_dir, ["weight.sync_mode=sync"])
+    off = benchmark.pedantic(
+        lambda: run_ours(
+            tmp_path,
+            "async",
+            model_dir,
+            ["weight.sync_mode=batch-async", "weight.staleness_threshold=1"],
+        ),
+        rounds=1,
+        iterations=1,
+    )
+    assert sync["lags"] == [0], sync["lags"]  # sync really trained on current-policy samples
+    report(
+        benchmark,
+        "one_step_off_vs_sync",
+        ("async", off),
+        ("sync", sync),
+        {**size, "async_lags": off["lags"]},
+    )
