@@ -3,8 +3,8 @@
 The default recipe for 2 steps, the CLI in a child process whose stdin, stdout and
 stderr are a new pseudo-terminal (as a shell's are): a progress bar with the
 step, ETA, reward and the evaluator's metric is drawn, and the summary is the
-last thing printed (DeepSpeed's "built successfully" line goes to a worker's log
-file, not after it).
+last thing printed (DeepSpeed builds no op for one CPU rank: no "built
+successfully" line, neither after the summary nor in a worker's log).
 """
 
 from __future__ import annotations
@@ -35,4 +35,4 @@ def test_a_bar_with_eta_and_the_summary_last(tmp_path: Path) -> None:
     assert [f.split(":")[0] for f in frames[summary:]] == ["steps", "reward (mean of 5 steps)"]
     assert "built successfully" not in text
     logs = "".join(p.read_text() for p in (out / "logs").glob("dask-worker-*.log"))
-    assert "built successfully" in logs
+    assert "built successfully" not in logs  # no C++ build for one CPU rank

@@ -79,6 +79,6 @@ def test_the_guides_command_line_flags_are_the_clis() -> None:
         8100,
     )
     flags = set(re.findall(r"`(--[a-z-]+)", section())) - {"--help"}
-    assert flags == {"--upstream", "--model", "--session-ttl", "--upstream-timeout"}
+    assert flags == {"--upstream", "--model", "--session-ttl", "--upstream-timeout", "--host"}
     for flag in flags:  # parse_args exits on a flag the CLI does not know
         parse_args(["--pool", "p", "--upstream", "http://x", flag, "1"])

@@ -144,10 +144,11 @@ class OwnRunAgent(SimpleRolloutWorker):
 
 def test_a_group_is_asked_in_one_request_with_n(embedded_server: EmbeddedServer) -> None:
     """rollout_worker.one_request_per_group: the 8 samples of a group come from one
-    request with n=8, one episode per item in item order, each choice its own
-    stream, the same tokens again when the group is rolled out again; a worker
-    with its own run_agent, the setting off, or items with different prompts
-    send one request per item."""
+    request with n=8, one episode per item in item order, each choice with its
+    item's own seed, so exactly the tokens of one request per item; an engine
+    without per-choice seeds gets one seed and repeats itself; a worker with its
+    own run_agent, the setting off, or items with different prompts send one
+    request per item."""
     group = [dict(ITEM, run_id=r) for r in range(8)]
 
     def run(cls: type[SimpleRolloutWorker], items: list[dict[str, Any]], **attrs: Any) -> Any:
@@ -165,12 +166,20 @@ def test_a_group_is_asked_in_one_request_with_n(embedded_server: EmbeddedServer)
     assert [(t.group_id, t.run_id) for t in trajs] == [(7, r) for r in range(8)]
     assert len({tuple(t.response_ids) for t in trajs}) > 1  # 8 streams, not one
     assert all(t.reward in (0.0, 1.0) and t.logprobs for t in trajs)
-    again_requests, again = run(SimpleRolloutWorker, group)
-    assert again_requests == [8]
-    assert [t.response_ids for t in again] == [t.response_ids for t in trajs]
+    per_item_requests, per_item = run(SimpleRolloutWorker, group, group_requests=False)
+    assert per_item_requests == [1] * 8
+    assert [t.response_ids for t in per_item] == [t.response_ids for t in trajs]
+    for a, b in zip(per_item, trajs, strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+    one_seed = run(SimpleRolloutWorker, group, choice_seeds=False)
+    assert one_seed[0] == [8]
+    assert [t.response_ids for t in run(SimpleRolloutWorker, group, choice_seeds=False)[1]] == [
+        t.response_ids for t in one_seed[1]
+    ]
+    assert len({tuple(t.response_ids) for t in one_seed[1]}) > 1
 
     assert run(OwnRunAgent, group)[0] == [1] * 8
-    assert run(SimpleRolloutWorker, group, group_requests=False)[0] == [1] * 8
     mixed = [
         dict(i, data_item={"prompt": f"max {r} 3 9", "answer": "9"}) for r, i in enumerate(group)
     ]

@@ -41,6 +41,7 @@ ENGINE_EXTRA_PARAMS = frozenset(
         "skip_special_tokens",
         "include_stop_str_in_output",
         "chat_template_kwargs",
+        "seeds",  # embedded server: one seed per choice of an n request
     }
 )
 

@@ -21,6 +21,9 @@ from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
 class SimpleRolloutWorker(BaseRolloutWorker):
     #: Ask for a group's samples in one request with ``n`` (``rollout_worker.one_request_per_group``).
     group_requests: bool = True
+    #: The server takes one seed per choice (``seeds``, the embedded server): a seeded
+    #: group samples exactly what one request per item would. Else one ``seed``.
+    choice_seeds: bool = True
 
     async def run_agent(self, item: dict[str, Any]) -> Episode:
         """Ask the model once; the answer is the final answer."""
@@ -32,8 +35,11 @@ class SimpleRolloutWorker(BaseRolloutWorker):
         """One request with ``n = len(items)`` when every item asks the same messages
         (a GRPO group) and ``run_agent`` is this class's; else one request per item.
 
-        Seeded runs send the first item's seed: the server draws choice ``i`` from
-        its own stream of that seed, so a rerun of the group samples the same tokens.
+        Seeded runs send every item's own seed (``seeds``, the embedded server's
+        extension): the group samples exactly the tokens one request per item would.
+        Engines without it (``choice_seeds`` off: vLLM, SGLang) get the first item's
+        ``seed`` and draw each choice from their own stream of it; a rerun of the
+        group samples the same tokens either way.
         """
         if (
             not self.group_requests
@@ -45,9 +51,10 @@ class SimpleRolloutWorker(BaseRolloutWorker):
         first = json.dumps(queries[0], sort_keys=True, default=str)
         if any(json.dumps(q, sort_keys=True, default=str) != first for q in queries[1:]):
             return await super().run_group(items)
-        gens = await self.client.chat(
-            queries[0], n=len(items), **self.sampling, **self.request_seed(items[0])
-        )
+        seeding: dict[str, Any] = self.request_seed(items[0])
+        if seeding and self.choice_seeds:
+            seeding = {"seeds": [self.request_seed(item)["seed"] for item in items]}
+        gens = await self.client.chat(queries[0], n=len(items), **self.sampling, **seeding)
         if len(gens) != len(items):
             raise ValueError(
                 f"inference service answered {len(gens)} choices for n={len(items)}; "

@@ -212,6 +212,7 @@ def _worker(spec: RolloutSpec, client: Any, recorder: Any = None) -> BaseRollout
 
     if isinstance(worker, SimpleRolloutWorker):
         worker.group_requests = spec.group_requests
+        worker.choice_seeds = not spec.versions_from_pool  # the embedded server's own
     return worker
 
 

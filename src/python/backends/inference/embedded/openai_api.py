@@ -33,6 +33,14 @@ def _check_model(service_name: str, requested: str) -> None:
         )
 
 
+def _choice_seeds(req: ChatCompletionRequest | CompletionRequest, count: int) -> list[int]:
+    """Per-choice seeds: from ``seeds`` (each as a request of its own with that seed)
+    or derived from ``seed``."""
+    if req.seeds is not None:
+        return [_seeds(s, 1)[0] for s in req.seeds]
+    return _seeds(req.seed, count)
+
+
 def _seeds(seed: int | None, count: int) -> list[int]:
     if seed is None:
         return [new_seed() for _ in range(count)]
@@ -184,7 +192,7 @@ async def chat_completion(
     k = (req.top_logprobs or 0) if req.logprobs else 0
     rows: list[Row] = [
         (prompt, _params(req, len(prompt), req.requested_max_tokens(), service.max_model_len, s, k))
-        for s in _seeds(req.seed, req.n)
+        for s in _choice_seeds(req, req.n)
     ]
     outputs, version = await service.generate(rows)
     parse_tools = bool(req.tools) and req.tool_choice != "none"
@@ -224,7 +232,10 @@ async def completion(
     _check_model(name, req.model)
     prompts = completion_prompts(service, req)
     k = req.logprobs or 0
-    seeds = _seeds(req.seed, req.n * len(prompts))
+    if req.seeds is not None:  # choice i of every prompt: seeds[i]
+        seeds = [s for _ in prompts for s in _choice_seeds(req, req.n)]
+    else:
+        seeds = _seeds(req.seed, req.n * len(prompts))
     rows: list[Row] = []
     for j, prompt in enumerate(prompts):
         for i in range(req.n):

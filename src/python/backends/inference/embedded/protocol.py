@@ -64,6 +64,9 @@ class _Sampling(BaseModel):
     stream: bool = False
     return_token_ids: bool = True
     ignore_eos: bool = False  # vLLM extension: generate max_tokens whatever the model says
+    # nexrl extension: one sampling seed per choice (len n), as if each choice were its
+    # own request with that seed (a group's samples in one request, the same tokens)
+    seeds: list[int] | None = None
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
 
@@ -81,6 +84,10 @@ class _Sampling(BaseModel):
             raise ValueError("stream=true is not supported by the embedded server")
         if self.frequency_penalty or self.presence_penalty:
             raise ValueError("frequency_penalty/presence_penalty are not supported")
+        if self.seeds is not None and len(self.seeds) != self.n:
+            raise ValueError(
+                f"seeds must hold one seed per choice (n={self.n}), got {len(self.seeds)}"
+            )
         return self
 
     def stop_list(self) -> tuple[str, ...]:
