@@ -64,6 +64,7 @@ def _chat(**kw: object) -> ChatCompletionRequest:
         ({"messages": []}, "at least 1"),
         ({"stop": ["", "x"]}, "stop"),
         ({"frequency_penalty": 0.5}, "not supported"),
+        ({"n": 3, "seeds": [1, 2]}, "one seed per choice \\(n=3\\), got 2"),
     ],
 )
 def test_invalid_chat_requests(fields: dict[str, object], message: str) -> None:
