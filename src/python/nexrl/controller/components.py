@@ -161,7 +161,7 @@ def _build(
     from nexrl.runtime.cluster import start_cluster
     from nexrl.runtime.task_logs import install_task_logs, route_logs
     from nexrl.trainer import TrainerGroup, TrainerSpec
-    from nexrl.weights.snapshot import latest_snapshot, verify_snapshot
+    from nexrl.weights.snapshot import latest_snapshot
 
     cfg = recipe.cfg
     out = absolute_output_dir(cfg)
@@ -211,23 +211,15 @@ def _build(
         snapshot_root=snapshot_dir,
     )
     closers.append(supervisor.close)
-    # A server nexrl starts comes up while the trainer ranks set up (each takes
-    # seconds), on the weights the run folder holds: its newest snapshot, or the
-    # initial model. Should the trainer resume at another version, it is corrected
-    # below. Replicas given by URL are checked once the version is known.
-
-    def start_on_guess() -> tuple[Path, int]:
-        newest = latest_snapshot(snapshot_dir)
-        # a snapshot that fails its checksums is republished by the trainer: not a guess
-        ok = newest is not None and verify_snapshot(newest[1]) is None
-        guess = (newest[1], newest[0]) if newest is not None and ok else (model_dir, 0)
-        supervisor.start(*guess)
-        return guess
-
+    # On a fresh run (no snapshot yet) a server nexrl starts comes up on the initial
+    # model while the trainer ranks set up (each takes seconds). A run that may resume
+    # starts it after them, on the trainer's version: the trainer's resume may remove
+    # newer snapshots or republish a corrupted one while a server would be loading it.
+    early = supervisor.owns_server and latest_snapshot(snapshot_dir) is None
     spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)
     spec = replace(spec, tokenizer_path=str(tok_dir), auto_checkpoint=False)
     with ThreadPoolExecutor(1, thread_name_prefix="nexrl-inference-start") as background:
-        server_up = background.submit(start_on_guess) if supervisor.owns_server else None
+        server_up = background.submit(supervisor.start, model_dir, 0) if early else None
         trainer = TrainerGroup.create(
             cluster.client,
             spec,
@@ -237,7 +229,8 @@ def _build(
         )
         closers.append(trainer.close)
         ranks = trainer.setup_info()  # one describe() round trip, also for cluster.json
-        guess = server_up.result() if server_up is not None else None
+        if server_up is not None:
+            server_up.result()
     info = ranks[0]
     version = int(info["policy_version"] or 0)
     weights: Path = model_dir
@@ -246,15 +239,8 @@ def _build(
         if snap is None or snap[0] != version:
             raise RuntimeError(f"resumed at policy v{version} but {snapshot_dir} lacks it")
         weights = snap[1]
-    if guess is None:
+    if not early:
         supervisor.start(weights, version)
-    elif (weights, version) != guess:
-        logger.info("inference: the trainer is at v%d: serving %s instead", version, weights)
-        if version == 0:  # the initial model is outside the snapshot root: a new server
-            supervisor.close()
-            supervisor.start(weights, version)
-        else:
-            supervisor.reload(weights, version)
     urls = supervisor.base_urls
     _write_cluster_record(run.root / "cluster.json", cluster, ranks, supervisor)
 
