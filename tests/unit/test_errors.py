@@ -14,8 +14,8 @@ from backends.inference.adapters import ReloadError
 from backends.inference.embedded.handle import ServerStartError
 from backends.inference.embedded.weights import SnapshotError as EmbeddedSnapshotError
 from nexrl.agent_service.client import AgentServiceError
-from nexrl.agent_service.server import AgentServiceStartError
 from nexrl.agent_service.errors import ServiceError as AgentServiceHTTPError
+from nexrl.agent_service.server import AgentServiceStartError
 from nexrl.algorithms.registry import UnknownNameError
 from nexrl.cli.new_task import NewTaskError
 from nexrl.config.errors import RecipeError
