@@ -30,7 +30,6 @@ asserted on time.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,8 @@ from tests.benchmarks.test_bench_vs_trl import (
     N_PROMPTS,
     PROMPTS,
     artifacts,
+    ours_command,
+    ours_summary,
     pool_trajectories,
     ratio,
     run_command,
@@ -87,33 +88,17 @@ def prepare(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
 
 def run_ours(tmp_path: Path, name: str, model_dir: Path, extra: list[str]) -> dict[str, Any]:
     out = tmp_path / name
-    cmd = [
-        sys.executable,
-        "-m",
-        "nexrl.cli.train",
-        RECIPE,
-        f"output_dir={out}",
-        f"model.path={model_dir}",
-        f"trainer.total_train_steps={STEPS}",
-        f"trainer.lr={LR}",
-        "trainer.lr_scheduler=constant",
-        "trainer.save_every=0",
-        "data.shuffle=false",
-        f"data.max_samples={N_PROMPTS}",
-        f"trajectory_pool.batch_size={PROMPTS * GROUP}",
-        f"rollout_worker.group_size={GROUP}",
+    cmd = ours_command(
+        out,
+        model_dir,
+        STEPS,
         f"rollout_worker.max_response_length={RESPONSE}",
         f"rollout_worker.custom_worker={WORKER}",
-        "validate.validate_before_train=false",
-        "validate.every=0",
-        "cluster.dashboard_address=:0",
         *extra,
-    ]
+    )
     start = run_command(cmd, tmp_path / f"{name}.log")
     rows = [r for r in read_rows(out) if "reward/mean" in r]
-    first = rows[0]
-    s = summarize(rows, start, float(first["time"]) - float(first["time/running_s"]), STEPS)
-    s["median_timing_step_s"] = statistics.median(float(r["timing/step"]) for r in rows[1:])
+    s = ours_summary(rows, start, STEPS)
     trajs = pool_trajectories(out, consumer=f"{name}-check")
     assert len(trajs) >= STEPS * PROMPTS * GROUP
     lengths = {len(t.response_ids) for t in trajs}

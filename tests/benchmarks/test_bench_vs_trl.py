@@ -118,6 +118,41 @@ def summarize(
     }
 
 
+def ours_command(out: Path, model_dir: Path, steps: int, *extra: str) -> list[str]:
+    """``nexrl train`` on the side-by-side workload (module doc), then ``extra``."""
+    return [
+        sys.executable,
+        "-m",
+        "nexrl.cli.train",
+        RECIPE,
+        f"output_dir={out}",
+        f"model.path={model_dir}",
+        f"trainer.total_train_steps={steps}",
+        f"trainer.lr={LR}",
+        "trainer.lr_scheduler=constant",
+        "trainer.save_every=0",
+        "data.shuffle=false",
+        f"data.max_samples={N_PROMPTS}",
+        f"trajectory_pool.batch_size={PROMPTS * GROUP}",
+        f"rollout_worker.group_size={GROUP}",
+        "validate.validate_before_train=false",
+        "validate.every=0",
+        "cluster.dashboard_address=:0",
+        *extra,
+    ]
+
+
+def ours_summary(rows: list[dict[str, Any]], command_start: float, steps: int) -> dict[str, Any]:
+    """``summarize`` of our run's rows (training started at its clock's zero), and the
+    median of its own ``timing/step``."""
+    first = rows[0]
+    out = summarize(
+        rows, command_start, float(first["time"]) - float(first["time/running_s"]), steps
+    )
+    out["median_timing_step_s"] = statistics.median(float(r["timing/step"]) for r in rows[1:])
+    return out
+
+
 def pool_trajectories(out: Path, consumer: str = "vs-trl-check") -> list[Any]:
     """Every trajectory of our run's pool, read back by a second consumer."""
     cfg = PoolConfig(
@@ -237,34 +272,14 @@ def test_bench_vs_trl(benchmark: Any, tmp_path: Path) -> None:
     trl = summarize(trl_rows, trl_start, float(trl_rows[0]["train_start"]))
 
     ours_out = tmp_path / "ours"
-    ours_cmd = [
-        sys.executable,
-        "-m",
-        "nexrl.cli.train",
-        RECIPE,
-        f"output_dir={ours_out}",
-        f"model.path={model_dir}",
-        f"trainer.total_train_steps={STEPS}",
-        f"trainer.lr={LR}",
-        "trainer.lr_scheduler=constant",
-        "trainer.save_every=0",
-        "data.shuffle=false",
-        f"data.max_samples={N_PROMPTS}",
-        f"trajectory_pool.batch_size={PROMPTS * GROUP}",
-        f"rollout_worker.group_size={GROUP}",
-        "validate.validate_before_train=false",
-        "validate.every=0",
-        "cluster.dashboard_address=:0",
-    ]
+    ours_cmd = ours_command(ours_out, model_dir, STEPS)
 
     def ours_run() -> float:
         return run_command(ours_cmd, tmp_path / "ours.log")
 
     ours_start = benchmark.pedantic(ours_run, rounds=1, iterations=1)
     rows = [r for r in read_rows(ours_out) if "reward/mean" in r]
-    first = rows[0]
-    ours = summarize(rows, ours_start, float(first["time"]) - float(first["time/running_s"]))
-    ours["median_timing_step_s"] = statistics.median(float(r["timing/step"]) for r in rows[1:])
+    ours = ours_summary(rows, ours_start, STEPS)
 
     check_same_setup(model_dir, ours_out, trl_setup)
 
