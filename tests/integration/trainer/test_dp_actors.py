@@ -70,6 +70,11 @@ def test_world_size_two_equals_world_size_one_and_resumes(
             assert g["actor/grad_norm"] == pytest.approx(e["actor/grad_norm"], rel=1e-4)
             assert g["actor/loss"] == pytest.approx(e["actor/loss"], rel=1e-4, abs=1e-7)
             assert g["actor/kl_loss"] == pytest.approx(e["actor/kl_loss"], rel=1e-3, abs=1e-7)
+            # old log-probs from the update's forward, gathered over both ranks' shards
+            corr = [k for k in e if k.startswith("rollout_corr/")]
+            assert corr and "timing/old_log_prob" not in g
+            for k in corr:
+                assert g[k] == pytest.approx(e[k], rel=1e-4, abs=1e-6), k
         weights = group.full_state_dict()
         assert weights is not None
     finally:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from nexrl.algorithms import ADVANTAGE_ESTIMATORS, KL_PENALTIES, token_level_from_scalar
 from nexrl.config.sections.algorithm import RolloutCorrectionConfig
-from nexrl.trainer import SelfHostedTrainer, TrainerError
+from nexrl.trainer import SelfHostedGrpoTrainer, SelfHostedTrainer, TrainerError
 from tests.unit.trainer._helpers import make_batch, spec
 from tests.unit.trainer._plain_engine import plain_trainer
 
@@ -106,10 +107,59 @@ def test_kl_loss_term_and_metrics(tiny_model_dir: Path, vocab_size: int) -> None
         "response_length/mean",
         "perf/tokens_per_s",
         "timing/update",
-        "timing/old_log_prob",
         "timing/ref_log_prob",
     ):
         assert math.isfinite(first[key]), key
+    # one PPO epoch: the old log-probs came from the update's own forward
+    assert "timing/old_log_prob" not in first
+
+
+class _SeparateOldForward(SelfHostedGrpoTrainer):
+    """The trainer as it was: old log-probs from their own forward before the update."""
+
+    def _old_log_probs_from_update(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("micro", [16, 5])
+def test_old_log_probs_from_the_update_forward_change_nothing(
+    tiny_model_dir: Path, vocab_size: int, micro: int
+) -> None:
+    """One PPO epoch: the update's forward gives the old log-probs (weights move only
+    after the last micro-batch), so two steps train exactly as with the separate
+    forward: same losses, clip fractions, mismatch metrics and weights."""
+    cfg = spec(tiny_model_dir, trainer={"micro_batch_size": micro, "lr": 5e-2})
+    fused, separate = plain_trainer(cfg), plain_trainer(cfg, cls=_SeparateOldForward)
+    assert fused._old_log_probs_from_update() and not separate._old_log_probs_from_update()
+    for seed in (0, 1):  # the second step runs on moved weights: old != behaviour
+        a = fused.train_step(make_batch(vocab_size, seed=seed, model_dir=tiny_model_dir))
+        b = separate.train_step(make_batch(vocab_size, seed=seed, model_dir=tiny_model_dir))
+        assert "timing/old_log_prob" not in a and "timing/old_log_prob" in b
+        for key in ("actor/loss", "actor/pg_clipfrac", "actor/grad_norm", "actor/entropy"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+        corr = [k for k in b if k.startswith("rollout_corr/")]
+        assert corr, sorted(b)
+        for key in corr:
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
+    wa, wb = fused.full_state_dict(), separate.full_state_dict()
+    for k, v in wa.items():
+        assert torch.allclose(v, wb[k], atol=1e-6), k
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"trainer": {"ppo_epochs": 2}},
+        {"algorithm": {"rollout_correction": RolloutCorrectionConfig(mode="tis")}},
+        {"algorithm": {"use_kl_in_reward": True, "kl_loss_coef": 0.5}},
+        {"algorithm": {"do_old_log_prob_compute": False}},
+    ],
+)
+def test_old_log_probs_keep_their_own_forward_when_needed_before_the_update(
+    tiny_model_dir: Path, vocab_size: int, settings: dict[str, Any]
+) -> None:
+    trainer = plain_trainer(spec(tiny_model_dir, **settings))
+    assert not trainer._old_log_probs_from_update()
 
 
 def test_micro_batching_matches_one_full_batch(tiny_model_dir: Path, vocab_size: int) -> None:

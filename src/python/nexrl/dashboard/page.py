@@ -36,6 +36,9 @@ __all__ = ["REFRESH_MS", "build_document"]
 
 REFRESH_MS = 1000
 MAX_SAMPLES = 64  # rows kept in the trajectory table (the newest first)
+# the table is redrawn at most this often: each redraw re-renders every row's token
+# spans in the browser; the plots stream only their new rows each second
+SAMPLES_EVERY_S = 5.0
 PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"]
 
 
@@ -143,7 +146,11 @@ def build_document(doc: Any, history: RunHistory) -> None:
         sizing_mode="stretch_width",
     )
 
+    pending: list[dict[str, Any]] = []  # sample rows not shown yet, oldest first
+    table_at, status_text = -SAMPLES_EVERY_S, ""  # last table redraw, last status line
+
     def refresh() -> None:
+        nonlocal table_at, status_text
         new, new_samples, reset = history.poll()
         if reset:
             metrics.data = metric_columns(history.rows)
@@ -155,10 +162,16 @@ def build_document(doc: Any, history: RunHistory) -> None:
             v = validation_columns(new)
             if v["step"]:
                 val.stream(v)  # type: ignore[arg-type]
-        if new_samples:
-            rows = (new_samples[::-1] + _rows(samples.data))[:MAX_SAMPLES]
+        pending.extend(new_samples)
+        now = time.monotonic()
+        if pending and now - table_at >= SAMPLES_EVERY_S:
+            rows = (pending[::-1] + _rows(samples.data))[:MAX_SAMPLES]
             samples.data = {c: [r.get(c) for r in rows] for c in SAMPLE_COLUMNS}
-        status.text = status_html(history.status(time.time()))
+            pending.clear()
+            table_at = now
+        text = status_html(history.status(time.time()))
+        if text != status_text:  # the identity line changes once a step at most
+            status.text = status_text = text
 
     refresh()
     doc.title = "nexrl"

@@ -150,6 +150,9 @@ class SelfHostedTrainer:
         self.optimizer_steps = 0
         self.nonfinite_total = 0  # steps whose update was skipped for a NaN/inf loss
         self.nonfinite_streak = 0  # ... in a row, up to now
+        # set by step() for the _prepare_batch call: old log-probs may come from the
+        # update's own forward (``_old_log_probs_from_update``)
+        self.defer_old_log_probs = False
         self.extra_state: dict[str, Any] = {}
         self.kl_ctrl = call_with_options(
             KL_CONTROLLERS.get(self.algo.kl_controller),
@@ -287,8 +290,12 @@ class SelfHostedTrainer:
             batch = load_batch(batch)
         timings: dict[str, float] = {}
         metrics = self._input_metrics(batch)
-        with _timed(timings, "prepare"):
-            batch, prepared = self._prepare_batch(batch)
+        self.defer_old_log_probs = self._old_log_probs_from_update()
+        try:
+            with _timed(timings, "prepare"):
+                batch, prepared = self._prepare_batch(batch)
+        finally:
+            self.defer_old_log_probs = False
         metrics.update(prepared)
         units = loss_units(batch, self.loss_agg_mode) if len(batch) else 0
         updated = units > 0
@@ -368,12 +375,27 @@ class SelfHostedTrainer:
         """Hook: turn the received batch into what ``_compute_loss`` needs (identity here)."""
         return batch, {}
 
+    def _old_log_probs_from_update(self) -> bool:
+        """Whether this step's ``_prepare_batch`` may leave ``old_log_probs`` out for
+        ``_update`` to fill from its own forward (False here; see the GRPO trainer)."""
+        return False
+
+    def _after_old_log_probs(self, batch: Batch) -> dict[str, float]:
+        """Hook: metrics that need the global ``old_log_probs`` when ``_update`` filled
+        them (after the update); none here."""
+        return {}
+
     def _update(self, batch: Batch, units: int) -> dict[str, float]:
         shard = shard_rows(batch, self.rank, self.world_size)
         mbs = micro_batches(shard, self.cfg.micro_batch_size)
         sums, norms, lrs = _WeightedSums(), [], []
         self.engine.train(True)
         applied = nonfinite = 0
+        # pi_old = pi_theta before the update: with one epoch, the weights move only at
+        # the last micro-batch's step, so each micro-batch's forward IS the old policy
+        fill_old = "old_log_probs" not in batch and self.cfg.ppo_epochs == 1
+        old = torch.zeros(len(shard), batch.response_width) if fill_old else None
+        row = 0
         for _ in range(self.cfg.ppo_epochs):
             lrs.append(self.engine.lr())
             finite = True
@@ -381,6 +403,10 @@ class SelfHostedTrainer:
                 self.engine.set_boundary(i == len(mbs) - 1)
                 mb = mb.to(self.device)
                 log_probs, entropy = self._forward(mb, entropy_grad=self.algo.entropy_coeff > 0)
+                if old is not None:
+                    mb["old_log_probs"] = log_probs.detach()
+                    old[row : row + len(mb), : log_probs.shape[1]] = log_probs.detach().float().cpu()
+                    row += len(mb)
                 loss, m = self._compute_loss(mb, log_probs, entropy)
                 finite = finite and bool(torch.isfinite(loss.detach()).all())
                 share = loss_units(mb, self.loss_agg_mode) / units
@@ -398,6 +424,10 @@ class SelfHostedTrainer:
             applied += 1
             self.optimizer_steps += 1
         out = sums.reduce(self.engine, divide=len(norms))
+        if old is not None:
+            full = self.engine.all_gather(old).cpu()[: len(batch)]
+            batch["old_log_probs"] = torch.where(response_valid(batch), full, 0.0)
+            out.update(self._after_old_log_probs(batch))
         out["actor/grad_norm"] = float(np.mean(norms))
         out["actor/lr"] = lrs[-1]
         out["train/nonfinite_epochs"] = float(nonfinite)

@@ -4,7 +4,12 @@
 
     1. filter_zero_variance_groups: drop groups whose rewards are all equal
     2. do_old_log_prob_compute: old_log_probs = log pi_theta(y_t) with the current
-       weights (before the update); else the behaviour log-probs stay
+       weights (before the update); else the behaviour log-probs stay. Within
+       ``step()``, with one PPO epoch and nothing below needing them before the
+       update (no rollout correction weights, no KL in the reward), they come from
+       the update's own forward instead (the weights move only after the last
+       micro-batch: the same values, one forward pass fewer); the mismatch metrics
+       of step 6 are then computed after the update
     3. token rewards: r_{i,t} = reward_i on the last valid response token, 0 elsewhere
     4. use_kl_in_reward: r_{i,t} -= beta * kl_penalty(old_log_probs, ref_log_probs)
     5. (A, returns) = ADVANTAGE_ESTIMATORS[advantage_estimator](r, mask, group_ids, run_ids)
@@ -54,7 +59,10 @@ class SelfHostedGrpoTrainer(SelfHostedTrainer):
             batch = batch[keep]
             if len(batch) == 0:
                 return batch, metrics
-        if algo.do_old_log_prob_compute:
+        deferred = algo.do_old_log_prob_compute and self.defer_old_log_probs
+        if deferred:
+            batch.tensors.pop("old_log_probs", None)  # _update fills them from its forward
+        elif algo.do_old_log_prob_compute:
             start = time.perf_counter()
             batch["old_log_probs"] = self.compute_log_probs(batch)
             metrics["timing/old_log_prob"] = time.perf_counter() - start
@@ -86,6 +94,21 @@ class SelfHostedGrpoTrainer(SelfHostedTrainer):
             **{k: v for k, v in options.items() if v is not None},
         )
         batch["returns"] = returns
-        metrics.update(correct_rollout(batch, algo))
+        if not deferred:
+            metrics.update(correct_rollout(batch, algo))
         batch["advantages"] = advantages
         return batch, metrics
+
+    def _old_log_probs_from_update(self) -> bool:
+        algo = self.algo
+        return (
+            algo.do_old_log_prob_compute
+            and self.cfg.ppo_epochs == 1
+            and algo.rollout_correction.mode == "none"
+            and not algo.use_kl_in_reward
+            # a subclass's _prepare_batch may read old_log_probs after this one's
+            and type(self)._prepare_batch is SelfHostedGrpoTrainer._prepare_batch
+        )
+
+    def _after_old_log_probs(self, batch: Batch) -> dict[str, float]:
+        return correct_rollout(batch, self.algo)  # mode none: the mismatch metrics only
