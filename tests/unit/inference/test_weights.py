@@ -12,7 +12,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from backends.inference.embedded.weights import SnapshotError, load_snapshot, resolve_dtype
+from backends.inference.embedded.weights import (
+    SnapshotError,
+    _load_into_copy,
+    load_snapshot,
+    resolve_dtype,
+)
 
 CPU = torch.device("cpu")
 
@@ -76,6 +81,23 @@ def test_good_snapshot_loads_against_the_served_model(
     assert a.shape == b.shape and not torch.equal(a, b)
 
 
+def test_a_same_architecture_reload_copies_the_served_model(
+    snapshots: dict[str, Path], served: Any
+) -> None:
+    """The reload fast path: the served model's copy with the snapshot's tensors holds
+    exactly what a full ``from_pretrained`` load holds, and the served model is kept."""
+    before = {k: v.clone() for k, v in served.state_dict().items()}
+    fast = _load_into_copy(snapshots["b"], served)
+    full = load_snapshot(snapshots["b"], device=CPU, dtype=torch.float32)
+    assert fast is not None and fast is not served and not fast.training
+    a, b = fast.state_dict(), full.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ids = torch.tensor([[11, 12, 13]])
+    assert torch.equal(fast(input_ids=ids).logits, full(input_ids=ids).logits)
+    assert all(torch.equal(v, before[k]) for k, v in served.state_dict().items())
+    assert _load_into_copy(snapshots["narrow"], served) is None  # another architecture
+
+
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_broken_snapshot_is_rejected(
     case: str, snapshots: dict[str, Path], served: Any, tmp_path: Path
@@ -85,6 +107,7 @@ def test_broken_snapshot_is_rejected(
     shutil.copytree(snapshots["b"], snap)
     breaker(snap)
     before = served.state_dict()["lm_head.weight"].clone()
+    assert _load_into_copy(snap, served) is None  # the fast path declines: the full way names it
     with pytest.raises(SnapshotError, match=message):
         load_snapshot(snap, device=CPU, dtype=torch.float32, reference=served)
     assert torch.equal(served.state_dict()["lm_head.weight"], before)

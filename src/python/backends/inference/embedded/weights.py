@@ -6,6 +6,14 @@ A snapshot is accepted only if it is complete and matches the served model:
 shape, nothing unexpected, and one forward pass gives finite logits. Anything
 else raises ``SnapshotError`` (the server answers 400) and the served model is
 untouched.
+
+A reload of the served architecture (the usual case: the trainer publishing
+new weights of the same model) takes a fast path: a copy of the served model
+gets the snapshot's tensors (``load_state_dict``), after the same checks done on
+the tensors themselves (every name and shape, all finite), instead of building
+a new model through ``from_pretrained`` and running a forward pass: ~5 ms instead
+of ~80 ms for the default recipe's model. Whatever the fast path does not accept
+goes the full way, which names the problem.
 """
 
 from __future__ import annotations
@@ -94,6 +102,10 @@ def load_snapshot(
 
     snap = Path(path)
     check_snapshot_files(snap)
+    if reference is not None:
+        fast = _load_into_copy(snap, reference)
+        if fast is not None:
+            return fast
     try:
         config = AutoConfig.from_pretrained(snap, local_files_only=True)
     except Exception as exc:
@@ -121,6 +133,53 @@ def load_snapshot(
     model.to(device).eval()
     _check_finite(model, snap)
     return model
+
+
+_CONFIG_NOISE = ("_name_or_path", "transformers_version", "torch_dtype", "dtype")
+
+
+def _config_key(config: Any) -> dict[str, Any]:
+    d = config.to_dict()
+    return {k: v for k, v in d.items() if k not in _CONFIG_NOISE}
+
+
+@torch.no_grad()
+def _load_into_copy(snap: Path, reference: Any) -> Any | None:
+    """The served model's copy with ``snap``'s tensors, or None where the snapshot is
+    not a clean set of the same parameters (the caller then loads it the full way)."""
+    import copy
+
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(snap, local_files_only=True)
+        if _config_key(config) != _config_key(reference.config):
+            return None
+        index = snap / "model.safetensors.index.json"
+        files = (
+            sorted(set(json.loads(index.read_text())["weight_map"].values()))
+            if index.is_file()
+            else ["model.safetensors"]
+        )
+        state: dict[str, torch.Tensor] = {}
+        for name in files:
+            state.update(load_file(str(snap / name)))
+    except Exception:
+        return None
+    expected = {k: tuple(v.shape) for k, v in reference.state_dict().items()}
+    tied = set(getattr(reference, "_tied_weights_keys", None) or ())
+    if not getattr(reference.config, "tie_word_embeddings", False):
+        tied = set()
+    if set(state) - set(expected) or set(expected) - set(state) - tied:
+        return None
+    if any(tuple(t.shape) != expected[k] for k, t in state.items()):
+        return None
+    if not all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point()):
+        return None
+    model = copy.deepcopy(reference)
+    model.load_state_dict(state, strict=False)
+    return model.eval()
 
 
 def _check_shapes(model: Any, reference: Any, snap: Path) -> None:
