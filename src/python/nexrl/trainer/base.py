@@ -405,7 +405,9 @@ class SelfHostedTrainer:
                 log_probs, entropy = self._forward(mb, entropy_grad=self.algo.entropy_coeff > 0)
                 if old is not None:
                     mb["old_log_probs"] = log_probs.detach()
-                    old[row : row + len(mb), : log_probs.shape[1]] = log_probs.detach().float().cpu()
+                    old[row : row + len(mb), : log_probs.shape[1]] = (
+                        log_probs.detach().float().cpu()
+                    )
                     row += len(mb)
                 loss, m = self._compute_loss(mb, log_probs, entropy)
                 finite = finite and bool(torch.isfinite(loss.detach()).all())
