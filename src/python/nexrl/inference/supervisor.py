@@ -275,16 +275,10 @@ class InferenceSupervisor:
         return False
 
     def _answers(self) -> bool:
-        """One ``GET /health`` of the owned server, bounded by ``health_timeout_s``."""
-        import httpx
-
-        try:
-            url = f"{self.server.base_url}/health"
-            headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-            reply = httpx.get(url, headers=headers, timeout=self.health_timeout_s)
-            return reply.status_code == 200
-        except httpx.HTTPError:
-            return False
+        """One ``GET /health`` of the owned server, bounded by ``health_timeout_s`` (on the
+        adapter's open connection: a new HTTP client costs ~40 ms, every step)."""
+        health = self._adapter_for().health(timeout_s=self.health_timeout_s)
+        return bool(health) and all(health.values())
 
     def close(self) -> None:
         self._close_adapter()

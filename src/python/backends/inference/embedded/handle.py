@@ -244,21 +244,21 @@ class EmbeddedServer(LocalService):
     def wait_healthy(self, timeout_s: float) -> None:
         """Poll ``/health`` until 200; raise ``ServerStartError`` on exit or timeout."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            if self._proc is None or self._proc.poll() is not None:
-                code = None if self._proc is None else self._proc.returncode
-                raise ServerStartError(f"server exited with {code}:\n{self.log_tail()}")
-            try:
-                url = f"{self.base_url}/health"
-                if httpx.get(url, headers=self.auth_headers, timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise ServerStartError(
-                    f"server not healthy after {timeout_s:.0f}s:\n{self.log_tail()}"
-                )
-            time.sleep(0.1)
+        with httpx.Client(headers=self.auth_headers, timeout=2.0) as client:
+            while True:
+                if self._proc is None or self._proc.poll() is not None:
+                    code = None if self._proc is None else self._proc.returncode
+                    raise ServerStartError(f"server exited with {code}:\n{self.log_tail()}")
+                try:
+                    if client.get(f"{self.base_url}/health").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ServerStartError(
+                        f"server not healthy after {timeout_s:.0f}s:\n{self.log_tail()}"
+                    )
+                time.sleep(0.1)
 
     @property
     def auth_headers(self) -> dict[str, str]:
