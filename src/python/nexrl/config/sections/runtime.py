@@ -56,7 +56,11 @@ class InferenceServiceConfig:
         300.0, help="How long to wait for /health at start.", minimum=1.0
     )
     max_batch_size: int = cfg_field(
-        32, help="Embedded server: requests generated together.", minimum=1
+        128,
+        help="Embedded server: most sequences generated together in one forward loop (a "
+        "request's n choices count n); 128 = the default recipe's whole step in one loop. "
+        "Lower it when a GPU runs out of memory on long answers.",
+        minimum=1,
     )
 
 
