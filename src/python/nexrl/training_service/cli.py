@@ -23,12 +23,16 @@ __all__ = ["main", "spec_from_recipe"]
 
 def spec_from_recipe(recipe: Any) -> Any:
     """The ``TrainerSpec`` a run of ``recipe`` builds (model prepared on disk)."""
-    from nexrl.controller.setup import absolute_output_dir
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
     from nexrl.modeling.prepare import prepare_model
     from nexrl.trainer.spec import TrainerSpec
 
     cfg = recipe.cfg
-    out = absolute_output_dir(cfg)
+    out = Path(str(cfg.output_dir)).expanduser().resolve()  # as a run makes it absolute
+    OmegaConf.update(cfg, "output_dir", str(out))
     out.mkdir(parents=True, exist_ok=True)
     model_dir, tok_dir = prepare_model(cfg, out, recipe.roots, progress=False)
     spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)
@@ -53,14 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         service = TrainingService(spec_from_recipe(recipe), host=args.host, port=args.port)
         service.start()
     except NexrlError as exc:
-        print(
-            f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-            file=sys.stderr,
-        )
+        print(f"error: {exc}", file=sys.stderr)
         return 2
 
     def stop(_signum: int, _frame: Any) -> None:
-        service.stop(close_trainer=False)
+        service.request_stop()
 
     signal.signal(signal.SIGTERM, stop)
     print(f"nexrl training service: {service.base_url} (Ctrl-C stops it)", flush=True)

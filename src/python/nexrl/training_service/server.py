@@ -112,10 +112,15 @@ class TrainingService(LocalService):
         return self
 
     def serve_forever(self) -> None:
-        """Block until the server stops (Ctrl-C / SIGTERM stop it)."""
-        if self._thread is not None:
-            while self._thread.is_alive():
-                self._thread.join(timeout=1.0)
+        """Block until the server stops (``request_stop``; Ctrl-C raises here)."""
+        thread = self._thread
+        while thread is not None and thread.is_alive():
+            thread.join(timeout=1.0)
+
+    def request_stop(self) -> None:
+        """Ask the server to stop (safe from a signal handler); ``serve_forever`` returns."""
+        if self._server is not None:
+            self._server.should_exit = True  # type: ignore[attr-defined]
 
     def stop(self, close_trainer: bool = True) -> None:
         server = self._server
