@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from nexrl.controller import Controller
 from nexrl.recipe import load_recipe_checked
@@ -17,7 +18,7 @@ from nexrl.weights.snapshot import latest_snapshot
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 
 
-def _check_run(out: Path, steps: int) -> dict[str, object]:
+def _check_run(out: Path, steps: int) -> dict[str, Any]:
     train = train_rows(out)
     assert [r["step"] for r in train] == list(range(1, steps + 1))
     for r in train:
@@ -29,7 +30,7 @@ def _check_run(out: Path, steps: int) -> dict[str, object]:
     assert snap is not None and snap[0] == steps
     ckpt = CheckpointManager(out / "checkpoints").latest()
     assert ckpt is not None and ckpt.name == f"step_{steps}"
-    record: dict[str, object] = json.loads((out / "cluster.json").read_text())
+    record: dict[str, Any] = json.loads((out / "cluster.json").read_text())
     return record
 
 
@@ -39,7 +40,7 @@ def test_a_run_in_training_service_mode_trains_and_writes_metrics(tmp_path: Path
     result = Controller(recipe, progress=False).run()
     assert (result.steps, result.stopped_by) == (3, None)
     record = _check_run(out, 3)
-    (rank,) = record["trainer_ranks"]  # type: ignore[misc]
+    (rank,) = record["trainer_ranks"]
     assert rank["service_url"].startswith("http://127.0.0.1:")
 
 
@@ -49,7 +50,9 @@ def test_a_run_against_a_service_started_by_its_command(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "nexrl.training_service", RECIPE, *settings, "--port=0"]
     log = tmp_path / "service.log"
     with log.open("w") as sink:
-        service = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=subprocess_env())
+        service = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, env=subprocess_env()
+        )
     try:
         url, deadline = "", time.monotonic() + 600  # a hang guard: it builds the model first
         while not url and service.poll() is None and time.monotonic() < deadline:
@@ -61,7 +64,7 @@ def test_a_run_against_a_service_started_by_its_command(tmp_path: Path) -> None:
         result = Controller(recipe, progress=False).run()
         assert (result.steps, result.stopped_by) == (2, None)
         record = _check_run(out, 2)
-        (rank,) = record["trainer_ranks"]  # type: ignore[misc]
+        (rank,) = record["trainer_ranks"]
         assert rank["service_url"] == url
     finally:
         service.terminate()
