@@ -34,7 +34,7 @@ def _check_run(out: Path, steps: int) -> dict[str, Any]:
     return record
 
 
-def test_a_run_in_training_service_mode_trains_and_writes_metrics(tmp_path: Path) -> None:
+def test_a_run_in_training_service_mode_trains_writes_metrics_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     recipe = load_recipe_checked(RECIPE, overrides(out, "trainer.mode=training-service", steps=3))
     result = Controller(recipe, progress=False).run()
@@ -42,6 +42,11 @@ def test_a_run_in_training_service_mode_trains_and_writes_metrics(tmp_path: Path
     record = _check_run(out, 3)
     (rank,) = record["trainer_ranks"]
     assert rank["service_url"].startswith("http://127.0.0.1:")
+
+    # resumed for one more step: a new service resumes from the run's checkpoint
+    more = load_recipe_checked(RECIPE, overrides(out, "trainer.mode=training-service", steps=4))
+    assert Controller(more, progress=False).run().steps == 4
+    _check_run(out, 4)  # steps 1-4 once each; step 4 sampled by the resumed v3
 
 
 def test_a_run_against_a_service_started_by_its_command(tmp_path: Path) -> None:
