@@ -30,6 +30,8 @@ uses the batch's ``advantages`` when given; otherwise the trainer's own
 recipe's own ``algorithm.policy_loss`` goes through the trainer's
 ``_compute_loss`` (a custom trainer's override included).
 
+A ``forward_backward`` that fails half-way (after some micro-batches' backward)
+poisons the accumulation: the next ``optim_step`` applies nothing and clears it.
 Every method takes the core's lock: calls run one at a time.
 """
 
@@ -133,17 +135,23 @@ class TrainingCore:
             sums: dict[str, float] = {}
             total = 0.0
             t.engine.train(True)
-            for mb in micro_batches(batch, t.cfg.micro_batch_size):
-                t.engine.set_boundary(False)
-                mb = mb.to(t.device)
-                log_probs, entropy = t._forward(mb, entropy_grad=t.algo.entropy_coeff > 0)
-                value, m = self._loss(loss, mb, log_probs, entropy)
-                self._finite = self._finite and bool(torch.isfinite(value.detach()).all())
-                share = loss_units(mb, t.loss_agg_mode) / units
-                t.engine.backward(value * (share * weight))
-                total += float(value.detach()) * share
-                for k, v in m.items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * share
+            try:
+                for mb in micro_batches(batch, t.cfg.micro_batch_size):
+                    t.engine.set_boundary(False)
+                    mb = mb.to(t.device)
+                    log_probs, entropy = t._forward(mb, entropy_grad=t.algo.entropy_coeff > 0)
+                    value, m = self._loss(loss, mb, log_probs, entropy)
+                    self._finite = self._finite and bool(torch.isfinite(value.detach()).all())
+                    share = loss_units(mb, t.loss_agg_mode) / units
+                    t.engine.backward(value * (share * weight))
+                    total += float(value.detach()) * share
+                    for k, v in m.items():
+                        sums[k] = sums.get(k, 0.0) + float(v) * share
+            except BaseException:
+                # Part of this call's gradients may be accumulated: the next optim_step
+                # drops them all (applied: false) rather than apply half a batch.
+                self._finite, self._calls = False, self._calls + 1
+                raise
             self._calls += 1
             self._loss_sum += total * weight
             metrics.update(sums)
