@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from nexrl.pool import TrajectoryPool
     from nexrl.runtime.cluster import ClusterHandle
     from nexrl.trainer import TrainerGroup
+    from nexrl.training_service.group import ServiceTrainerGroup
 
 __all__ = ["Components", "build_components"]
 
@@ -55,7 +56,7 @@ class Components:
     run: RunDir
     sync_policy: SyncPolicy
     cluster: ClusterHandle
-    trainer: TrainerGroup
+    trainer: TrainerGroup | ServiceTrainerGroup  # trainer.mode: self-hosted | training-service
     supervisor: InferenceSupervisor
     pool: TrajectoryPool
     loader: DataLoader
@@ -220,13 +221,18 @@ def _build(
     spec = replace(spec, tokenizer_path=str(tok_dir), auto_checkpoint=False)
     with ThreadPoolExecutor(1, thread_name_prefix="nexrl-inference-start") as background:
         server_up = background.submit(supervisor.start, model_dir, 0) if early else None
-        trainer = TrainerGroup.create(
-            cluster.client,
-            spec,
-            gpus_per_rank=int(cfg.resource.trainer_gpus),
-            workers=cluster.trainer_workers,  # Slurm: rank r in trainer job r
-            timeout_s=float(cfg.runtime_monitor.task_timeout_s) + 600.0,
-        )
+        trainer_timeout_s = float(cfg.runtime_monitor.task_timeout_s) + 600.0
+        trainer: TrainerGroup | ServiceTrainerGroup
+        if str(cfg.trainer.mode) == "training-service":
+            trainer = service_trainer(cfg, cluster, spec, trainer_timeout_s)
+        else:
+            trainer = TrainerGroup.create(
+                cluster.client,
+                spec,
+                gpus_per_rank=int(cfg.resource.trainer_gpus),
+                workers=cluster.trainer_workers,  # Slurm: rank r in trainer job r
+                timeout_s=trainer_timeout_s,
+            )
         closers.append(trainer.close)
         ranks = trainer.setup_info()  # one describe() round trip, also for cluster.json
         if server_up is not None:
@@ -289,6 +295,41 @@ def _build(
         tokenizer=tokenizer,
         dashboard_url=dashboard_url,
     )
+
+
+def service_trainer(cfg: Any, cluster: Any, spec: Any, timeout_s: float) -> ServiceTrainerGroup:
+    """``trainer.mode: training-service``: a client of ``trainer.service_url``, or of a
+    service this run starts on a trainer worker (a Dask actor, closed with the run)."""
+    import os
+
+    from nexrl.training_service.actor import start_service_on_cluster
+    from nexrl.training_service.client import TrainingClient
+    from nexrl.training_service.group import ServiceTrainerGroup
+    from nexrl.training_service.server import TOKEN_ENV
+
+    token = os.environ.get(TOKEN_ENV) or None
+    url, handle = cfg.trainer.service_url, None
+    if not url:
+        workers = cluster.trainer_workers
+        handle = start_service_on_cluster(
+            cluster.client,
+            spec,
+            worker=workers[0] if workers else None,
+            gpus=int(cfg.resource.trainer_gpus),
+            token=token,
+            timeout_s=timeout_s,
+        )
+        url = handle.url
+        logger.info("training service started on %s: %s", handle.worker, url)
+    client = TrainingClient(str(url), token=token, step_timeout_s=timeout_s)
+    try:
+        client.wait_healthy(timeout_s=max(60.0, float(cfg.runtime_monitor.health_timeout_s)))
+    except BaseException:
+        client.close()
+        if handle is not None:
+            handle.close()
+        raise
+    return ServiceTrainerGroup(client, timeout_s=timeout_s, handle=handle)
 
 
 def _write_cluster_record(

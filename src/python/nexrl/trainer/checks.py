@@ -108,3 +108,31 @@ def lora(cfg: DictConfig, roots: list[Path]) -> list[str]:
             f"service.inference_service.backend '{backend}' (its reload loads full weights)"
         )
     return out
+
+
+@register_check
+def training_service_mode(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``trainer.mode: training-service``: RL runs, one trainer rank, an http(s) URL."""
+    t = cfg.trainer
+    url = t.get("service_url")
+    if t.get("mode", "self-hosted") != "training-service":
+        if url:
+            return [
+                "trainer.service_url: set but trainer.mode is 'self-hosted'; set "
+                "trainer.mode=training-service to use the service, or remove the URL"
+            ]
+        return []
+    out = []
+    if cfg.get("mode", "rl") != "rl":
+        out.append(
+            f"trainer.mode: 'training-service' runs RL recipes only (this recipe has mode: "
+            f"{cfg.get('mode')}); use trainer.mode=self-hosted"
+        )
+    if int(t.world_size) != 1:
+        out.append(
+            f"trainer.world_size: the training service runs one trainer rank, got "
+            f"{t.world_size}; set trainer.world_size=1 or trainer.mode=self-hosted"
+        )
+    if url and not str(url).startswith(("http://", "https://")):
+        out.append(f"trainer.service_url: {url!r} is not an http(s):// URL")
+    return out

@@ -47,6 +47,23 @@ class TrainerConfig:
         choices=tuple(TRAINER_BACKENDS),
     )
     backend: str = cfg_field("deepspeed", help="Training backend.", choices=("deepspeed",))
+    mode: str = cfg_field(
+        "self-hosted",
+        help="Where the trainer runs. 'self-hosted': trainer actors in the run's Dask "
+        "cluster, driven by the controller. 'training-service': the controller is a client "
+        "of a training service (nexrl.training_service: the same trainer behind an HTTP "
+        "API shaped like Tinker's); the run starts one on a cluster worker unless "
+        "trainer.service_url names a running one. The same recipe trains the same way in "
+        "both (docs/training-service.md); RL runs only (mode: rl), trainer.world_size 1.",
+        choices=("self-hosted", "training-service"),
+    )
+    service_url: str | None = cfg_field(
+        None,
+        help="trainer.mode 'training-service': the URL of an already running service "
+        "(python -m nexrl.training_service <recipe.yaml>); null = the run starts one. Its "
+        "bearer token, if any, comes from the NEXRL_TRAINING_SERVICE_TOKEN environment "
+        "variable.",
+    )
     custom_trainer: str | None = cfg_field(
         None,
         help="Optional custom trainer class as 'path/to/file.py:ClassName' (or "

@@ -1,0 +1,19 @@
+"""The training service: the self-hosted trainer behind an HTTP API shaped like Tinker's.
+
+* ``core``: ``TrainingCore``, the trainer split into ``forward_backward`` /
+  ``optim_step`` (and the fused step, weights, checkpoints).
+* ``wire``: request bodies, token data -> ``Batch``.
+* ``app``: the FastAPI app; ``server``: ``TrainingService`` (uvicorn on a thread).
+* ``actor``: ``start_service_on_cluster`` (a Dask actor hosting it).
+* ``client``: ``TrainingClient`` (httpx); ``group``: ``ServiceTrainerGroup``, the
+  controller's trainer in ``trainer.mode: training-service``.
+* ``cli``: ``python -m nexrl.training_service <recipe.yaml> [overrides]``.
+
+Importing this package imports only the client (httpx): the trainer parts
+(torch, and DeepSpeed when a trainer is built) load when used. See
+docs/training-service.md.
+"""
+
+from nexrl.training_service.client import TrainingClient, TrainingClientError
+
+__all__ = ["TrainingClient", "TrainingClientError"]

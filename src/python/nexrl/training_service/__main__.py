@@ -1,0 +1,3 @@
+from nexrl.training_service.cli import main
+
+raise SystemExit(main())
