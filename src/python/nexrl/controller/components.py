@@ -117,9 +117,25 @@ class Components:
         self._closers = []
 
 
+class _QuietFileHandler(logging.FileHandler):
+    """A log file that never prints a traceback on the terminal when a record cannot be
+    written (a full disk): one ``warning:`` line, once; the run's own error says why."""
+
+    _warned = False
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        import sys
+
+        if not self._warned:
+            self._warned = True
+            exc = sys.exc_info()[1]
+            with contextlib.suppress(Exception):
+                sys.stderr.write(f"warning: cannot write {self.baseFilename}: {exc}\n")
+
+
 def _log_to_file(run: RunDir, level: str) -> Any:
     """Send log records to ``logs/driver.log``; returns the function that stops it."""
-    handler = logging.FileHandler(run.logs / "driver.log")
+    handler = _QuietFileHandler(run.logs / "driver.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG)
     root = logging.getLogger()
