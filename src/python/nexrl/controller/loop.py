@@ -29,6 +29,7 @@ stops at the next safe point, checkpoints and shuts everything down.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import signal
@@ -101,7 +102,7 @@ class Controller:
             retry_backoff_s=float(self.cfg.rollout_worker.retry_backoff_s),
             retry_backoff_max_s=float(self.cfg.rollout_worker.retry_backoff_max_s),
         )
-        self._workers: set[str] | None = None  # the Dask workers seen at the last check
+        self._lost_workers: collections.deque[tuple[str, int]] = collections.deque()
         self._last_health = 0.0
         self._filtered_mark = 0  # the pool's filtered_groups at the last batch
         self._last_ckpt_step = -1
@@ -133,6 +134,7 @@ class Controller:
                 should_stop=lambda: self.stop_reason is not None,
             )
             parts = self.components
+            self._watch_workers()
             self.scheduler.target = parts.groups_per_batch * (1 + parts.sync_policy.batches_ahead)
             try:
                 self._resume()
@@ -512,26 +514,38 @@ class Controller:
         if status in ("closing", "closed", "failed") or cluster.scheduler_lost():
             raise ControllerError(self._scheduler_lost_message())
 
-    def _count_lost_workers(self) -> None:
-        """Count Dask workers that left since the last check (killed, OOM, a job that
-        ended): Dask reruns their tasks elsewhere; ``cluster/workers_lost`` says how
-        often that happened. A worker its nanny restarts comes back under a new address."""
+    def _watch_workers(self) -> None:
+        """Hear of every Dask worker the scheduler removes (its ``remove-worker`` events,
+        pushed to the client: no polling). A worker killed, out of memory or whose job
+        ended is ``expected: False``; one closed on purpose is not counted."""
+
+        def on_event(event: Any) -> None:  # on the client's event loop thread
+            _, msg = event
+            if isinstance(msg, dict) and msg.get("action") == "remove-worker":
+                if not msg.get("expected"):
+                    self._lost_workers.append(
+                        (str(msg.get("worker")), len(msg.get("processing-tasks") or ()))
+                    )
+
         try:
-            info = self.parts.cluster.client.scheduler_info(n_workers=-1)
-        except Exception:  # the scheduler is gone: _watch_scheduler says so
-            return
-        workers = set(info.get("workers", {}))
-        if self._workers is not None:
-            lost = sorted(self._workers - workers)
-            if lost:
-                self.counters["workers_lost"] += len(lost)
-                logger.warning(
-                    "Dask worker(s) %s left the cluster (%d lost so far); their rollouts run "
-                    "again elsewhere",
-                    ", ".join(lost),
-                    int(self.counters["workers_lost"]),
-                )
-        self._workers = workers
+            self.parts.cluster.client.subscribe_topic("all", on_event)
+        except Exception as exc:  # a client that cannot subscribe: no count, no stop
+            logger.debug("worker events: %s", exc)
+
+    def _count_lost_workers(self) -> None:
+        """Count the workers lost since the last check: Dask reruns their tasks
+        elsewhere; ``cluster/workers_lost`` says how often that happened (a worker its
+        nanny restarts comes back under a new address)."""
+        while self._lost_workers:
+            worker, tasks = self._lost_workers.popleft()
+            self.counters["workers_lost"] += 1
+            logger.warning(
+                "Dask worker %s was lost with %d tasks running (%d workers lost so far); its "
+                "tasks run again elsewhere",
+                worker,
+                tasks,
+                int(self.counters["workers_lost"]),
+            )
 
     def _follow_inference_restarts(self) -> None:
         """Count the supervisor's restarts and send rollouts to the new server."""
