@@ -82,6 +82,7 @@ def test_a_full_disk_stops_the_run_clearly_and_it_resumes(small_disk: Path) -> N
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, err[-3000:]
     line = errors[0]
+    print(line)
     assert "no space left on device: " in line and str(small_disk) in line, line
     assert "run the same command again to resume from its checkpoint of step" in line
     assert "Traceback" not in err, err[-3000:]

@@ -6,6 +6,7 @@ same command resumes from the last checkpoint, each step and each group once."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -35,8 +36,11 @@ class ExternalCluster:
         logs = [open(folder / name, "w") for name in ("scheduler.log", "w0.log", "w1.log")]  # noqa: SIM115
         self._logs = logs
         self.scheduler = subprocess.Popen(
-            [*py, "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0"]
-            + ["--dashboard-address", ":0", "--scheduler-file", str(info)],
+            [
+                *py,
+                *("distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0"),
+                *("--dashboard-address", ":0", "--scheduler-file", str(info)),
+            ],
             env=subprocess_env(),
             stdout=logs[0],
             stderr=subprocess.STDOUT,
@@ -48,8 +52,11 @@ class ExternalCluster:
         self.address = str(json.loads(info.read_text())["address"])
         self.workers = [
             subprocess.Popen(
-                [*py, "distributed.cli.dask_worker", self.address, "--nthreads", "2"]
-                + ["--resources", "GPU=1 CPU=2", "--no-dashboard"],
+                [
+                    *py,
+                    *("distributed.cli.dask_worker", self.address, "--nthreads", "2"),
+                    *("--resources", "GPU=1 CPU=2", "--no-dashboard"),
+                ],
                 env=subprocess_env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -74,10 +81,8 @@ class ExternalCluster:
 
     def close(self) -> None:
         for p in self.processes():
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
-            except psutil.NoSuchProcess:
-                pass
         for p in [self.scheduler, *self.workers]:
             p.wait(timeout=30)
         for log in self._logs:
@@ -122,11 +127,13 @@ def test_the_scheduler_killed_stops_the_run_clearly_and_it_resumes(tmp_path: Pat
     finally:
         if driver is not None and driver.poll() is None:
             driver.kill()
+    print(f"the driver stopped {stopped_after:.1f}s after the scheduler was killed")
     assert driver.returncode == 1, err[-3000:]
     assert stopped_after < STOP_BOUND_S
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, err[-3000:]
     line = errors[0]
+    print(line)
     assert f"the Dask scheduler at {first_cluster.address} is gone" in line, line
     assert "start a scheduler and its workers again" in line and "run the same command" in line
     assert "Traceback" not in err

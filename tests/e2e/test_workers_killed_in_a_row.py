@@ -56,7 +56,9 @@ def test_three_rollout_workers_killed_in_a_row_the_run_finishes(tmp_path: Path) 
                     for addr, pid in pids.items()
                     if pid != trainer_pid
                     and pid not in killed
-                    and any(str(k).startswith(("rollout-", "evaluate-")) for k in busy.get(addr, ()))
+                    and any(
+                        str(k).startswith(("rollout-", "evaluate-")) for k in busy.get(addr, ())
+                    )
                 ]
                 if not victims or len(pids) < 3:  # wait for the replacement to join
                     time.sleep(0.05)
@@ -82,6 +84,18 @@ def test_three_rollout_workers_killed_in_a_row_the_run_finishes(tmp_path: Path) 
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
     assert [r["version/trainer"] for r in rows] == list(range(1, STEPS + 1))
     last = rows[-1]
+    print(
+        {
+            k: last[k]
+            for k in (
+                "cluster/workers_lost",
+                "rollout/failed_groups",
+                "rollout/retried_groups",
+                "rollout/retry_backoff_s",
+                "rollout/duplicate_trajectories_dropped",
+            )
+        }
+    )
     assert last["cluster/workers_lost"] >= KILLS
     assert last["rollout/failed_groups"] >= 1
     # every failed group was queued again after a backoff (0.5 s, then 1 s, ...)

@@ -44,7 +44,9 @@ class Loader:
 
 def _fail(sched: RolloutScheduler, gid: int) -> None:
     group = InFlight([{"group_id": gid, "run_id": 0}], None, None, 0.0, "train")
-    sched.record_failure(group, TaskFailure("rollout", f"rollout-g{gid}", gid, "train", "KilledWorker"))
+    sched.record_failure(
+        group, TaskFailure("rollout", f"rollout-g{gid}", gid, "train", "KilledWorker")
+    )
 
 
 def _scheduler(clock: Clock, counters: dict[str, float]) -> RolloutScheduler:
@@ -70,7 +72,8 @@ def test_a_failed_group_waits_its_backoff_while_new_groups_go_out(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock, counters = Clock(), {"failed_groups": 0.0}
-    sched, dispatcher, loader = _scheduler(clock, counters), Dispatcher(), Loader(10)
+    sched, loader = _scheduler(clock, counters), Loader(10)
+    dispatcher: Any = Dispatcher()  # stands in for RolloutDispatcher (running, submit)
     _fail(sched, 7)
     assert "group 7 failed (attempt 1 of 4); rolled out again in 1.0s" in caplog.text
     sched.top_up(dispatcher, loader, lambda: 0)

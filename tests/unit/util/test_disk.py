@@ -16,8 +16,14 @@ def test_an_enospc_oserror_names_its_file(tmp_path: Path) -> None:
 
 def test_an_enospc_without_a_file_names_the_fullest_written_folder(tmp_path: Path) -> None:
     # a write() that fails has no filename: the folder with the least free space is named
-    wrapped = RuntimeError("saving the checkpoint failed")
-    wrapped.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    try:
+        with open("/dev/full", "wb", buffering=0) as fh:  # every write: ENOSPC
+            fh.write(b"x")
+        raise AssertionError("/dev/full accepted a write")
+    except OSError as full:
+        assert full.errno == errno.ENOSPC and full.filename is None
+        wrapped = RuntimeError("saving the checkpoint failed")
+        wrapped.__cause__ = full
     assert no_space_left(wrapped, [tmp_path]) == tmp_path
 
 
@@ -35,7 +41,9 @@ def test_the_text_of_another_process_s_error_is_recognised(tmp_path: Path) -> No
 
 def test_a_lost_errno_counts_only_when_a_written_folder_is_really_full(tmp_path: Path) -> None:
     # torch.save: "PytorchStreamWriter failed writing file data/0: file write failed"
-    torch_error = RuntimeError("[enforce fail] PytorchStreamWriter failed writing file data/0: file write failed")
+    torch_error = RuntimeError(
+        "[enforce fail] PytorchStreamWriter failed writing file data/0: file write failed"
+    )
     assert shutil.disk_usage(tmp_path).free > 1 << 20  # this folder has room: not a full disk
     assert no_space_left(torch_error, [tmp_path]) is None
     assert no_space_left(ValueError("bad row 3"), [tmp_path]) is None

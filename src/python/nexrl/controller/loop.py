@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from omegaconf import OmegaConf
 
-from nexrl.controller.components import Components, build_components
+from nexrl.controller.components import DETAILS_LOGGER, Components, build_components
 from nexrl.controller.dispatch import Harvest
 from nexrl.controller.evaluator_stats import EvaluatorFailurePolicy, evaluator_metrics
 from nexrl.controller.scheduler import RolloutScheduler
@@ -144,10 +144,14 @@ class Controller:
                 message = self._stopped_by(exc, TrainerGroupError)
                 if message is None:
                     raise
+                # the traceback for logs/driver.log; the terminal gets the one line
+                logging.getLogger(DETAILS_LOGGER).error("%s", message, exc_info=exc)
                 raise ControllerError(message) from exc
         finally:
             self._restore_signals(previous)
             if self.components is not None:
+                with contextlib.suppress(Exception):  # no events to a client that closes
+                    self.components.cluster.client.unsubscribe_topic("all")
                 self.components.close()
                 if self.summary is not None:  # last, after what shutting down printed
                     self.components.progress.write(self.summary)
@@ -267,7 +271,7 @@ class Controller:
         free = free_bytes(path)
         left = f" ({human_bytes(free)} free)" if free is not None else ""
         return (
-            f"no space left on device: {path}{left}, while writing at step {self.step + 1}; "
+            f"no space left on device: {path}{left}; the run stopped after step {self.step}; "
             f"free some space there (earlier checkpoints and the pool are kept), then run "
             f"the same command again to resume {self._resume_hint()}"
         )
@@ -521,11 +525,11 @@ class Controller:
 
         def on_event(event: Any) -> None:  # on the client's event loop thread
             _, msg = event
-            if isinstance(msg, dict) and msg.get("action") == "remove-worker":
-                if not msg.get("expected"):
-                    self._lost_workers.append(
-                        (str(msg.get("worker")), len(msg.get("processing-tasks") or ()))
-                    )
+            lost = isinstance(msg, dict) and msg.get("action") == "remove-worker"
+            if lost and not msg.get("expected"):
+                self._lost_workers.append(
+                    (str(msg.get("worker")), len(msg.get("processing-tasks") or ()))
+                )
 
         try:
             self.parts.cluster.client.subscribe_topic("all", on_event)

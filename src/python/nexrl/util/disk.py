@@ -24,7 +24,7 @@ _NO_SPACE = ("no space left on device", "[errno 28]", "disk quota exceeded", "[e
 # a write error whose errno was lost on the way (torch.save, a stream writer)
 _WRITE_FAILED = ("file write failed", "write failed", "failed writing")
 _PATH_IN_TEXT = re.compile(r"(?:No space left on device|Disk quota exceeded): '([^']+)'")
-LOW_FREE_BYTES = 1 << 20  # a folder with less free space than this is full for our writes
+LOW_FREE_BYTES = 1 << 20  # at least this little free space left: a full disk
 
 
 def says_no_space(text: str) -> bool:
@@ -83,6 +83,17 @@ def no_space_left(failure: BaseException | str, written: Iterable[str | Path]) -
     return None
 
 
+def _low_free(folder: Path) -> int:
+    """Free space below which ``folder``'s file system counts as full: 1 MiB, or 0.5 %
+    of its size (a failed large write leaves its partial file behind)."""
+    for candidate in (folder, *folder.parents):
+        try:
+            return max(LOW_FREE_BYTES, shutil.disk_usage(candidate).total // 200)
+        except OSError:
+            continue
+    return LOW_FREE_BYTES
+
+
 def _fullest(written: Iterable[str | Path], *, any_free: bool) -> Path | None:
     """The folder with the least free space (``any_free``: whatever it has left; else
     only one with less than ``LOW_FREE_BYTES``)."""
@@ -95,6 +106,6 @@ def _fullest(written: Iterable[str | Path], *, any_free: bool) -> Path | None:
             best = (free, Path(folder))
     if best is None:
         return None
-    if not any_free and best[0] >= LOW_FREE_BYTES:
+    if not any_free and best[0] >= _low_free(best[1]):
         return None
     return best[1]
