@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from nexrl.pool import read_pool
 from nexrl.weights.checkpoint import verify_checkpoint
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 from tests.e2e.test_kill_and_resume import DEADLINE_S, expected_group_ids, wait_for_step
@@ -88,12 +89,17 @@ def test_a_full_disk_stops_the_run_clearly_and_it_resumes(small_disk: Path) -> N
     assert "Traceback" not in err, err[-3000:]
     assert processes_using(out) == []
 
-    # What was written before the disk filled is intact: every complete checkpoint
-    # matches its checksums, and the pool reads (each trajectory delivered at most once).
+    # What was written before the disk filled is intact (read while it is still full):
+    # every complete checkpoint matches its checksums, and the pool reads, each
+    # trajectory delivered at most once and every delivered group whole.
     ckpts = sorted(p for p in (out / "checkpoints").glob("step_*") if (p / "meta.json").exists())
     assert ckpts and all(verify_checkpoint(p) is None for p in ckpts)
-    pairs = delivered_pairs(out)
-    assert len(set(pairs)) == len(pairs)
+    ds = read_pool(str(out / "pool.zarr"))  # read only: writes nothing
+    delivered = ds["status"].values == 1
+    gid, rid = ds["group_id"].values[delivered], ds["run_id"].values[delivered]
+    pairs = list(zip(gid.tolist(), rid.tolist(), strict=True))
+    assert len(pairs) >= 3 * 32 and len(set(pairs)) == len(pairs)
+    assert len(pairs) == 8 * len(set(gid.tolist()))
 
     os.remove(filler)  # space freed: the same command resumes
     again = subprocess.run(

@@ -4,10 +4,11 @@ A write that runs out of space surfaces in many shapes: an ``OSError`` with
 ``errno`` ``ENOSPC`` (``[Errno 28] No space left on device``), the same text inside
 another process's error (a trainer rank, a Dask task), or torch's
 ``PytorchStreamWriter failed writing file ...: file write failed``, which loses the
-errno. :func:`no_space_left` takes the failure and the folders the run writes to
-and returns the path to name (the file from the error when it has one, else the
-written folder with the least free space) or ``None`` when the failure is not a
-full disk.
+errno (``file write failed``, ``unexpected pos 61056 vs 60944``). :func:`no_space_left`
+takes the failure and the folders the run writes to and returns the path to name
+(the file from the error when it has one, else the written folder with the least
+free space) or ``None`` when the failure is not a full disk: an error that says so,
+or any error while one of those folders has (almost) no space left.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from pathlib import Path
 __all__ = ["free_bytes", "human_bytes", "no_space_left", "says_no_space"]
 
 _NO_SPACE = ("no space left on device", "[errno 28]", "disk quota exceeded", "[errno 122]")
-# a write error whose errno was lost on the way (torch.save, a stream writer)
-_WRITE_FAILED = ("file write failed", "write failed", "failed writing")
 _PATH_IN_TEXT = re.compile(r"(?:No space left on device|Disk quota exceeded): '([^']+)'")
 LOW_FREE_BYTES = 1 << 20  # at least this little free space left: a full disk
 
@@ -78,9 +77,10 @@ def no_space_left(failure: BaseException | str, written: Iterable[str | Path]) -
     if says_no_space(text):
         named = _PATH_IN_TEXT.search(text)
         return Path(named.group(1)) if named else _fullest(written, any_free=True)
-    if any(s in text.lower() for s in _WRITE_FAILED):
-        return _fullest(written, any_free=False)  # only when one of them is really full
-    return None
+    # The errno was lost on the way (torch.save: "file write failed", "unexpected pos
+    # 61056 vs 60944"; a library's own error): a failure while a written folder has
+    # (almost) no space left is taken for a full disk.
+    return _fullest(written, any_free=False)
 
 
 def _low_free(folder: Path) -> int:
