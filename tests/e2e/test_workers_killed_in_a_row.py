@@ -104,9 +104,13 @@ def test_three_rollout_workers_killed_in_a_row_the_run_finishes(tmp_path: Path) 
     log = (out / "logs" / "driver.log").read_text()
     assert "rolled out again in 0.5s (backoff: rollout_worker.retry_backoff_s=0.5" in log
     assert "(1 workers lost so far); its tasks run again elsewhere" in log
-    # every trained group whole (8) and once; what the pool handed out beyond that were
-    # second copies of groups (a killed evaluator had committed before it died)
+    # no group given up: each failed group was rolled out again within its tries
+    assert all(n <= 3 for n in controller.scheduler.attempts.values())
+    # Every trained group whole (8) and once. What the pool handed out beyond that were
+    # second copies of groups (an evaluator killed after its commit, rolled out again):
+    # dropped, so a step with one trains on fewer than 32 trajectories.
     trained = sum(r["batch/size"] for r in rows)
-    assert trained == 8 * len(controller.scheduler.trained) == STEPS * 32
-    assert last["pool/delivered_total"] - trained == last["rollout/duplicate_trajectories_dropped"]
+    dropped = last["rollout/duplicate_trajectories_dropped"]
+    assert trained == 8 * len(controller.scheduler.trained) >= STEPS * 32 - dropped
+    assert last["pool/delivered_total"] - trained == dropped
     assert processes_using(out) == []
