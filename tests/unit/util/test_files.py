@@ -116,3 +116,22 @@ def test_replace_dir_swaps_a_whole_folder(tmp_path: Path) -> None:
     replace_dir(new, tmp_path / "model")
     assert _names(tmp_path) == ["model"]
     assert _names(tmp_path / "model") == ["config.json"]
+
+
+def test_a_write_that_fails_names_the_file_it_was_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The temporary file is opened on /dev/full, which fails every write with ENOSPC as a
+    # full disk does; that error names no file, so atomic_write_bytes names the one it
+    # was writing.
+    import errno
+
+    real_open = os.open
+    monkeypatch.setattr(
+        os, "open", lambda path, flags, mode=0o777: real_open("/dev/full", os.O_WRONLY)
+    )
+    with pytest.raises(OSError) as err:
+        atomic_write_bytes(tmp_path / "cursor.json", b"{}")
+    monkeypatch.undo()
+    assert err.value.errno == errno.ENOSPC and err.value.filename == str(tmp_path / "cursor.json")
+    assert not (tmp_path / "cursor.json").exists()

@@ -35,6 +35,7 @@ from nexrl.controller.sync import SyncPolicy
 from nexrl.inference.supervisor import InferenceSupervisor
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import Recipe
+from nexrl.util.logfile import QuietFileHandler
 
 if TYPE_CHECKING:
     from nexrl.data import DataLoader
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["Components", "build_components"]
 
 logger = logging.getLogger(__name__)
+DETAILS_LOGGER = "nexrl.details"  # goes to logs/driver.log only, never to the terminal
 
 
 @dataclass
@@ -120,15 +122,20 @@ class Components:
 
 def _log_to_file(run: RunDir, level: str) -> Any:
     """Send log records to ``logs/driver.log``; returns the function that stops it."""
-    handler = logging.FileHandler(run.logs / "driver.log")
+    handler = QuietFileHandler(run.logs / "driver.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG)
     root = logging.getLogger()
     root.addHandler(handler)
     logging.getLogger("nexrl").setLevel(level)
+    # DETAILS_LOGGER: records for this file only (the traceback of what stopped the run)
+    details = logging.getLogger(DETAILS_LOGGER)
+    details.addHandler(handler)
+    details.propagate = False
 
     def stop() -> None:
         root.removeHandler(handler)
+        details.removeHandler(handler)
         handler.close()
 
     return stop

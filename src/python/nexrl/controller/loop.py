@@ -29,6 +29,7 @@ stops at the next safe point, checkpoints and shuts everything down.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import signal
@@ -40,13 +41,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from omegaconf import OmegaConf
 
-from nexrl.controller.components import Components, build_components
+from nexrl.controller.components import DETAILS_LOGGER, Components, build_components
 from nexrl.controller.dispatch import Harvest
 from nexrl.controller.evaluator_stats import EvaluatorFailurePolicy, evaluator_metrics
 from nexrl.controller.scheduler import RolloutScheduler
 from nexrl.controller.state import ControllerState, committed_group_ids
 from nexrl.errors import NexrlError
 from nexrl.recipe import Recipe
+from nexrl.util.disk import free_bytes, human_bytes, no_space_left, says_no_space
 
 if TYPE_CHECKING:
     from nexrl.trainer.result import StepResult
@@ -89,12 +91,18 @@ class Controller:
             "evaluator_errors": 0,
             "groups_rolled_out": 0,
             "inference_restarts": 0,
+            "retried_groups": 0,
+            "retry_backoff_s": 0.0,
+            "workers_lost": 0,
         }
         self.scheduler = RolloutScheduler(
             self.counters,
             task_retries=int(self.cfg.rollout_worker.task_retries),
             max_in_flight=int(self.cfg.rollout_worker.max_groups_in_flight),
+            retry_backoff_s=float(self.cfg.rollout_worker.retry_backoff_s),
+            retry_backoff_max_s=float(self.cfg.rollout_worker.retry_backoff_max_s),
         )
+        self._lost_workers: collections.deque[tuple[str, int]] = collections.deque()
         self._last_health = 0.0
         self._filtered_mark = 0  # the pool's filtered_groups at the last batch
         self._last_ckpt_step = -1
@@ -126,16 +134,24 @@ class Controller:
                 should_stop=lambda: self.stop_reason is not None,
             )
             parts = self.components
+            self._watch_workers()
             self.scheduler.target = parts.groups_per_batch * (1 + parts.sync_policy.batches_ahead)
             try:
                 self._resume()
                 self._filtered_mark = self._filtered_groups()
                 return self._loop()
-            except TrainerGroupError as exc:  # a rank failed or its worker died mid-run
-                raise ControllerError(self._trainer_stopped(exc)) from exc
+            except Exception as exc:
+                message = self._stopped_by(exc, TrainerGroupError)
+                if message is None:
+                    raise
+                # the traceback for logs/driver.log; the terminal gets the one line
+                logging.getLogger(DETAILS_LOGGER).error("%s", message, exc_info=exc)
+                raise ControllerError(message) from exc
         finally:
             self._restore_signals(previous)
             if self.components is not None:
+                with contextlib.suppress(Exception):  # no events to a client that closes
+                    self.components.cluster.client.unsubscribe_topic("all")
                 self.components.close()
                 if self.summary is not None:  # last, after what shutting down printed
                     self.components.progress.write(self.summary)
@@ -197,6 +213,25 @@ class Controller:
             len(self.scheduler.skip),
         )
 
+    def _stopped_by(self, exc: Exception, trainer_error: type) -> str | None:
+        """The one line that stops the run for ``exc`` when its cause is known: the Dask
+        scheduler gone, a full disk, a trainer rank failed; None for anything else."""
+        if self.components is None:
+            return None
+        if self.parts.cluster.scheduler_lost():
+            return self._scheduler_lost_message()
+        full = no_space_left(exc, self._written_folders())
+        if full is not None:
+            return self._disk_full_message(full)
+        if isinstance(exc, trainer_error):  # a rank failed or its worker died mid-run
+            return self._trainer_stopped(exc)
+        return None
+
+    def _resume_hint(self) -> str:
+        if self._last_ckpt_step > 0:
+            return f"from its checkpoint of step {self._last_ckpt_step}"
+        return "from the start (no checkpoint was written yet: see trainer.save_every)"
+
     def _trainer_stopped(self, exc: Any) -> str:
         """The one line that stops a run whose trainer failed: which ranks (and, on
         Slurm, their jobs), what happened, and how to resume."""
@@ -204,13 +239,41 @@ class Controller:
         where = ", ".join(
             f"rank {r} (Slurm job {jobs[r]})" if r < len(jobs) else f"rank {r}" for r in exc.ranks
         )
-        if self._last_ckpt_step > 0:
-            resume = f"from its checkpoint of step {self._last_ckpt_step}"
-        else:
-            resume = "from the start (no checkpoint was written yet: see trainer.save_every)"
         return (
             f"the trainer failed{' on ' + where if where else ''} at step {self.step + 1}: {exc}; "
-            f"run the same command again to resume {resume}"
+            f"run the same command again to resume {self._resume_hint()}"
+        )
+
+    def _scheduler_lost_message(self) -> str:
+        cluster = self.parts.cluster
+        if cluster.cluster is None:  # cluster.type=address: the user runs the scheduler
+            restart = (
+                "start a scheduler and its workers again (the new address in cluster.address), "
+                "then run the same command"
+            )
+        else:
+            restart = "run the same command again"
+        return (
+            f"the Dask scheduler at {cluster.address} is gone (lost at step {self.step + 1}; "
+            f"its workers and the trainer on them with it); {restart} to resume "
+            f"{self._resume_hint()}"
+        )
+
+    def _written_folders(self) -> list[Path]:
+        """Where the run writes: the fullest of them is named when a write fails."""
+        parts = self.parts
+        folders = [parts.run.root, parts.run.checkpoints, parts.snapshot_dir]
+        if "://" not in str(parts.pool.url):  # a local pool store (not an fsspec URL)
+            folders.append(Path(str(parts.pool.url)))
+        return folders
+
+    def _disk_full_message(self, path: Path) -> str:
+        free = free_bytes(path)
+        left = f" ({human_bytes(free)} free)" if free is not None else ""
+        return (
+            f"no space left on device: {path}{left}; the run stopped after step {self.step}; "
+            f"free some space there (earlier checkpoints and the pool are kept), then run "
+            f"the same command again to resume {self._resume_hint()}"
         )
 
     @property
@@ -355,6 +418,9 @@ class Controller:
             "rollout/groups_done": self.counters["groups_rolled_out"],
             "pool/delivered_total": self.counters["delivered_trajectories"],
             "inference/restarts": self.counters["inference_restarts"],
+            "rollout/retried_groups": self.counters["retried_groups"],
+            "rollout/retry_backoff_s": self.counters["retry_backoff_s"],
+            "cluster/workers_lost": self.counters["workers_lost"],
             "rollout/duplicate_trajectories_dropped": self.counters[
                 "duplicate_trajectories_dropped"
             ],
@@ -428,14 +494,62 @@ class Controller:
     def _service(self, dispatch: bool) -> None:
         """Harvest finished rollouts, count failures, watch inference, top up."""
         parts = self.parts
+        self._watch_scheduler()
         self._record(parts.dispatcher.harvest())
         now = time.monotonic()
         if now - self._last_health >= float(self.cfg.runtime_monitor.health_check_interval_s):
             self._last_health = now
             parts.supervisor.check()
             self._follow_inference_restarts()
+            self._count_lost_workers()
         if dispatch:
             self.scheduler.top_up(parts.dispatcher, parts.loader, parts.pending_groups)
+
+    def _watch_scheduler(self) -> None:
+        """Stop the run when the Dask scheduler is gone. The client notices a lost
+        connection at once and tries to reconnect for its timeout (60 s for
+        ``cluster.type=address``), then closes; the run stops as soon as the client is
+        not connected and nothing answers at the scheduler's address, or once the
+        client gave up: every wait on the cluster is bounded by that."""
+        cluster = self.parts.cluster
+        status = str(getattr(cluster.client, "status", "running"))
+        if status == "running":
+            return
+        if status in ("closing", "closed", "failed") or cluster.scheduler_lost():
+            raise ControllerError(self._scheduler_lost_message())
+
+    def _watch_workers(self) -> None:
+        """Hear of every Dask worker the scheduler removes (its ``remove-worker`` events,
+        pushed to the client: no polling). A worker killed, out of memory or whose job
+        ended is ``expected: False``; one closed on purpose is not counted."""
+
+        def on_event(event: Any) -> None:  # on the client's event loop thread
+            _, msg = event
+            lost = isinstance(msg, dict) and msg.get("action") == "remove-worker"
+            if lost and not msg.get("expected"):
+                self._lost_workers.append(
+                    (str(msg.get("worker")), len(msg.get("processing-tasks") or ()))
+                )
+
+        try:
+            self.parts.cluster.client.subscribe_topic("all", on_event)
+        except Exception as exc:  # a client that cannot subscribe: no count, no stop
+            logger.debug("worker events: %s", exc)
+
+    def _count_lost_workers(self) -> None:
+        """Count the workers lost since the last check: Dask reruns their tasks
+        elsewhere; ``cluster/workers_lost`` says how often that happened (a worker its
+        nanny restarts comes back under a new address)."""
+        while self._lost_workers:
+            worker, tasks = self._lost_workers.popleft()
+            self.counters["workers_lost"] += 1
+            logger.warning(
+                "Dask worker %s was lost with %d tasks running (%d workers lost so far); its "
+                "tasks run again elsewhere",
+                worker,
+                tasks,
+                int(self.counters["workers_lost"]),
+            )
 
     def _follow_inference_restarts(self) -> None:
         """Count the supervisor's restarts and send rollouts to the new server."""
@@ -454,6 +568,8 @@ class Controller:
                 self._val_summaries.append(summary)
         limit = int(self.cfg.runtime_monitor.max_task_failures)
         for g, failure in h.failed:
+            if says_no_space(failure.error):  # a pool chunk could not be written
+                raise ControllerError(f"rollout: {failure.describe()}")
             self.scheduler.record_failure(g, failure)
             if self.counters["failed_groups"] > limit:
                 raise ControllerError(

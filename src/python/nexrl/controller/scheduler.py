@@ -8,6 +8,13 @@ The controller's loop asks it two things, it keeps the bookkeeping behind them:
   to ``task_retries`` times, counted per group id), then new groups from the data
   loader. A group already committed to the pool (**skip**: a resumed run finished
   it after its checkpoint) is never dispatched again.
+* **backoff**: a failed group is not rolled out again at once but after
+  ``retry_backoff_s`` seconds, doubled for each further failure of the same group
+  and capped at ``retry_backoff_max_s`` (1 s, 2 s, 4 s, ... by default): a cluster
+  losing workers one after another, or an inference service restarting, is not
+  hammered with the same groups. New groups are dispatched meanwhile. Each delay is
+  logged (a warning naming the group, the attempt and the delay) and counted
+  (``retried_groups``, ``retry_backoff_s``: the delays' sum).
 * **dedup** (``first_copies``): Dask runs a future at least once, so a group can
   be committed twice; each group is trained from the first commit seen
   (``trained``: group id -> commit) and later copies are dropped and counted.
@@ -20,6 +27,7 @@ with ``restore``. ``counters`` is the controller's dict (shared, not copied).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,9 +52,16 @@ class RolloutScheduler:
         task_retries: int,
         max_in_flight: int,
         target: int = 1,
+        retry_backoff_s: float = 1.0,
+        retry_backoff_max_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.counters = counters
         self.task_retries = task_retries
+        self.retry_backoff_s = retry_backoff_s
+        self.retry_backoff_max_s = retry_backoff_max_s
+        self._clock = clock
+        self.not_before: dict[int, float] = {}  # group id -> when its retry may go out
         self.max_in_flight = max_in_flight
         self.target = target  # groups running or waiting in the pool to aim for
         self.retry: list[Group] = []  # failed groups to roll out again
@@ -80,7 +95,45 @@ class RolloutScheduler:
             tries = self.attempts.get(group.group_id, 0) + 1
             self.attempts[group.group_id] = tries
             if tries <= self.task_retries:
+                delay = self.backoff(tries)
+                self.not_before[group.group_id] = self._clock() + delay
                 self.retry.append(group.items)
+                self.counters["retried_groups"] = self.counters.get("retried_groups", 0) + 1
+                self.counters["retry_backoff_s"] = self.counters.get("retry_backoff_s", 0) + delay
+                logger.warning(
+                    "group %d failed (attempt %d of %d); rolled out again in %.1fs (backoff: "
+                    "rollout_worker.retry_backoff_s=%g doubled per failure, at most "
+                    "retry_backoff_max_s=%g)",
+                    group.group_id,
+                    tries,
+                    self.task_retries + 1,
+                    delay,
+                    self.retry_backoff_s,
+                    self.retry_backoff_max_s,
+                )
+            else:
+                logger.warning(
+                    "group %d failed %d times (rollout_worker.task_retries=%d); it is not "
+                    "rolled out again",
+                    group.group_id,
+                    tries,
+                    self.task_retries,
+                )
+
+    def backoff(self, tries: int) -> float:
+        """Seconds before the ``tries``-th failure of a group is rolled out again:
+        ``retry_backoff_s * 2 ** (tries - 1)``, at most ``retry_backoff_max_s``."""
+        if self.retry_backoff_s <= 0:
+            return 0.0
+        return float(min(self.retry_backoff_s * 2.0 ** (tries - 1), self.retry_backoff_max_s))
+
+    def _next_retry(self) -> Group | None:
+        """The first queued retry whose backoff has passed (None if none has)."""
+        now = self._clock()
+        for i, items in enumerate(self.retry):
+            if self.not_before.get(int(items[0]["group_id"]), 0.0) <= now:
+                return self.retry.pop(i)
+        return None
 
     # -- dispatching ------------------------------------------------------------
     def idle(self, dispatcher: RolloutDispatcher) -> bool:
@@ -97,8 +150,11 @@ class RolloutScheduler:
             return  # nothing to dispatch: skip reading the pool's stats
         outstanding = running + pool_groups()
         while outstanding < self.target and running < self.max_in_flight:
-            if self.retry:
-                items = self.retry.pop(0)
+            ready = self._next_retry() if self.retry else None
+            if ready is not None:
+                items = ready
+            elif self.loader_done:
+                return  # only retries waiting for their backoff
             else:
                 groups = loader.next_batch(1)
                 if not groups:

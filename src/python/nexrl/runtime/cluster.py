@@ -24,6 +24,7 @@ future (``nexrl.runtime.worker_plugin``), before ``start_cluster`` returns.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,11 @@ class ClusterHandle:
     inference_worker: str | None = None
     inference_group: str | None = None
     _closed: bool = field(default=False, repr=False)
+    _address: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        with contextlib.suppress(Exception):  # remembered: asked for after a loss
+            self._address = str(self.client.scheduler.address)
 
     @property
     def dashboard_link(self) -> str:
@@ -59,6 +65,31 @@ class ClusterHandle:
     def scheduler_address(self) -> str:
         """The scheduler's comm address (``tls://…`` with ``cluster.tls``)."""
         return str(self.client.scheduler.address)
+
+    @property
+    def address(self) -> str:
+        """The scheduler's address, also once the scheduler is gone."""
+        if not self._address:
+            self._address = self.scheduler_address
+        return self._address
+
+    def scheduler_lost(self, timeout_s: float = 5.0) -> bool:
+        """True when nothing accepts connections at the scheduler's address any more (it
+        was killed, or its machine is gone). A plain TCP connect of at most ``timeout_s``:
+        it never waits on the client's own reconnect attempts."""
+        import socket
+
+        from distributed.comm import get_address_host_port
+
+        try:
+            host, port = get_address_host_port(self.address)
+        except Exception:  # an address kind without a TCP port (inproc): never lost
+            return False
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return False
+        except OSError:
+            return True
 
     def job_ids(self) -> dict[str, list[str]]:
         """``{role: [Slurm job id, ...]}`` of a Slurm run (empty elsewhere)."""

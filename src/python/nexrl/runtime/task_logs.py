@@ -34,6 +34,8 @@ from typing import Any, TextIO
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from nexrl.util.logfile import QuietFileHandler
+
 __all__ = [
     "WORKER_LOGGERS",
     "OneLinePerFailure",
@@ -124,7 +126,7 @@ def route_logs(
     process as the module doc says; returns the function that undoes it."""
     log_file = Path(log_file)
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    file_handler = logging.FileHandler(log_file)
+    file_handler = QuietFileHandler(log_file)  # a full disk: one line, no tracebacks
     file_handler.setFormatter(logging.Formatter(FORMAT))
     names = [
         n

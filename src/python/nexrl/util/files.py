@@ -130,6 +130,11 @@ def atomic_write_bytes(
                 os.unlink(tmp)
         else:
             os.replace(tmp, path)
+    except OSError as exc:
+        _discard(tmp)
+        if exc.filename is None and exc.errno is not None:  # a failed write() names no file
+            raise OSError(exc.errno, exc.strerror, path) from exc
+        raise
     except BaseException:
         _discard(tmp)
         raise

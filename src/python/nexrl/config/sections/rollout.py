@@ -108,7 +108,22 @@ class RolloutWorkerConfig:
         2, help="Retries of a failed inference request (openai client).", minimum=0
     )
     task_retries: int = cfg_field(
-        2, help="Dask retries of a rollout future lost with its worker.", minimum=0
+        2,
+        help="Dask retries of a rollout future that raised; a group that still failed "
+        "(or timed out, or whose workers were lost more often than Dask allows) is then "
+        "rolled out again by the controller up to this many times.",
+        minimum=0,
+    )
+    retry_backoff_s: float = cfg_field(
+        1.0,
+        help="Seconds before the controller rolls out a failed group again, doubled for "
+        "each further failure of the same group (1, 2, 4, ... s) up to retry_backoff_max_s; "
+        "new groups go out meanwhile. Each delay is a warning in logs/driver.log and adds "
+        "to rollout/retry_backoff_s. 0 = retry at once.",
+        minimum=0.0,
+    )
+    retry_backoff_max_s: float = cfg_field(
+        30.0, help="The longest backoff of one retry (retry_backoff_s).", minimum=0.0
     )
     max_evaluator_error_steps: int = cfg_field(
         3,

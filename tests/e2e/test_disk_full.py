@@ -1,0 +1,115 @@
+"""The disk fills up mid-run (the run folder is a small tmpfs the test mounts, filled
+by a file once step 3 is logged): the next checkpoint, snapshot or pool write fails
+and the run stops with one ``error:`` line naming the path and "no space left", no
+traceback on the terminal, exit 1; the checkpoints already written still match their
+checksums and the pool still reads; once the file is deleted the same command
+resumes and finishes, each step and each group once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nexrl.pool import read_pool
+from nexrl.weights.checkpoint import verify_checkpoint
+from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
+from tests.e2e.test_kill_and_resume import DEADLINE_S, expected_group_ids, wait_for_step
+from tests.e2e.test_train_run import delivered_pairs, processes_using
+
+STEPS = 6
+SIZE = "48M"  # the run folder of 6 steps (checkpoints every 2) takes ~8 MB
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of ``SIZE`` mounted for the test (needs root, or CAP_SYS_ADMIN)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (mount: {done.stderr.strip()}): needs root")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(folder: Path, leave: int) -> Path:
+    """A file taking all but ``leave`` bytes of ``folder``'s file system."""
+    filler = folder / f"filler-{uuid.uuid4().hex[:6]}"
+    size = max(0, shutil.disk_usage(folder).free - leave)
+    with open(filler, "wb") as fh:
+        chunk = b"\0" * (1 << 20)
+        while size > 0:
+            try:
+                size -= fh.write(chunk[: min(size, len(chunk))])
+            except OSError:
+                break
+    return filler
+
+
+def test_a_full_disk_stops_the_run_clearly_and_it_resumes(small_disk: Path) -> None:
+    out = small_disk / "run"
+    args = [
+        sys.executable,
+        "-m",
+        "nexrl.cli.train",
+        RECIPE,
+        *overrides(out, "trainer.save_every=2", steps=STEPS),
+    ]
+    run: subprocess.Popen[Any] = subprocess.Popen(
+        args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for_step(out, 3, run)  # checkpoint 2 is written
+        filler = fill(small_disk, leave=64 << 10)
+        _, err = run.communicate(timeout=DEADLINE_S)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err[-3000:]
+    line = errors[0]
+    print(line)
+    assert "no space left on device: " in line and str(small_disk) in line, line
+    assert "run the same command again to resume from its checkpoint of step" in line
+    assert "Traceback" not in err, err[-3000:]
+    assert processes_using(out) == []
+
+    # What was written before the disk filled is intact (read while it is still full):
+    # every complete checkpoint matches its checksums, and the pool reads, each
+    # trajectory delivered at most once and every delivered group whole.
+    ckpts = sorted(p for p in (out / "checkpoints").glob("step_*") if (p / "meta.json").exists())
+    assert ckpts and all(verify_checkpoint(p) is None for p in ckpts)
+    ds = read_pool(str(out / "pool.zarr"))  # read only: writes nothing
+    delivered = ds["status"].values == 1
+    gid, rid = ds["group_id"].values[delivered], ds["run_id"].values[delivered]
+    pairs = list(zip(gid.tolist(), rid.tolist(), strict=True))
+    assert len(pairs) >= 3 * 32 and len(set(pairs)) == len(pairs)
+    assert len(pairs) == 8 * len(set(gid.tolist()))
+
+    os.remove(filler)  # space freed: the same command resumes
+    again = subprocess.run(
+        args, env=subprocess_env(), capture_output=True, text=True, timeout=DEADLINE_S
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from" in (out / "logs" / "driver.log").read_text()
+    rows = train_rows(out)
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    assert [r["version/trainer"] for r in rows] == list(range(1, STEPS + 1))
+    pairs = delivered_pairs(out)
+    assert len(pairs) == STEPS * 32 and len(set(pairs)) == len(pairs)
+    assert {g for g, _ in pairs} == expected_group_ids(out, STEPS * 4)
