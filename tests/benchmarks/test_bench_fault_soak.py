@@ -5,8 +5,9 @@ Both runs are ``python -m nexrl.cli.train`` of the default recipe with the e2e
 settings (4 prompt groups x 8 samples per step, 2 worker processes), a
 checkpoint every 10 steps, a 1 s health timeout (2 misses = hung) and an
 evaluator that is the recipe's own but raises while a flag file exists (the
-uninterrupted run never creates it). In the soak run, a seeded RNG picks, about
-every 20 steps, one of:
+uninterrupted run never creates it). In the soak run, about every 20 steps (15 to
+25, drawn from a seeded RNG) comes the next of these faults, in an order the RNG
+shuffles anew every five faults (so each kind comes once in every five):
 
 * ``kill_worker``: ``kill -9`` a Dask worker process that does not hold the trainer;
 * ``kill_server``: ``kill -9`` the embedded inference server;
@@ -165,9 +166,11 @@ class Soak:
         self.start()
         if self.rng is not None:
             at = self.rng.randint(max(3, EVERY - 5), EVERY + 5)
+            deck: list[str] = []  # each kind once per len(FAULTS) faults, in a random order
             while at <= STEPS - 10:
                 self.wait_step(at)
-                kind = self.rng.choice(FAULTS)
+                deck = deck or self.rng.sample(FAULTS, len(FAULTS))
+                kind = deck.pop()
                 self.inject(kind)
                 self.faults.append((at, kind))
                 at += self.rng.randint(max(3, EVERY - 5), EVERY + 5)
@@ -265,6 +268,8 @@ def test_bench_fault_soak(benchmark: Any, tmp_path: Path) -> None:
     benchmark.extra_info.update({f"uninterrupted_{k}": v for k, v in base.items()})
     print(json.dumps({"faults": seen, "uninterrupted": base}, indent=1))
     assert seen["faults"] >= (STEPS - 10) // (EVERY + 5)
+    if seen["faults"] >= len(FAULTS):
+        assert {k.split(":")[1] for k in seen["fault_steps"].split()} == set(FAULTS)
     for run in (seen, base):
         assert run["groups_lost"] == 0 and run["groups_unexpected"] == 0, run
         assert run["groups_duplicated"] == 0, run
