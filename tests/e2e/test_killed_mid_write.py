@@ -7,8 +7,8 @@ does not pile up.
 
 The kill is exact: ``tests/e2e/_killpoint/sitecustomize.py`` (first on the run's
 ``PYTHONPATH``) makes the process that reaches the chosen call (the N-th ``os.rename``
-of a checkpoint's temporary folder, the ``open`` of a file of a snapshot, the
-``os.link`` of a pool commit marker, ...) SIGKILL itself right before it. The code
+of a checkpoint's temporary folder, the ``torch.save`` of one of its files, the
+``open`` of a file of a snapshot, the ``os.link`` of a pool commit marker, ...) SIGKILL itself right before it. The code
 that writes is the product's, unchanged, in the run's own processes: the trainer
 actor's Dask worker (checkpoints, snapshots) or a rollout worker (the pool).
 """
@@ -41,7 +41,7 @@ STEPS = 4  # checkpoints at steps 2 and 4; snapshots v1..v4
 CASES = {
     # checkpoint step_4 (the second): step_2 is the last complete one
     "checkpoint: engine and RNG files written, no trainer state": (
-        "open", "/checkpoints/.tmp-step_4/trainer_state.pt", 1, "trainer"),
+        "torch.save", "/checkpoints/.tmp-step_4/trainer_state.pt", 1, "trainer"),
     "checkpoint: every file written, no meta.json": (
         "replace", "/checkpoints/.tmp-step_4/meta.json", 1, "trainer"),
     "checkpoint: complete, not yet renamed": (

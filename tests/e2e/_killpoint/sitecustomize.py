@@ -3,7 +3,8 @@
 Put this folder first on ``PYTHONPATH`` and set ``NEXRL_KILLPOINT`` to
 ``CALL|NEEDLE|N|FIRED[|SKIP]``: the ``N``-th call in a process of ``CALL`` (``replace``:
 ``os.replace``, ``rename``: ``os.rename``, ``link``: ``os.link``, ``open``: the
-builtin ``open`` for writing) whose path argument (any of them) contains ``NEEDLE``
+builtin ``open`` for writing, ``torch.save``: ``torch.save`` to a path, patched when
+``torch.serialization`` is first imported) whose path argument (any of them) contains ``NEEDLE``
 (``*`` in it matches any run of characters) kills the process with ``SIGKILL``
 before the call runs (not in a process that imported the module ``SKIP``: e.g.
 ``deepspeed`` spares the trainer's process): nothing after that point happens, as with a real ``kill -9``,
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import builtins
 import fnmatch
+import importlib.abc
+import importlib.util
 import os
 import signal
 import sys
@@ -58,6 +61,18 @@ def _install(call: str, needle: str, nth: int, fired: str, skip: str) -> None:
             return original(src, dst, *args, **kwargs)
 
         setattr(os, call, wrapped)
+    elif call == "torch.save":
+
+        def patch(module: Any) -> None:
+            original_save = module.save
+
+            def wrapped_save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+                hit(f)
+                return original_save(obj, f, *args, **kwargs)
+
+            module.save = wrapped_save
+
+        sys.meta_path.insert(0, _AfterImport("torch.serialization", patch))
     elif call == "open":
         original_open = builtins.open
 
@@ -69,6 +84,31 @@ def _install(call: str, needle: str, nth: int, fired: str, skip: str) -> None:
         builtins.open = wrapped_open
     else:
         raise ValueError(f"NEXRL_KILLPOINT: unknown call {call!r}")
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then(module)`` right after the module ``name`` is executed (before any
+    ``from name import x`` that triggered the import reads from it)."""
+
+    def __init__(self, name: str, then: Any) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader, then = spec.loader, self.then
+        exec_module = loader.exec_module
+
+        def exec_then(module: Any) -> None:
+            exec_module(module)
+            then(module)
+
+        loader.exec_module = exec_then  # type: ignore[method-assign]
+        return spec
 
 
 if _SPEC:
