@@ -227,7 +227,9 @@ def _record(out: Path) -> dict[str, Any]:
     trained = {int(g) for g in state["extra"]["controller"]["trained"]}
     recipe = load_recipe_checked(RECIPE, overrides(out))
     loader = DataLoader(data_config(recipe))
-    expected = {int(g[0]["group_id"]) for g in loader.next_batch(STEPS * GROUPS_PER_STEP)}
+    expected: set[int] = set()  # the data order, one group at a time as the run takes them
+    while len(expected) < STEPS * GROUPS_PER_STEP:
+        expected.update(int(g[0]["group_id"]) for g in loader.next_batch(1))
     trajectories = sum(int(r["batch/size"]) for r in rows)
     rewards = np.array([r["reward/mean"] for r in rows])
     return {
