@@ -103,8 +103,10 @@ def test_killed_mid_write_resumes_from_the_last_complete_one(tmp_path: Path, cas
         state = torch.load(out / "checkpoints" / "step_2" / "trainer_state.pt", weights_only=False)
         assert state["global_step"] == 2
         # ... and the snapshot lookup of the trainer and the inference server's check.
-        version, path = latest_snapshot(snaps) or (None, None)
-        assert version == (4 if case.startswith("checkpoint") else 2) and path is not None
+        found = latest_snapshot(snaps)
+        assert found is not None
+        version, path = found
+        assert version == (4 if case.startswith("checkpoint") else 2)
         assert verify_snapshot(path) is None
         check_snapshot_files(snaps / "latest")
         AutoModelForCausalLM.from_pretrained(snaps / "latest", dtype=torch.float32)
@@ -125,7 +127,8 @@ def test_killed_mid_write_resumes_from_the_last_complete_one(tmp_path: Path, cas
         dead = [
             seg.name
             for seg in (out / "pool.zarr" / "segments").iterdir()
-            if json.loads((seg / "zarr.json").read_text())["attributes"]["nexrl_segment"]["pid"]
+            if seg.is_dir()
+            and json.loads((seg / "zarr.json").read_text())["attributes"]["nexrl_segment"]["pid"]
             == killed_pid
         ]
         assert len(dead) == 1, dead
