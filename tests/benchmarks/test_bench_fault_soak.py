@@ -21,7 +21,7 @@ shuffles anew every five faults (so each kind comes once in every five):
 Recorded in ``extra_info`` (and in docs/benchmarks.md, "Fault soak"): faults
 survived, groups lost (handed out by the data loader, yet neither trained, nor in
 flight, nor waiting in the pool at the end; or delivered and not trained: see
-``_record``), groups duplicated (trajectories trained beyond one copy per group
+``tests/e2e/_groups.py``), groups duplicated (trajectories trained beyond one copy per group
 sample, in groups), and the mean reward of the first and last 10 steps and over
 all steps of both runs. The test asserts 0 lost and 0 duplicated
 in both runs and every fault survived.
@@ -47,14 +47,9 @@ from typing import Any
 import numpy as np
 import psutil
 import pytest
-import torch
 
-from nexrl.controller.setup import data_config
-from nexrl.controller.state import committed_group_ids
-from nexrl.data import DataLoader
-from nexrl.recipe import load_recipe_checked
+from tests.e2e._groups import group_record
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
-from tests.e2e.test_train_run import delivered_pairs, pool_of
 
 STEPS = int(os.environ.get("NEXRL_SOAK_STEPS", "200"))
 SEED = int(os.environ.get("NEXRL_SOAK_SEED", "0"))
@@ -220,48 +215,23 @@ class Soak:
 
 
 def _record(out: Path) -> dict[str, Any]:
-    """Groups lost / duplicated and rewards of a finished run.
-
-    The loader hands groups out in the data order, so every group up to the last one
-    seen anywhere must be trained (the final checkpoint's record), in flight at the
-    end (its ``pending``) or committed to the pool and not yet delivered; any other
-    is lost. A group delivered but not trained is lost too. Trajectories trained
-    beyond one copy per (group, sample) are duplicates.
-    """
+    """Groups lost / duplicated (``tests/e2e/_groups.py``) and rewards of a finished run."""
     rows = train_rows(out)
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
-    state = torch.load(
-        out / "checkpoints" / f"step_{STEPS}" / "trainer_state.pt", weights_only=False
-    )["extra"]["controller"]
-    trained = {int(g) for g in state["trained"]}
-    pending = {int(item["group_id"]) for group in state["pending"] for item in group}
-    committed = committed_group_ids(pool_of(out))
-    delivered = {g for g, _ in delivered_pairs(out)}
-    waiting = committed - delivered  # in the pool, not handed to the trainer yet
-    recipe = load_recipe_checked(RECIPE, overrides(out))
-    loader = DataLoader(data_config(recipe))
-    order: list[int] = []  # the data order, one group at a time as the run takes them
-    seen = trained | pending | committed
-    while not seen <= set(order):
-        batch = loader.next_batch(1)
-        assert batch, f"groups not in the data order: {sorted(seen - set(order))[:10]}"
-        order.append(int(batch[0][0]["group_id"]))
-    lost = set(order) - trained - pending - waiting
-    trajectories = sum(int(r["batch/size"]) for r in rows)
+    groups = group_record(out, STEPS)
     rewards = np.array([r["reward/mean"] for r in rows])
     return {
-        "groups_lost": len(lost),
-        "groups_delivered_untrained": len(delivered - trained),
-        "groups_duplicated": (trajectories - 8 * len(trained)) / 8,
-        "groups_trained": len(trained),
-        "groups_in_flight_at_end": len(pending | waiting),
+        "groups_lost": len(groups["lost"]),
+        "groups_duplicated": groups["duplicated"],
+        "groups_trained": len(groups["trained"]),
+        "groups_in_flight_at_end": groups["in_flight_at_end"],
         "short_steps": sum(1 for r in rows if int(r["batch/size"]) < 32),
         "reward_first10": float(rewards[:10].mean()),
         "reward_last10": float(rewards[-10:].mean()),
         "reward_mean": float(rewards.mean()),
         "evaluator_error_steps": sum(1 for r in rows if r.get("eval/evaluator_error", 0) > 0),
-        "duplicates_dropped": float(rows[-1].get("rollout/duplicate_trajectories_dropped", 0)),
-        "failed_groups": float(state["counters"].get("failed_groups", 0)),
+        "duplicates_dropped": float(groups["counters"].get("duplicate_trajectories_dropped", 0)),
+        "failed_groups": float(groups["counters"].get("failed_groups", 0)),
     }
 
 
@@ -292,7 +262,7 @@ def test_bench_fault_soak(benchmark: Any, tmp_path: Path) -> None:
     if seen["faults"] >= len(FAULTS):
         assert {k.split(":")[1] for k in seen["fault_steps"].split()} == set(FAULTS)
     for run in (seen, base):
-        assert run["groups_lost"] == 0 and run["groups_delivered_untrained"] == 0, run
+        assert run["groups_lost"] == 0, run
         assert run["groups_duplicated"] == 0, run
     assert base["faults"] == 0 and base["duplicates_dropped"] == 0
 
