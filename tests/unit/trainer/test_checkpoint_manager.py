@@ -71,6 +71,19 @@ def test_failed_commit_keeps_latest_and_removes_the_partial_folder(tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step_1"]
 
 
+def test_debris_of_a_killed_save_is_ignored_then_removed_by_the_next_save(
+    tmp_path: Path,
+) -> None:
+    mgr, eng = CheckpointManager(tmp_path), FileEngine()
+    mgr.save(eng, 1, _state(1))
+    # a save of step 2 killed before its rename, one killed before 'latest' moved
+    (tmp_path / ".tmp-step_2" / "engine").mkdir(parents=True)
+    (tmp_path / f".latest.tmp-{'cd' * 16}").write_text("step_2\n")
+    assert mgr.latest() == tmp_path / "step_1" and [s for s, _ in mgr.complete()] == [1]
+    mgr.save(eng, 2, _state(2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step_1", "step_2"]
+
+
 def test_incomplete_or_stale_latest_falls_back_to_newest_complete(tmp_path: Path) -> None:
     mgr, eng = CheckpointManager(tmp_path), FileEngine()
     mgr.save(eng, 1, _state(1))

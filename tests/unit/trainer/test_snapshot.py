@@ -86,6 +86,19 @@ def test_incomplete_folders_are_ignored_and_cleaned(tiny_model_dir: Path, tmp_pa
     assert not (tmp_path / ".tmp-v3-deadbeef").exists()
 
 
+def test_a_latest_link_left_by_a_killed_publish_is_cleaned(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    model = _model(tiny_model_dir)
+    SnapshotPublisher(tmp_path).publish(model.state_dict(), model.config, version=1)
+    # killed between making the new link and renaming it over 'latest'
+    stray = tmp_path / f".latest.tmp-{'ab' * 16}"
+    os.symlink("v2", stray)
+    assert latest_snapshot(tmp_path) == (1, tmp_path / "v1")
+    SnapshotPublisher(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["latest", "v1"]
+
+
 def test_sharded_snapshot_loads(tiny_model_dir: Path, tmp_path: Path) -> None:
     model = _model(tiny_model_dir)
     pub = SnapshotPublisher(tmp_path, max_shard_bytes=40_000)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ __all__ = [
     "fsync_dir",
     "fsync_file",
     "fsync_tree",
+    "is_temp_name",
     "remove_tree",
     "replace_dir",
 ]
@@ -84,10 +86,19 @@ def fsync_tree(root: str | Path) -> int:
     return total
 
 
+_TEMP_RE = re.compile(r"^\..+\.tmp-[0-9a-f]{32}$")
+
+
 def _temp_name(path: str) -> str:
     """A fresh hidden name next to ``path`` (unique across processes and threads)."""
     folder, name = os.path.split(path)
     return os.path.join(folder, f".{name}.tmp-{uuid.uuid4().hex}")
+
+
+def is_temp_name(name: str) -> bool:
+    """True for the temporary name of an atomic write here (``.NAME.tmp-<uuid hex>``):
+    one a killed writer left behind, safe to remove for the folder's only writer."""
+    return bool(_TEMP_RE.match(name))
 
 
 def _discard(tmp: str) -> None:

@@ -18,7 +18,8 @@ ranks write into ``.tmp-step_N``; rank 0 then writes the trainer state,
 ``fsync``s the tree, writes ``meta.json``, renames the folder to ``step_N`` and
 replaces ``latest``. A process killed (or a write failing: disk full, file too
 large) at any point leaves ``latest`` naming the previous complete checkpoint;
-the stray ``.tmp-*`` folder is removed by the next save. Readers trust a folder
+the stray ``.tmp-*`` folder (or ``.latest.tmp-*`` file) is removed by the next
+save. Readers trust a folder
 only when its ``meta.json`` exists; if ``latest`` is missing or names an
 incomplete folder, the newest complete ``step_*`` is used.
 
@@ -52,7 +53,13 @@ import torch
 
 from nexrl.errors import NexrlError
 from nexrl.util.checksums import check_tree, tree_checksums
-from nexrl.util.files import atomic_write_bytes, fsync_tree, remove_tree, replace_dir
+from nexrl.util.files import (
+    atomic_write_bytes,
+    fsync_tree,
+    is_temp_name,
+    remove_tree,
+    replace_dir,
+)
 
 __all__ = [
     "CheckpointError",
@@ -251,7 +258,7 @@ class CheckpointManager:
         if engine.rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
             for entry in self.root.iterdir():  # leftovers of interrupted saves
-                if entry.name.startswith((".tmp-", ".trash-")):
+                if entry.name.startswith((".tmp-", ".trash-")) or is_temp_name(entry.name):
                     remove_tree(entry)
             tmp.mkdir()
         engine.barrier()

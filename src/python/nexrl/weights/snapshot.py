@@ -21,7 +21,8 @@ system, the ``version`` file last; ``fsync`` the files and the directory;
 Each ``rename`` is atomic, so a reader sees either the previous snapshot or the
 complete new one: a writer killed at any point, or a write failing (disk full,
 file too large, permissions), leaves ``latest`` on the previous good snapshot
-and at worst a stray ``.tmp-*`` folder, which the next publisher removes. Old
+and at worst a stray ``.tmp-*`` folder (or ``.latest.tmp-*`` link), which the next
+publisher removes. Old
 snapshots beyond ``keep`` are pruned after ``latest`` moved (the one ``latest``
 names never is): renamed to ``.trash-*`` at once, so no reader sees a
 half-deleted snapshot, then deleted in a background thread, off the publish's
@@ -59,7 +60,14 @@ import torch
 
 from nexrl.errors import NexrlError
 from nexrl.util.checksums import check_tree, tree_checksums
-from nexrl.util.files import atomic_symlink, fsync_dir, fsync_tree, remove_tree, replace_dir
+from nexrl.util.files import (
+    atomic_symlink,
+    fsync_dir,
+    fsync_tree,
+    is_temp_name,
+    remove_tree,
+    replace_dir,
+)
 
 __all__ = [
     "ADAPTER_CONFIG",
@@ -324,9 +332,10 @@ class SnapshotPublisher:
         self.cleanup_partial()
 
     def cleanup_partial(self) -> None:
-        """Remove ``.tmp-*`` / ``.trash-*`` folders left by an interrupted publish."""
+        """Remove ``.tmp-*`` / ``.trash-*`` folders and ``.latest.tmp-*`` links left by an
+        interrupted publish."""
         for entry in self.root.iterdir():
-            if entry.name.startswith((_TMP_PREFIX, ".trash-")):
+            if entry.name.startswith((_TMP_PREFIX, ".trash-")) or is_temp_name(entry.name):
                 remove_tree(entry)
 
     def publish(
