@@ -4,9 +4,10 @@ beside them, move the greedy validation reward of the tiny random-init model
 well past one fixed answer (7/49 = 0.14), and every snapshot holds the adapter
 only (no full model.safetensors).
 
-The run takes ~2.5-3.5 min on 2 busy cores. Requests are seeded, so it is the
-same run each time on the same platform. Measured curves, and the settings that
-did not learn: docs/trainer.md, "LoRA".
+The run takes ~2 min on 2 busy cores. Requests are seeded, so it is the same
+run each time on the same platform (measured twice: the same curve, 0.02 ->
+0.25 -> 0.49 -> 0.57). Measured curves, and the settings that did not learn:
+docs/trainer.md, "LoRA".
 """
 
 from __future__ import annotations
