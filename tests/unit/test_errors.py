@@ -41,6 +41,9 @@ from nexrl.runtime.slurm import SlurmError
 from nexrl.trainer.actor import TrainerGroupError, TrainerLostError
 from nexrl.trainer.base import TrainerError
 from nexrl.trainer.sft_data import SftDataError
+from nexrl.training_service.client import TrainingClientError
+from nexrl.training_service.core import TrainingServiceError
+from nexrl.training_service.server import TrainingServiceStartError
 from nexrl.types.batch import BatchError
 from nexrl.types.trajectory import TrajectoryError
 from nexrl.weights.checkpoint import CheckpointError
@@ -83,6 +86,9 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     SlurmError: (RuntimeError,),
     NewTaskError: (),
     InferenceJobLost: (RuntimeError,),
+    TrainingClientError: (RuntimeError,),
+    TrainingServiceError: (ValueError,),
+    TrainingServiceStartError: (RuntimeError,),
 }
 
 # Raised and caught inside one module, never shown to a user as such.
