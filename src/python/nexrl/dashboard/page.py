@@ -45,6 +45,11 @@ PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"]
 def _fig(title: str, **kw: Any) -> Any:
     p = figure(title=title, height=260, sizing_mode="stretch_width", **kw)
     p.xaxis.axis_label = "step"
+    # the browser fits the ranges to the data after every refresh; synced, each fit is a
+    # message back into the scheduler's event loop (~10 a second, measured), where Dask
+    # talks to its workers: nothing on the server needs them
+    p.x_range.syncable = False
+    p.y_range.syncable = False
     return p
 
 
