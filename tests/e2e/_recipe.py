@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,3 +50,24 @@ def train_rows(out: Path) -> list[dict[str, Any]]:
 def subprocess_env() -> dict[str, str]:
     """The child imports what this interpreter imports (a Pants sandbox has no site dir)."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "DS_ACCELERATOR": "cpu"}
+
+
+def train_recipe(recipe: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``nexrl train`` of ``recipe`` as it is (its own steps and settings) into ``out``;
+    fails the test with the end of stderr unless it exits 0."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nexrl.cli.train",
+            recipe,
+            f"output_dir={out}",
+            "cluster.dashboard_address=:0",
+        ],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc

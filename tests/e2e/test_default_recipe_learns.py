@@ -18,30 +18,14 @@ to pass for every seed measured (docs/benchmarks.md), not just this one.
 from __future__ import annotations
 
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.e2e._recipe import RECIPE, read_rows, subprocess_env, train_rows
+from tests.e2e._recipe import RECIPE, read_rows, train_recipe, train_rows
 
 
 def test_default_recipe_reward_goes_up(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nexrl.cli.train",
-            RECIPE,
-            f"output_dir={out}",
-            "cluster.dashboard_address=:0",
-        ],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = train_recipe(RECIPE, out)
     train = train_rows(out)
     assert [r["step"] for r in train] == list(range(1, 301))
     first = statistics.mean(r["reward/mean"] for r in train[:5])

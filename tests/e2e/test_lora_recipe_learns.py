@@ -13,11 +13,9 @@ docs/trainer.md, "LoRA".
 from __future__ import annotations
 
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.e2e._recipe import read_rows, subprocess_env, train_rows
+from tests.e2e._recipe import read_rows, train_recipe, train_rows
 
 LORA_RECIPE = "recipes/max_digit/max_digit_lora.yaml"
 STEPS = 75
@@ -28,21 +26,7 @@ VAL_MIN = 0.4
 
 def test_lora_recipe_reward_goes_up_and_snapshots_hold_adapters_only(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nexrl.cli.train",
-            LORA_RECIPE,
-            f"output_dir={out}",
-            "cluster.dashboard_address=:0",
-        ],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_recipe(LORA_RECIPE, out)
     train = train_rows(out)
     assert [r["step"] for r in train] == list(range(1, STEPS + 1))
     first = statistics.mean(r["reward/mean"] for r in train[:5])
