@@ -51,3 +51,18 @@ def group_record(out: Path, step: int, group_size: int = 8) -> dict[str, Any]:
         "in_flight_at_end": len(pending | waiting),
         "counters": dict(state["counters"]),
     }
+
+
+def assert_each_step_and_group_once(out: Path, steps: int, groups_per_step: int = 4) -> None:
+    """After a stop and a resume: each step logged once, the trainer's version rising by
+    one per step, every trajectory delivered once across both runs, and the trained
+    groups exactly the first ``steps x groups_per_step`` of the data order (nothing
+    skipped, nothing trained twice)."""
+    from tests.e2e.test_kill_and_resume import expected_group_ids
+
+    rows = train_rows(out)
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    assert [r["version/trainer"] for r in rows] == list(range(1, steps + 1))
+    pairs = delivered_pairs(out)
+    assert len(pairs) == steps * groups_per_step * 8 and len(set(pairs)) == len(pairs)
+    assert {g for g, _ in pairs} == expected_group_ids(out, steps * groups_per_step)

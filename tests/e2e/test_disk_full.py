@@ -20,9 +20,10 @@ import pytest
 
 from nexrl.pool import read_pool
 from nexrl.weights.checkpoint import verify_checkpoint
-from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
-from tests.e2e.test_kill_and_resume import DEADLINE_S, expected_group_ids, wait_for_step
-from tests.e2e.test_train_run import delivered_pairs, processes_using
+from tests.e2e._groups import assert_each_step_and_group_once
+from tests.e2e._recipe import RECIPE, overrides, subprocess_env
+from tests.e2e.test_kill_and_resume import DEADLINE_S, wait_for_step
+from tests.e2e.test_train_run import processes_using
 
 STEPS = 6
 SIZE = "48M"  # the run folder of 6 steps (checkpoints every 2) takes ~8 MB
@@ -107,9 +108,4 @@ def test_a_full_disk_stops_the_run_clearly_and_it_resumes(small_disk: Path) -> N
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed from" in (out / "logs" / "driver.log").read_text()
-    rows = train_rows(out)
-    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
-    assert [r["version/trainer"] for r in rows] == list(range(1, STEPS + 1))
-    pairs = delivered_pairs(out)
-    assert len(pairs) == STEPS * 32 and len(set(pairs)) == len(pairs)
-    assert {g for g, _ in pairs} == expected_group_ids(out, STEPS * 4)
+    assert_each_step_and_group_once(out, STEPS)

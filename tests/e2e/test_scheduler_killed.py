@@ -17,9 +17,9 @@ from typing import Any
 
 import psutil
 
-from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
-from tests.e2e.test_kill_and_resume import DEADLINE_S, expected_group_ids, wait_for_step
-from tests.e2e.test_train_run import delivered_pairs
+from tests.e2e._groups import assert_each_step_and_group_once
+from tests.e2e._recipe import RECIPE, overrides, subprocess_env
+from tests.e2e.test_kill_and_resume import DEADLINE_S, wait_for_step
 
 STEPS = 6
 STOP_BOUND_S = 120  # the client's reconnect timeout is 60 s; the stop must not wait longer
@@ -159,13 +159,5 @@ def test_the_scheduler_killed_stops_the_run_clearly_and_it_resumes(tmp_path: Pat
     assert second.returncode == 0, second.stderr[-3000:]
     log = (out / "logs" / "driver.log").read_text()
     assert f"at step {resumed_step} (policy v{resumed_step})" in log
-    rows = train_rows(out)
-    # each step once (the rows the first run logged after its checkpoint were redone),
-    # the trainer's version rising by one per step
-    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
-    assert [r["version/trainer"] for r in rows] == list(range(1, STEPS + 1))
-    # every trajectory delivered once across both runs; the trained groups are exactly the
-    # first STEPS x 4 groups of the data order: nothing skipped, nothing trained twice
-    pairs = delivered_pairs(out)
-    assert len(pairs) == STEPS * 32 and len(set(pairs)) == len(pairs)
-    assert {g for g, _ in pairs} == expected_group_ids(out, STEPS * 4)
+    # the rows the first run logged after its checkpoint were redone: each step once
+    assert_each_step_and_group_once(out, STEPS)
