@@ -21,7 +21,8 @@ from ._slurm import SLURM_TOKEN, require_slurm, squeue, wait_gone
 
 
 def _job_env() -> dict[str, str | None]:
-    return {k: os.environ.get(k) for k in ("SLURM_JOB_ID", "SLURM_JOB_NAME")}
+    keys = ("SLURM_JOB_ID", "SLURM_JOB_NAME", "MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")
+    return {k: os.environ.get(k) for k in keys}
 
 
 def test_rollout_trainer_and_inference_each_run_in_their_own_slurm_jobs(tmp_path: Path) -> None:
@@ -53,6 +54,10 @@ def test_rollout_trainer_and_inference_each_run_in_their_own_slurm_jobs(tmp_path
         envs = client.run(_job_env)
         # Every worker runs inside the Slurm job that nexrl submitted for it.
         assert sorted(e["SLURM_JOB_ID"] for e in envs.values()) == sorted(all_ids)
+        # Each job's nanny left glibc's malloc tunable out (Dask sets it by default; it
+        # made training steps ~1.9x slower) and kept the rest of its environment.
+        assert all(e["MALLOC_TRIM_THRESHOLD_"] is None for e in envs.values())
+        assert all(e["OMP_NUM_THREADS"] == "1" for e in envs.values())
         assert all(client.run(lambda: os.environ.get("NEXRL_PROLOGUE_RAN")).values())
         trainers = handle.trainer_workers or []
         assert len(trainers) == 2

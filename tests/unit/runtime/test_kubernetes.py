@@ -36,6 +36,19 @@ def _args(doc: dict[str, Any]) -> list[str]:
     return list(container["args"])
 
 
+def _pre_spawn_environ(env: dict[str, str]) -> dict[str, Any]:
+    """What a nanny started with ``env`` exports to its worker (``None`` = left out)."""
+    import dask.config
+
+    cfg = copy.deepcopy(dask.config.defaults)
+    merged: dict[str, Any] = {}
+    for d in cfg:
+        dask.config.update(merged, d)
+    dask.config.update(merged, dask.config.collect_env(env))
+    spawn = merged["distributed"]["nanny"]["pre-spawn-environ"]
+    return {k: v for k, v in spawn.items() if v is not None}
+
+
 def test_a_runs_resources_are_valid_for_the_operator() -> None:
     docs = manifests(GPU_CLUSTER, "Max Digit_tiny", trainer_gpus=4, trainer_ranks=2)
     assert validate_manifests(docs) == []
@@ -60,6 +73,16 @@ def test_a_runs_resources_are_valid_for_the_operator() -> None:
         "nvidia.com/gpu": "4",
     }
     assert container["resources"]["requests"] == container["resources"]["limits"]
+    # every pod's nanny leaves glibc's malloc tunable out (nexrl.runtime.worker_env):
+    # the pod's Dask config, as Dask builds it from that environment at import
+    for doc in docs:
+        (container,) = doc["spec"]["worker"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert _pre_spawn_environ(env) == {
+            "OMP_NUM_THREADS": 1,
+            "MKL_NUM_THREADS": 1,
+            "OPENBLAS_NUM_THREADS": 1,
+        }
 
 
 def test_a_trainer_is_placeable_on_cpu_pods_and_external_engines_need_no_server_pod() -> None:
@@ -71,7 +94,9 @@ def test_a_trainer_is_placeable_on_cpu_pods_and_external_engines_need_no_server_
     assert _args(docs[1])[-2:] == ["--resources", "GPU=1"]
     (container,) = docs[1]["spec"]["worker"]["spec"]["containers"]
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
-    assert "env" not in container  # None fields are left out, as the API server prunes them
+    # None fields are left out, as the API server prunes them; env is only the worker's
+    assert all(v is not None for v in container.values())
+    assert [e["name"] for e in container["env"]] == ["DASK_INTERNAL_INHERIT_CONFIG"]
 
 
 @pytest.mark.parametrize(

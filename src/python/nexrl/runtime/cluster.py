@@ -193,7 +193,9 @@ def start_cluster(
     from distributed import Client
 
     from nexrl.runtime.tls import security as tls_security
+    from nexrl.runtime.worker_env import apply_in_driver
 
+    apply_in_driver()  # before any nanny of this process reads its config
     security = tls_security(cfg.tls, roots)
     if cfg.type == "address":
         client = Client(cfg.address, timeout="60s", security=security)

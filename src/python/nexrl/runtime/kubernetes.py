@@ -35,6 +35,7 @@ from typing import Any
 from nexrl.config.sections.cluster import KubePodSize, KubernetesConfig
 from nexrl.errors import NexrlError
 from nexrl.runtime.roles import resources_arg, role_resources
+from nexrl.runtime.worker_env import job_environment
 
 __all__ = [
     "KubernetesError",
@@ -80,6 +81,9 @@ def _worker_spec(
     )
     (container,) = spec["spec"]["containers"]
     container["args"] = [*container["args"], *resources_arg(resources)]
+    # the pod's nanny leaves glibc's malloc tunables alone (nexrl.runtime.worker_env)
+    env = container.get("env") or []
+    container["env"] = [*env, *({"name": k, "value": v} for k, v in job_environment().items())]
     return _pruned(spec)
 
 

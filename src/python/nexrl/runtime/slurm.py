@@ -43,6 +43,7 @@ from typing import Any
 from nexrl.config.sections.cluster import SlurmConfig, SlurmJobSize
 from nexrl.errors import NexrlError
 from nexrl.runtime.roles import resources_arg, role_resources
+from nexrl.runtime.worker_env import job_environment
 
 __all__ = [
     "SlurmError",
@@ -68,6 +69,8 @@ def _prologue(cfg: SlurmConfig) -> list[str]:
         path = os.pathsep.join(p for p in sys.path if p)
         lines.append(f"export PYTHONPATH='{path}'")
     lines.append(f"cd '{os.getcwd()}'")
+    # the job's nanny leaves glibc's malloc tunables alone (nexrl.runtime.worker_env)
+    lines += [f"export {k}='{v}'" for k, v in job_environment().items()]
     return lines
 
 
