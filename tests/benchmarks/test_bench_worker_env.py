@@ -27,7 +27,12 @@ from nexrl.config.sections.cluster import ClusterConfig
 from nexrl.runtime.cluster import local_cluster_kwargs
 from nexrl.runtime.worker_env import apply_in_driver
 
-MODEL: dict[str, Any] = {"hidden_size": 192, "intermediate_size": 128, "num_layers": 4, "num_heads": 4}
+MODEL: dict[str, Any] = {
+    "hidden_size": 192,
+    "intermediate_size": 128,
+    "num_layers": 4,
+    "num_heads": 4,
+}
 STEPS = 3
 ROUNDS = 2
 DASK_DEFAULT = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": 65536}
