@@ -135,7 +135,7 @@ class Controller:
             )
             parts = self.components
             self._watch_workers()
-            self.scheduler.target = parts.groups_per_batch * (1 + parts.sync_policy.batches_ahead)
+            self.scheduler.target = parts.groups_per_batch * parts.sync_policy.batches_dispatched
             try:
                 self._resume()
                 self._filtered_mark = self._filtered_groups()
