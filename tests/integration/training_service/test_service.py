@@ -101,6 +101,41 @@ def test_two_forward_backwards_and_one_optim_step_equal_one_fused_step(
         assert torch.allclose(got[k], v, atol=1e-6), k
 
 
+def test_an_adaptive_kl_controller_moves_as_in_the_fused_step(
+    tiny_model_dir: Path, vocab: int, tmp_path: Path
+) -> None:
+    algo = {"kl_loss_coef": 0.5, "kl_controller": "adaptive", "kl_target": 0.1, "kl_horizon": 20}
+    data = rows(vocab, groups=4)
+    a, b = data[:8], data[8:]
+    ua, ub = _units(a), _units(b)
+    fused = create_trainer(_spec_kl(tiny_model_dir, tmp_path / "fused", algo))
+    batch = batch_from_data([Datum(**r) for r in data])
+    fused.step(batch)
+    fused.step(batch)  # the second step's KL is > 0 (the policy moved off the reference)
+    svc_spec = _spec_kl(tiny_model_dir, tmp_path / "svc", algo)
+    with TrainingService(svc_spec) as svc, TrainingClient(svc.base_url, timeout_s=30) as client:
+        coefs = []
+        for _ in range(2):
+            client.forward_backward(a, "ppo_clip", weight=ua / (ua + ub))
+            client.forward_backward(b, "ppo_clip", weight=ub / (ua + ub))
+            coefs.append(client.optim_step()["metrics"]["kl_coef"])
+    # adaptive (Ziegler et al.): coef *= 1 + clip(kl / target - 1, -0.2, 0.2) * rows / horizon;
+    # step 1 has KL 0 (policy == reference), 16 rows: 0.5 * (1 - 0.2 * 16 / 20) = 0.42
+    assert coefs[0] == pytest.approx(0.42, rel=1e-6)
+    assert coefs[1] == pytest.approx(float(fused.kl_ctrl.value), rel=1e-5)
+    assert coefs[1] != pytest.approx(coefs[0], rel=1e-3)
+
+
+def _spec_kl(model: Path, tmp: Path, algorithm: dict[str, Any]) -> Any:
+    return spec(
+        model,
+        trainer={"ppo_epochs": 1, "lr": 1e-2},
+        algorithm=algorithm,
+        snapshot_dir=str(tmp / "snaps"),
+        checkpoint_dir=str(tmp / "ck"),
+    )
+
+
 def test_cross_entropy_is_the_mean_negative_log_likelihood_of_the_masked_tokens(
     tiny_model_dir: Path, vocab: int, client: TrainingClient
 ) -> None:

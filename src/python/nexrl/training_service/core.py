@@ -30,6 +30,12 @@ uses the batch's ``advantages`` when given; otherwise the trainer's own
 recipe's own ``algorithm.policy_loss`` goes through the trainer's
 ``_compute_loss`` (a custom trainer's override included).
 
+KL controller: each ``forward_backward`` of a policy loss records the batch's KL
+(``actor/reward_kl`` with KL in the reward, else ``actor/kl_loss``); an applied
+``optim_step`` feeds their ``weight``-weighted mean and the calls' row count to
+the recipe's ``algorithm.kl_controller``, as the fused step does with its batch's
+(an adaptive controller moves the coefficient the next calls use).
+
 A ``forward_backward`` that fails half-way (after some micro-batches' backward)
 poisons the accumulation: the next ``optim_step`` applies nothing and clears it.
 Every method takes the core's lock: calls run one at a time.
@@ -85,6 +91,7 @@ class TrainingCore:
         self._calls = 0  # forward_backward calls accumulated since the last optim_step
         self._finite = True
         self._loss_sum = 0.0
+        self._kl: list[tuple[float, float, int]] = []  # (kl, weight, rows) per call
 
     # -- info -----------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -155,6 +162,9 @@ class TrainingCore:
             self._calls += 1
             self._loss_sum += total * weight
             metrics.update(sums)
+            kl = metrics.get("actor/reward_kl", metrics.get("actor/kl_loss"))
+            if kl is not None and math.isfinite(kl):
+                self._kl.append((float(kl), weight, len(batch)))
             metrics["loss_units"] = float(units)
             metrics["timing/forward_backward"] = time.perf_counter() - start
             return {"loss": total, "weight": weight, "metrics": metrics}
@@ -204,9 +214,13 @@ class TrainingCore:
             if applied:
                 t.optimizer_steps += 1
                 t.policy_version += 1
+                kl_weight = sum(w for _, w, _ in self._kl)
+                if self._kl and kl_weight > 0:
+                    kl = sum(k * w for k, w, _ in self._kl) / kl_weight
+                    t.kl_ctrl.update(kl, n_steps=sum(n for _, _, n in self._kl))
             t.global_step += 1
             calls, loss = self._calls, self._loss_sum
-            self._calls, self._finite, self._loss_sum = 0, True, 0.0
+            self._calls, self._finite, self._loss_sum, self._kl = 0, True, 0.0, []
             return {
                 "applied": applied,
                 "global_step": t.global_step,
@@ -216,6 +230,7 @@ class TrainingCore:
                     "lr": lr,
                     "loss": loss,
                     "forward_backward_calls": float(calls),
+                    "kl_coef": float(t.kl_ctrl.value),
                     "timing/optim_step": time.perf_counter() - start,
                 },
             }
