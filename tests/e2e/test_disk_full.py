@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,16 +33,18 @@ BALLAST = "ballast"  # 4 MB written at mount time, deleted before the resume
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of ``SIZE`` mounted for the test (needs root, or CAP_SYS_ADMIN)."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
+def small_disk() -> Iterator[Path]:
+    """A tmpfs of ``SIZE`` mounted for the test (needs root, or CAP_SYS_ADMIN), in a
+    folder of its own: not under pytest's shared temp root, which other pytest
+    processes of a parallel run prune."""
+    mnt = Path(tempfile.mkdtemp(prefix="nexrl-disk-full-"))
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mnt)],
         capture_output=True,
         text=True,
     )
     if done.returncode != 0:
+        os.rmdir(mnt)
         pytest.skip(f"cannot mount a tmpfs here (mount: {done.stderr.strip()}): needs root")
     try:
         # room the resume gets back even if the run filled the disk by itself
@@ -49,6 +52,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+        shutil.rmtree(mnt, ignore_errors=True)
 
 
 def fill(folder: Path, leave: int) -> Path | None:
