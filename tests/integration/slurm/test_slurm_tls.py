@@ -46,6 +46,10 @@ def test_slurm_jobs_join_a_tls_scheduler_with_the_runs_temporary_certificate(
     try:
         client = handle.client
         client.wait_for_workers(2, timeout=120)  # 1 rollout job + 1 trainer job
+        # the rollout job is submitted by the SLURMCluster in the background: read the
+        # ids again once both workers joined
+        ids = [i for role in handle.job_ids().values() for i in role]
+        assert len(ids) == 2
         address = handle.scheduler_address
         assert address.startswith("tls://127.0.0.1:")
         workers = client.scheduler_info(n_workers=-1)["workers"]
