@@ -65,8 +65,9 @@ def fill(folder: Path, leave: int) -> Path | None:
     try:
         fh = open(filler, "wb")  # noqa: SIM115 - closed below
     except OSError as exc:
-        # seen once in a full-suite run (2 cores, many tests at once): ENOSPC on
-        # creating the file; the disk is full either way
+        # seen in a full-suite run (twice, never alone; cause not established):
+        # ENOSPC on creating the file. The disk is full either way, and the run's
+        # exit code and line are still checked below
         if exc.errno != errno.ENOSPC:
             raise
         print(f"the disk was already full: {exc}")

@@ -33,10 +33,11 @@ def vocab(tiny_model_dir: Path) -> int:
     return int(json.loads((tiny_model_dir / "config.json").read_text())["vocab_size"])
 
 
-def _spec(model: Path, tmp: Path, **trainer: Any) -> Any:
+def _spec(model: Path, tmp: Path, algorithm: dict[str, Any] | None = None, **trainer: Any) -> Any:
     return spec(
         model,
         trainer={"ppo_epochs": 1, "lr": 1e-2, **trainer},
+        algorithm=algorithm or {},
         snapshot_dir=str(tmp / "snaps"),
         checkpoint_dir=str(tmp / "ck"),
     )
@@ -108,11 +109,11 @@ def test_an_adaptive_kl_controller_moves_as_in_the_fused_step(
     data = rows(vocab, groups=4)
     a, b = data[:8], data[8:]
     ua, ub = _units(a), _units(b)
-    fused = create_trainer(_spec_kl(tiny_model_dir, tmp_path / "fused", algo))
+    fused = create_trainer(_spec(tiny_model_dir, tmp_path / "fused", algo))
     batch = batch_from_data([Datum(**r) for r in data])
     fused.step(batch)
     fused.step(batch)  # the second step's KL is > 0 (the policy moved off the reference)
-    svc_spec = _spec_kl(tiny_model_dir, tmp_path / "svc", algo)
+    svc_spec = _spec(tiny_model_dir, tmp_path / "svc", algo)
     with TrainingService(svc_spec) as svc, TrainingClient(svc.base_url, timeout_s=30) as client:
         coefs = []
         for _ in range(2):
@@ -124,16 +125,6 @@ def test_an_adaptive_kl_controller_moves_as_in_the_fused_step(
     assert coefs[0] == pytest.approx(0.42, rel=1e-6)
     assert coefs[1] == pytest.approx(float(fused.kl_ctrl.value), rel=1e-5)
     assert coefs[1] != pytest.approx(coefs[0], rel=1e-3)
-
-
-def _spec_kl(model: Path, tmp: Path, algorithm: dict[str, Any]) -> Any:
-    return spec(
-        model,
-        trainer={"ppo_epochs": 1, "lr": 1e-2},
-        algorithm=algorithm,
-        snapshot_dir=str(tmp / "snaps"),
-        checkpoint_dir=str(tmp / "ck"),
-    )
 
 
 def test_cross_entropy_is_the_mean_negative_log_likelihood_of_the_masked_tokens(

@@ -215,7 +215,7 @@ class TrainingCore:
                 t.optimizer_steps += 1
                 t.policy_version += 1
                 kl_weight = sum(w for _, w, _ in self._kl)
-                if self._kl and kl_weight > 0:
+                if kl_weight > 0:
                     kl = sum(k * w for k, w, _ in self._kl) / kl_weight
                     t.kl_ctrl.update(kl, n_steps=sum(n for _, _, n in self._kl))
             t.global_step += 1
