@@ -80,3 +80,44 @@ def test_trainer_jobs_offer_what_a_trainer_asks_for_even_on_a_cpu_partition() ->
     assert role_resources("trainer", cpu_partition.cores, trainer_gpus=1) == {"GPU": 1.0}
     assert role_resources("trainer", cpu_partition.cores, trainer_gpus=0) == {"GPU": 1.0}
     assert role_resources("rollout", cpu_partition.cores, trainer_gpus=1) == {"CPU": 2.0}
+
+
+def test_scheduler_lost_only_when_this_runs_scheduler_no_longer_answers() -> None:
+    """The controller's "the Dask scheduler is gone" line rests on this check: a live
+    scheduler is not lost; once it is gone, neither another program that took its port
+    nor a new scheduler on the same port counts as it."""
+    import socket
+
+    from distributed import Client, LocalCluster
+
+    from nexrl.runtime.cluster import ClusterHandle
+
+    def scheduler(port: int = 0) -> LocalCluster:  # in this process, on TCP
+        return LocalCluster(
+            n_workers=0,
+            processes=False,
+            protocol="tcp://",
+            host="127.0.0.1",
+            scheduler_port=port,
+            dashboard_address=":0",
+        )
+
+    first = scheduler()
+    client = Client(first, timeout="10s")
+    handle = ClusterHandle(client, first)
+    port = int(handle.address.rsplit(":", 1)[1])
+    try:
+        assert handle.scheduler_lost(timeout_s=5) is False
+        first.close()
+        assert handle.scheduler_lost(timeout_s=5) is True  # refused
+        with socket.create_server(("127.0.0.1", port)):  # another program on the port
+            assert handle.scheduler_lost(timeout_s=2) is True
+        second = scheduler(port)
+        try:
+            assert second.scheduler_address == handle.address
+            assert handle.scheduler_lost(timeout_s=5) is True  # not this run's scheduler
+        finally:
+            second.close()
+    finally:
+        client.close()
+        first.close()

@@ -52,10 +52,13 @@ class ClusterHandle:
     inference_group: str | None = None
     _closed: bool = field(default=False, repr=False)
     _address: str = field(default="", repr=False)
+    _scheduler_id: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         with contextlib.suppress(Exception):  # remembered: asked for after a loss
             self._address = str(self.client.scheduler.address)
+        with contextlib.suppress(Exception):
+            self._scheduler_id = str(self.client.scheduler_info()["id"])
 
     @property
     def dashboard_link(self) -> str:
@@ -74,22 +77,43 @@ class ClusterHandle:
         return self._address
 
     def scheduler_lost(self, timeout_s: float = 5.0) -> bool:
-        """True when nothing accepts connections at the scheduler's address any more (it
-        was killed, or its machine is gone). A plain TCP connect of at most ``timeout_s``:
-        it never waits on the client's own reconnect attempts."""
-        import socket
+        """True when this run's scheduler no longer answers at its address: nothing
+        accepts connections there (it was killed, or its machine is gone), or what
+        accepts them is not that scheduler (a dying process, another program that took
+        the port). A fresh connection and Dask's ``identity`` call, each bounded by
+        ``timeout_s``: it never waits on the client's own reconnect attempts."""
+        import asyncio
+        import concurrent.futures
 
-        from distributed.comm import get_address_host_port
+        from distributed.comm import connect
+        from distributed.core import send_recv
 
         try:
-            host, port = get_address_host_port(self.address)
-        except Exception:  # an address kind without a TCP port (inproc): never lost
+            address = self.address
+        except Exception:  # the client never knew its scheduler: nothing to compare
             return False
-        try:
-            with socket.create_connection((host, port), timeout=timeout_s):
-                return False
-        except OSError:
+        if address.startswith("inproc://"):
+            return False
+
+        async def identity() -> dict[str, Any]:
+            args = getattr(self.client, "connection_args", {}) or {}
+            comm = await connect(address, timeout=timeout_s, **args)
+            try:
+                return dict(await send_recv(comm, op="identity"))
+            finally:
+                comm.abort()
+
+        async def bounded() -> dict[str, Any]:  # connect's handshake read has no timeout
+            return await asyncio.wait_for(identity(), timeout_s)
+
+        try:  # on a thread of its own: the caller may be inside an event loop
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                info = pool.submit(asyncio.run, bounded()).result()
+        except Exception:  # refused, reset, timed out, not Dask's protocol
             return True
+        if info.get("type") != "Scheduler":
+            return True
+        return bool(self._scheduler_id) and str(info.get("id")) != self._scheduler_id
 
     def job_ids(self) -> dict[str, list[str]]:
         """``{role: [Slurm job id, ...]}`` of a Slurm run (empty elsewhere)."""
