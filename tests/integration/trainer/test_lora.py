@@ -210,18 +210,47 @@ def test_a_bad_lora_setting_is_refused_before_anything_starts(
     assert lora(cfg, []) == [message]
 
 
-def test_lora_with_a_vllm_server_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("service", "lora_extra", "message"),
+    [
+        (
+            {"backend": "sglang"},
+            {},
+            "trainer.lora: LoRA snapshots are served by the embedded server and vLLM, not "
+            "service.inference_service.backend 'sglang' (its reload loads full weights)",
+        ),
+        (
+            {"backend": "vllm", "command": "vllm serve {model} --port {port}"},
+            {},
+            "service.inference_service.command: a LoRA run loads its adapters into vLLM at "
+            "run time; add --enable-lora --max-lora-rank 8 to the command",
+        ),
+        (
+            {"backend": "vllm", "base_urls": ["http://gpu1:8000/v1"]},
+            {"modules_to_save": ["lm_head"]},
+            "trainer.lora.modules_to_save: vLLM loads adapters without modules trained in "
+            "full (it refuses them: 'vLLM only supports modules_to_save being None'); "
+            "remove it, or serve with the embedded server",
+        ),
+    ],
+)
+def test_lora_on_an_engine_that_cannot_serve_it_is_refused(
+    service: dict[str, Any], lora_extra: dict[str, Any], message: str
+) -> None:
     from omegaconf import OmegaConf
 
     from nexrl.trainer.checks import lora
 
     cfg = OmegaConf.create(
-        {"trainer": {"lora": LORA}, "service": {"inference_service": {"backend": "vllm"}}}
+        {
+            "trainer": {"lora": {**LORA, **lora_extra}},
+            "service": {"inference_service": service},
+        }
     )
-    assert lora(cfg, []) == [
-        "trainer.lora: LoRA snapshots are served by the embedded server only, not "
-        "service.inference_service.backend 'vllm' (its reload loads full weights)"
-    ]
+    assert lora(cfg, []) == [message]
+    ok = {"backend": "vllm", "command": "vllm serve {model} --enable-lora --max-lora-rank 8"}
+    fine = OmegaConf.create({"trainer": {"lora": LORA}, "service": {"inference_service": ok}})
+    assert lora(fine, []) == []
 
 
 def test_a_lora_run_resumed_from_a_checkpoint_continues_as_if_uninterrupted(

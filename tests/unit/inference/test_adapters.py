@@ -7,6 +7,8 @@ like the engine's endpoint does.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from backends.inference.adapters import (
@@ -119,6 +121,58 @@ def test_vllm_pause_wraps_the_reload_and_resumes_on_failure() -> None:
     assert engine.paths()[0] == ("POST", "/pause")
     assert engine.requests[0].query == {"mode": ["wait"]}
     assert engine.paths()[-1] == ("POST", "/resume")
+
+
+def _adapter_snapshot(folder: Path) -> str:
+    """A LoRA snapshot's layout (adapter_config.json, no config.json)."""
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text('{"r": 8, "peft_type": "LORA"}')
+    (folder / "adapter_model.safetensors").write_bytes(b"")
+    return str(folder)
+
+
+def test_vllm_loads_a_lora_snapshot_as_the_named_adapter(tmp_path: Path) -> None:
+    """vLLM serves adapters by name beside the base model: a LoRA snapshot is loaded
+    through /v1/load_lora_adapter in place under the run's adapter name (the KV of the
+    old adapter dropped); a full snapshot of the same run still reloads the base."""
+    snap = _adapter_snapshot(tmp_path / "v3")
+    engine = _vllm_ok()
+    engine.routes[("POST", "/v1/load_lora_adapter")] = (200, b"Success: LoRA adapter added")
+    with engine, VLLMReloadAdapter(engine.url, lora_name="policy-lora") as adapter:
+        (outcome,) = adapter.reload(snap, 3)
+        assert adapter.policy_version == 3
+        assert outcome.detail == f"loaded adapter {snap} as 'policy-lora'"
+        adapter.reload(SNAP, 4)
+    assert engine.paths() == [
+        ("POST", "/v1/load_lora_adapter"),
+        ("POST", "/reset_prefix_cache"),
+        ("POST", "/collective_rpc"),
+        ("POST", "/collective_rpc"),
+        ("POST", "/reset_prefix_cache"),
+    ]
+    assert engine.requests[0].body == {
+        "lora_name": "policy-lora",
+        "lora_path": snap,
+        "load_inplace": True,
+    }
+
+
+def test_vllm_without_runtime_lora_loading_says_how_to_start_it(tmp_path: Path) -> None:
+    snap = _adapter_snapshot(tmp_path / "v1")
+    with (
+        _vllm_ok() as engine,  # no /v1/load_lora_adapter route: 404, as vLLM without it
+        VLLMReloadAdapter(engine.url, lora_name="policy-lora") as adapter,
+        pytest.raises(ReloadError) as info,
+    ):
+        adapter.reload(snap, 1)
+    assert "404" in str(info.value)
+    assert "--enable-lora" in str(info.value)
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in str(info.value)
+    with (
+        VLLMReloadAdapter(engine.url) as adapter,
+        pytest.raises(ReloadError, match="LoRA snapshot but no lora_name"),
+    ):
+        adapter.reload(snap, 1)
 
 
 def test_embedded_reload_checks_the_served_version() -> None:

@@ -94,6 +94,32 @@ def test_the_handle_starts_waits_for_health_and_stops_the_command(tmp_path: Path
     assert proc is not None and proc.poll() is not None  # stopped with the handle
 
 
+def test_a_command_started_from_a_thread_outlives_that_thread(tmp_path: Path) -> None:
+    """The controller starts the server on a short-lived thread while the trainer sets
+    up. The child's parent-death signal follows the thread that forked it, so a command
+    forked there was SIGTERMed (exit -15) as soon as that thread finished."""
+    import threading
+    import time
+
+    script = tmp_path / "standin.py"
+    script.write_text(STANDIN)
+    server = EmbeddedServer(
+        "/models/m",
+        command=f"{sys.executable} {script} {{model}} {{host}} {{port}}",
+        log_path=tmp_path / "inference.log",
+        startup_timeout_s=60,
+    )
+    starter = threading.Thread(target=server.start)
+    starter.start()
+    starter.join()
+    try:
+        time.sleep(2.0)  # the signal, when sent, arrives at once
+        assert server.alive(), f"the server exited with {server.returncode}"
+        assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
+    finally:
+        server.stop()
+
+
 def test_a_command_that_cannot_run_is_one_clear_error(tmp_path: Path) -> None:
     server = EmbeddedServer("/m", command="no-such-engine serve {model} --port {port}")
     with pytest.raises(ServerStartError, match="could not run 'no-such-engine'"):

@@ -34,6 +34,15 @@ Engine endpoints targeted:
   a request running during the reload may mix old and new weights. vLLM does
   not report a policy version; the adapter's ``policy_version`` is the last
   version it reloaded everywhere.
+
+  A LoRA snapshot (``adapter_config.json``, no ``config.json``: ``trainer.lora``)
+  is loaded as an adapter beside the base model instead: ``POST
+  /v1/load_lora_adapter`` ``{"lora_name": <lora_name>, "lora_path": <snapshot
+  dir>, "load_inplace": true}`` (vLLM >= 0.11; the server started with
+  ``--enable-lora --max-lora-rank R`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``),
+  then ``POST /reset_prefix_cache``: an in-place load keeps the adapter's id, so
+  KV cached under the old adapter must go. Requests name ``lora_name`` as their
+  ``model`` (vLLM serves the base model under its own name, unchanged).
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ import httpx
 
 from nexrl.errors import NexrlError
 from nexrl.inference.balance import RoundRobin, normalize_base_urls
+from nexrl.weights.snapshot import is_adapter_snapshot
 
 
 class ReloadError(RuntimeError, NexrlError):
@@ -196,9 +206,19 @@ class SGLangReloadAdapter(ReloadAdapter):
 class VLLMReloadAdapter(ReloadAdapter):
     backend = "vllm"
 
-    def __init__(self, base_urls: str | Sequence[str], *, pause: bool = False, **kw: Any) -> None:
+    def __init__(
+        self,
+        base_urls: str | Sequence[str],
+        *,
+        pause: bool = False,
+        lora_name: str | None = None,
+        **kw: Any,
+    ) -> None:
+        """``lora_name``: the model name LoRA snapshots are loaded under (see the module
+        doc); None = this run publishes full weights only."""
         super().__init__(base_urls, **kw)
         self.pause = pause
+        self.lora_name = lora_name
 
     def _rpc(self, base_url: str, method: str, args: list[Any] | None = None) -> Any:
         payload: dict[str, Any] = {"method": method, "timeout": self.timeout_s}
@@ -207,16 +227,36 @@ class VLLMReloadAdapter(ReloadAdapter):
         return self._post(f"{base_url}/collective_rpc", payload)
 
     def _reload_one(self, base_url: str, model_path: str, version: int) -> str:
+        adapter = is_adapter_snapshot(model_path)
+        if adapter and not self.lora_name:
+            raise ReloadError(f"{model_path} is a LoRA snapshot but no lora_name was given", {})
         if self.pause:
             self._post(f"{base_url}/pause", params={"mode": "wait"})
         try:
-            self._rpc(base_url, "update_config", [{"model_config": {"model": model_path}}])
-            self._rpc(base_url, "reload_weights")
+            if adapter:
+                self._load_lora(base_url, model_path)
+            else:
+                self._rpc(base_url, "update_config", [{"model_config": {"model": model_path}}])
+                self._rpc(base_url, "reload_weights")
             self._post(f"{base_url}/reset_prefix_cache")
         finally:
             if self.pause:
                 self._post(f"{base_url}/resume")
+        if adapter:
+            return f"loaded adapter {model_path} as {self.lora_name!r}"
         return f"reloaded {model_path}"
+
+    def _load_lora(self, base_url: str, model_path: str) -> None:
+        body = {"lora_name": self.lora_name, "lora_path": model_path, "load_inplace": True}
+        try:
+            self._post(f"{base_url}/v1/load_lora_adapter", body)
+        except ReloadError as exc:
+            raise ReloadError(
+                f"{exc} (vLLM loads LoRA adapters at run time only when started with "
+                "--enable-lora --max-lora-rank <trainer.lora.rank or more> and "
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its environment)",
+                {},
+            ) from None
 
 
 ADAPTERS: dict[str, type[ReloadAdapter]] = {

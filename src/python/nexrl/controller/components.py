@@ -32,6 +32,7 @@ from nexrl.controller.setup import (
     validation_groups,
 )
 from nexrl.controller.sync import SyncPolicy
+from nexrl.inference.lora import adapter_model_name
 from nexrl.inference.supervisor import InferenceSupervisor
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import Recipe
@@ -217,6 +218,7 @@ def _build(
         health_timeout_s=float(cfg.runtime_monitor.health_timeout_s),
         unhealthy_after=int(cfg.runtime_monitor.unhealthy_after),
         snapshot_root=snapshot_dir,
+        lora_name=adapter_model_name(cfg),
     )
     closers.append(supervisor.close)
     # On a fresh run (no snapshot yet) a server nexrl starts comes up on the initial
@@ -254,6 +256,14 @@ def _build(
         weights = snap[1]
     if not early:
         supervisor.start(weights, version)
+    if supervisor.lora_name and version == 0:
+        # vLLM serves an adapter only once loaded under its name, which every rollout
+        # requests: the initial adapter (the base model's outputs) goes first.
+        initial = trainer.publish_snapshot()
+        if initial is None:
+            raise RuntimeError("the trainer published no initial adapter snapshot")
+        supervisor.reload(initial, 0)
+        logger.info("inference: initial adapter %s loaded as %r", initial, supervisor.lora_name)
     urls = supervisor.base_urls
     _write_cluster_record(run.root / "cluster.json", cluster, ranks, supervisor)
 

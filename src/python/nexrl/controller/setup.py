@@ -19,6 +19,7 @@ from nexrl.config.schema import typed
 from nexrl.config.sections.data import DataConfig
 from nexrl.controller.sync import SyncPolicy
 from nexrl.data.loader import LoaderConfig
+from nexrl.inference.lora import request_model_name
 from nexrl.plugins import split_spec
 from nexrl.pool.config import PoolConfig
 from nexrl.recipe import Recipe
@@ -119,7 +120,7 @@ def rollout_spec(recipe: Recipe, pool: PoolConfig, base_urls: list[str]) -> Roll
         evaluator_options=json.dumps(OmegaConf.to_container(rw.evaluator_options), sort_keys=True),
         roots=tuple(str(r) for r in recipe.roots),
         base_urls=tuple(base_urls),
-        served_model_name=str(svc.served_model_name),
+        served_model_name=request_model_name(cfg),  # LoRA on vLLM: the adapter's name
         sampling=tuple(sampling.items()),
         pool=pool,
         custom_worker=custom,

@@ -14,7 +14,10 @@ the driver; the rollouts' side is ``nexrl.inference.client``).
   nexrl only checks health and reloads weights.
 
 ``reload(path, version)`` loads a published snapshot on every replica through
-the backend's reload adapter (``backends.inference.adapters``).
+the backend's reload adapter (``backends.inference.adapters``). ``lora_name``
+(``nexrl.inference.lora``): LoRA snapshots are loaded as that adapter on vLLM; a
+command nexrl starts then gets ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and, when
+the newest weights are an adapter, starts on its base model and loads the adapter.
 
 Security: a server nexrl starts binds ``service.inference_service.host``
 (127.0.0.1 by default; on Slurm its node's address). ``api_key`` (unless
@@ -35,6 +38,7 @@ from typing import Any
 from nexrl.config.sections.runtime import InferenceServiceConfig
 from nexrl.errors import NexrlError
 from nexrl.util.auth import token_of
+from nexrl.weights.snapshot import adapter_base_model, is_adapter_snapshot
 
 __all__ = ["InferenceSupervisor", "ServiceError"]
 
@@ -69,12 +73,15 @@ class InferenceSupervisor:
         health_timeout_s: float = 10.0,
         unhealthy_after: int = 3,
         snapshot_root: Path | None = None,
+        lora_name: str | None = None,
     ) -> None:
         """``server_factory(model, **kwargs)`` makes the embedded server's handle
         (default: ``EmbeddedServer``, a child of this process; on Slurm the
         controller passes one that starts it in the inference job).
-        ``snapshot_root``: the only place the embedded server reloads from."""
+        ``snapshot_root``: the only place the embedded server reloads from.
+        ``lora_name``: see the module doc."""
         self.config = config
+        self.lora_name = lora_name
         self.snapshot_root = snapshot_root
         self.token = token_of(config.api_key)
         self.server_factory = server_factory
@@ -118,12 +125,18 @@ class InferenceSupervisor:
             factory = EmbeddedServer
         self.log_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.config
+        model = self.model_path or ""
+        adapter = bool(cfg.command) and bool(model) and is_adapter_snapshot(model)
         if cfg.command:  # the user's engine: its own flags only
             command: dict[str, Any] = {"command": str(cfg.command), "extra_args": []}
+            if self.lora_name:
+                command["env"] = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+            if adapter:  # an engine that loads adapters by name starts on their base
+                model = adapter_base_model(model)
         else:
             command = {"extra_args": self._embedded_args()}
         server = factory(
-            self.model_path or "",
+            model,
             host=str(cfg.host),
             api_key=self.token,
             snapshot_root=None if self.snapshot_root is None else str(self.snapshot_root.resolve()),
@@ -142,7 +155,14 @@ class InferenceSupervisor:
         self.server = server
         self._urls = [server.base_url]
         self._close_adapter()
-        if cfg.command and self.version > 0:
+        if adapter:
+            try:
+                self._adapter_for().reload(str(self.model_path), self.version)
+            except Exception as exc:
+                raise ServiceError(
+                    f"{what} started but loading the adapter {self.model_path} failed: {exc}"
+                ) from exc
+        elif cfg.command and self.version > 0:
             self._adapter_for().policy_version = self.version  # it serves model_path's weights
         logger.info(
             "inference: %s at %s (pid %s)",
@@ -171,11 +191,13 @@ class InferenceSupervisor:
         if self._adapter is None:
             from backends.inference.adapters import make_reload_adapter
 
+            extra = {"lora_name": self.lora_name} if self.lora_name else {}
             self._adapter = make_reload_adapter(
                 self.config.backend,
                 self._urls,
                 timeout_s=self.reload_timeout_s,
                 api_key=self.token,
+                **extra,
             )
         return self._adapter
 

@@ -15,7 +15,10 @@ from omegaconf import DictConfig, OmegaConf
 from nexrl.config.checks import register_check
 from nexrl.config.errors import RecipeError
 from nexrl.config.sections.trainer import TRAINER_BACKENDS
+from nexrl.inference.lora import ADAPTER_BACKENDS
 from nexrl.plugins import load_spec
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's --max-lora-rank choices
 
 __all__ = ["custom_trainer", "lora", "sft_mode", "trainer_fits_backend", "zero_problems"]
 
@@ -101,11 +104,25 @@ def lora(cfg: DictConfig, roots: list[Path]) -> list[str]:
         out.append("trainer.lora.target_modules: empty; name the modules that get adapters")
     if not 0.0 <= float(lo.dropout) < 1.0:
         out.append(f"trainer.lora.dropout: must be in [0, 1), got {lo.dropout}")
-    backend = OmegaConf.select(cfg, "service.inference_service.backend", default="embedded")
-    if backend != "embedded":
+    svc = OmegaConf.select(cfg, "service.inference_service", default={})
+    backend = svc.get("backend", "embedded")
+    if backend not in ("embedded", *ADAPTER_BACKENDS):
         out.append(
-            f"trainer.lora: LoRA snapshots are served by the embedded server only, not "
+            f"trainer.lora: LoRA snapshots are served by the embedded server and vLLM, not "
             f"service.inference_service.backend '{backend}' (its reload loads full weights)"
+        )
+    if backend == "vllm" and list(lo.get("modules_to_save") or []):
+        out.append(
+            "trainer.lora.modules_to_save: vLLM loads adapters without modules trained in "
+            "full (it refuses them: 'vLLM only supports modules_to_save being None'); "
+            "remove it, or serve with the embedded server"
+        )
+    command = str(svc.get("command") or "")
+    if backend == "vllm" and command and "--enable-lora" not in command.split():
+        rank = next((r for r in VLLM_LORA_RANKS if r >= int(lo.rank)), int(lo.rank))
+        out.append(
+            "service.inference_service.command: a LoRA run loads its adapters into vLLM at "
+            f"run time; add --enable-lora --max-lora-rank {rank} to the command"
         )
     return out
 

@@ -10,7 +10,15 @@ Generation and reload responses carry the policy version in the body
 where vLLM cannot run: replies carry no policy version (as vLLM's), and the
 weights reload through the routes ``VLLMReloadAdapter`` drives
 (``POST /collective_rpc`` with ``update_config`` then ``reload_weights``,
-``POST /reset_prefix_cache``); each reload serves the next version.
+``POST /reset_prefix_cache``); each reload serves the next version. With
+``max_lora_rank`` (``--enable-lora --max-lora-rank R``) it also loads LoRA snapshots
+as vLLM does, ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path",
+"load_inplace"}``: 400 for a name already loaded without ``load_inplace``, for an
+adapter of a rank above R or with ``modules_to_save`` (as vLLM refuses them), and
+without ``--enable-lora``. Unlike vLLM, which serves the base model and each adapter side by
+side, the stand-in serves one set of weights: once an adapter is loaded, requests
+must name it, and the base name gets 404 (a rollout asking for the wrong model
+fails loudly instead of silently sampling the base).
 
 ``token``: every request (``/health`` too) must send ``Authorization: Bearer
 <token>`` or gets 401 (``nexrl.util.auth``). ``snapshot_root``: a reload
@@ -21,6 +29,7 @@ anything else gets 403 and the served weights stay as they are.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,7 +37,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backends.inference.embedded.openai_api import chat_completion, completion
@@ -41,6 +50,7 @@ from backends.inference.embedded.protocol import (
 )
 from backends.inference.embedded.service import InferenceService
 from nexrl.util.auth import BearerAuth, bearer_key, same_token
+from nexrl.weights.snapshot import ADAPTER_CONFIG, is_adapter_snapshot
 
 
 def _versioned(body: dict[str, Any], version: int, status: int = 200) -> JSONResponse:
@@ -91,10 +101,13 @@ def create_app(
     *,
     token: str | None = None,
     snapshot_root: str | Path | None = None,
+    max_lora_rank: int | None = None,
 ) -> FastAPI:
     """The HTTP app around ``service``; its lifespan starts and stops the batcher.
-    ``api="vllm"``: the vLLM stand-in; ``token``, ``snapshot_root``: see the module doc."""
+    ``api="vllm"``: the vLLM stand-in; ``token``, ``snapshot_root``, ``max_lora_rank``: see
+    the module doc."""
     reply = _unversioned if api == "vllm" else _versioned
+    served = {"model": served_model_name}  # the vLLM stand-in renames it to an adapter
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -144,7 +157,7 @@ def create_app(
     async def health() -> JSONResponse:
         body = {
             "status": "ok",
-            "model": served_model_name,
+            "model": served["model"],
             "policy_version": service.version,
             "batches_run": service.batches_run,
             "requests_served": service.requests_served,
@@ -154,7 +167,7 @@ def create_app(
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         card = {
-            "id": served_model_name,
+            "id": served["model"],
             "object": "model",
             "created": created,
             "owned_by": "nexrl",
@@ -166,12 +179,12 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatCompletionRequest) -> JSONResponse:
-        body, version = await chat_completion(service, served_model_name, req)
+        body, version = await chat_completion(service, served["model"], req)
         return reply(body, version)
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest) -> JSONResponse:
-        body, version = await completion(service, served_model_name, req)
+        body, version = await completion(service, served["model"], req)
         return reply(body, version)
 
     @app.post("/update_weights_from_disk")
@@ -191,13 +204,45 @@ def create_app(
         return _versioned(body, version)
 
     if api == "vllm":
-        _vllm_routes(app, service, snapshot_root)
+        _vllm_routes(app, service, snapshot_root, served, max_lora_rank)
     return app
 
 
-def _vllm_routes(app: FastAPI, service: InferenceService, root: str | Path | None) -> None:
-    """vLLM's dev-mode reload routes, as ``VLLMReloadAdapter`` calls them."""
+def _vllm_routes(
+    app: FastAPI,
+    service: InferenceService,
+    root: str | Path | None,
+    served: dict[str, str],
+    max_lora_rank: int | None,
+) -> None:
+    """vLLM's dev-mode reload routes and its LoRA loading route, as
+    ``VLLMReloadAdapter`` calls them."""
     staged: dict[str, str] = {}
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(request: Request) -> PlainTextResponse:
+        if max_lora_rank is None:
+            raise OpenAIError(400, "LoRA is not enabled; start the server with --enable-lora")
+        body = await request.json()
+        name, path = str(body.get("lora_name") or ""), str(body.get("lora_path") or "")
+        if not name or not path:
+            raise OpenAIError(400, "lora_name and lora_path are required")
+        if served["model"] == name and not body.get("load_inplace"):
+            raise OpenAIError(400, f"The lora adapter '{name}' has already been loaded.")
+        checked = check_snapshot_path(path, root)
+        if not is_adapter_snapshot(checked):
+            raise OpenAIError(400, f"{path} is not a LoRA adapter (no adapter_config.json)")
+        config = json.loads((Path(checked) / ADAPTER_CONFIG).read_text())
+        if config.get("modules_to_save"):
+            raise OpenAIError(400, "vLLM only supports modules_to_save being None.")
+        rank = int(config.get("r", 0))
+        if rank > max_lora_rank:
+            raise OpenAIError(
+                400, f"LoRA rank {rank} is greater than max_lora_rank {max_lora_rank}."
+            )
+        await service.reload(checked, service.version + 1)
+        served["model"] = name
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' added successfully.")
 
     @app.post("/collective_rpc")
     async def collective_rpc(request: Request) -> JSONResponse:

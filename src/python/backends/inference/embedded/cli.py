@@ -58,6 +58,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "weights reload through vLLM's dev-mode /collective_rpc routes)",
     )
     p.add_argument(
+        "--enable-lora",
+        action="store_true",
+        help="with --api vllm: load LoRA snapshots through /v1/load_lora_adapter, as vLLM "
+        "started with --enable-lora does",
+    )
+    p.add_argument(
+        "--max-lora-rank", type=int, default=16, help="with --enable-lora: the largest rank"
+    )
+    p.add_argument(
         "--parent-pid",
         type=int,
         default=None,
@@ -131,7 +140,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         base_model=base,
     )
     name = args.served_model_name or args.model
-    app = create_app(service, name, api=args.api, token=token, snapshot_root=args.snapshot_root)
+    app = create_app(
+        service,
+        name,
+        api=args.api,
+        token=token,
+        snapshot_root=args.snapshot_root,
+        max_lora_rank=args.max_lora_rank if args.enable_lora else None,
+    )
     config = uvicorn.Config(
         app,
         host=args.host,

@@ -34,11 +34,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -58,10 +60,31 @@ class ServerStartError(RuntimeError, NexrlError):
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: SIGTERM this child when the process that started it dies."""
+    """Linux: SIGTERM this child when the thread that started it ends (the process's
+    death ends every thread): see ``_spawn``."""
     import ctypes
 
     ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+_LAUNCHER: ThreadPoolExecutor | None = None
+_LAUNCHER_LOCK = threading.Lock()
+
+
+def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``Popen`` on a thread that lives as long as this process. ``PR_SET_PDEATHSIG``
+    fires when the *thread* that forked the child ends, not the process: a command
+    started from a short-lived thread (the controller starts the server on one while
+    the trainer sets up) was SIGTERMed seconds later when that thread finished."""
+    global _LAUNCHER
+    with _LAUNCHER_LOCK:
+        if _LAUNCHER is None:
+            _LAUNCHER = ThreadPoolExecutor(1, thread_name_prefix="nexrl-server-launcher")
+
+    def popen() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(cmd, **kwargs)
+
+    return _LAUNCHER.submit(popen).result()
 
 
 def fill_command(command: str, **fields: str) -> list[str]:
@@ -118,8 +141,10 @@ class EmbeddedServer(LocalService):
         command: str | None = None,
         api_key: str | None = None,
         snapshot_root: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """``log_path``: server stdout/stderr (default: a temp file removed by ``stop()``).
+        ``env``: variables set in the server's environment besides this process's.
         ``exit_with_parent``: the server exits by itself when this process dies, even
         by SIGKILL (it runs in its own session, so it would otherwise be orphaned).
         ``command``: start this server command instead; ``api_key``, ``snapshot_root``:
@@ -127,6 +152,7 @@ class EmbeddedServer(LocalService):
         self.command = command
         self.token = token_of(api_key)
         self.snapshot_root = None if snapshot_root is None else str(snapshot_root)
+        self.env = dict(env or {})
         self.model = str(model)
         self.host, self.port = host, port
         self.served_model_name = served_model_name or self.model
@@ -201,7 +227,7 @@ class EmbeddedServer(LocalService):
                 *self.extra_args,
             ]
             fds, preexec = (sock.fileno(),), None
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        env = {**os.environ, **self.env, "PYTHONPATH": os.pathsep.join(sys.path)}
         env.pop(INFERENCE_TOKEN_ENV, None)  # only the token this handle was given
         if self.token:
             env[INFERENCE_TOKEN_ENV] = self.token
@@ -209,7 +235,7 @@ class EmbeddedServer(LocalService):
                 env["VLLM_API_KEY"] = self.token
         with open(self.log_path, "ab") as log:
             try:
-                self._proc = subprocess.Popen(
+                self._proc = _spawn(
                     cmd,
                     env=env,
                     stdout=log,

@@ -26,6 +26,13 @@ from typing import Any
 import torch
 
 from nexrl.errors import NexrlError
+from nexrl.weights.snapshot import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    adapter_base_model,
+    is_adapter_snapshot,
+)
+from nexrl.weights.snapshot import SnapshotError as PublishError
 
 
 class SnapshotError(ValueError, NexrlError):
@@ -201,28 +208,12 @@ def _check_finite(model: Any, snap: Path) -> None:
         raise SnapshotError(f"snapshot {str(snap)!r}: weights give non-finite logits")
 
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-
-
-def is_adapter_snapshot(path: str | Path) -> bool:
-    """Whether ``path`` is a LoRA snapshot (``adapter_config.json``, no ``config.json``)."""
-    p = Path(path)
-    return (p / ADAPTER_CONFIG).is_file() and not (p / "config.json").is_file()
-
-
 def adapter_base_path(path: str | Path) -> str:
     """The base model folder an adapter snapshot names (``base_model_name_or_path``)."""
-    snap = Path(path)
     try:
-        base = json.loads((snap / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
-    except (OSError, ValueError) as exc:
-        raise SnapshotError(
-            f"snapshot {str(snap)!r}: adapter_config.json is unreadable: {exc}"
-        ) from None
-    if not base:
-        raise SnapshotError(f"snapshot {str(snap)!r}: adapter_config.json names no base model")
-    return str(base)
+        return adapter_base_model(path)
+    except PublishError as exc:  # this module's error: the server answers 400
+        raise SnapshotError(f"snapshot {str(path)!r}: {exc}") from None
 
 
 def load_adapter_snapshot(path: str | Path, *, base: Any, device: torch.device) -> Any:
