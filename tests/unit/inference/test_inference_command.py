@@ -4,6 +4,7 @@ as a shell-split argv, and started/stopped by the same handle as the embedded se
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -137,5 +138,23 @@ def test_the_user_guides_command_line_passes_check(capsys: pytest.CaptureFixture
     (line,) = [ln.strip() for ln in text.splitlines() if f"{FIELD}=\"'vllm serve" in ln]
     args = shlex.split(line)
     assert args[:4] == ["./pants", "run", "src/python/nexrl:train", "--"], line
+    assert main([*args[4:], "--check"]) == 0
+    assert "recipe is valid" in capsys.readouterr().out
+
+
+def test_the_trainer_guides_lora_on_vllm_line_passes_check(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/trainer.md, "LoRA on vLLM": the command as written, with ``--check``
+    (everything but starting the engine: vLLM cannot run here)."""
+    import shlex
+
+    from nexrl.cli.train import main
+
+    text = Path("docs/trainer.md").read_text()
+    section = text[text.index("### LoRA on vLLM") : text.index("## Checkpoints and resume")]
+    (block,) = re.findall(r"```bash\n(.*?)```", section, re.S)
+    args = shlex.split(block.replace("\\\n", " "))
+    assert args[:4] == ["./pants", "run", "src/python/nexrl:train", "--"], args
     assert main([*args[4:], "--check"]) == 0
     assert "recipe is valid" in capsys.readouterr().out

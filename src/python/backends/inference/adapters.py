@@ -58,7 +58,7 @@ import httpx
 
 from nexrl.errors import NexrlError
 from nexrl.inference.balance import RoundRobin, normalize_base_urls
-from nexrl.weights.snapshot import is_adapter_snapshot
+from nexrl.util.adapters import is_adapter_snapshot
 
 
 class ReloadError(RuntimeError, NexrlError):

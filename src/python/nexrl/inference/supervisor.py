@@ -37,8 +37,8 @@ from typing import Any
 
 from nexrl.config.sections.runtime import InferenceServiceConfig
 from nexrl.errors import NexrlError
+from nexrl.util.adapters import adapter_base_model, is_adapter_snapshot
 from nexrl.util.auth import token_of
-from nexrl.weights.snapshot import adapter_base_model, is_adapter_snapshot
 
 __all__ = ["InferenceSupervisor", "ServiceError"]
 
@@ -132,7 +132,10 @@ class InferenceSupervisor:
             if self.lora_name:
                 command["env"] = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
             if adapter:  # an engine that loads adapters by name starts on their base
-                model = adapter_base_model(model)
+                try:
+                    model = adapter_base_model(model)
+                except ValueError as exc:
+                    raise ServiceError(f"cannot start on the adapter snapshot: {exc}") from None
         else:
             command = {"extra_args": self._embedded_args()}
         server = factory(

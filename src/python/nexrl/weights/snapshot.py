@@ -59,6 +59,7 @@ from typing import Any
 import torch
 
 from nexrl.errors import NexrlError
+from nexrl.util.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from nexrl.util.checksums import check_tree, tree_checksums
 from nexrl.util.files import (
     atomic_symlink,
@@ -78,8 +79,6 @@ __all__ = [
     "PublishedSnapshot",
     "SnapshotError",
     "SnapshotPublisher",
-    "adapter_base_model",
-    "is_adapter_snapshot",
     "latest_snapshot",
     "list_snapshots",
     "prepare_state_dict",
@@ -91,8 +90,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 LATEST_NAME = "latest"
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 VERSION_FILE = "version"
 CHECKSUMS_FILE = "checksums.json"
 _SNAPSHOT_RE = re.compile(r"^v(\d+)$")
@@ -131,25 +128,6 @@ def read_version(path: str | Path) -> int | None:
         return int((Path(path) / VERSION_FILE).read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def is_adapter_snapshot(path: str | Path) -> bool:
-    """Whether ``path`` is a LoRA snapshot (``adapter_config.json``, no ``config.json``)."""
-    p = Path(path)
-    return (p / ADAPTER_CONFIG).is_file() and not (p / "config.json").is_file()
-
-
-def adapter_base_model(path: str | Path) -> str:
-    """The base model folder a LoRA snapshot's ``adapter_config.json`` names
-    (``base_model_name_or_path``); ``SnapshotError`` naming the file otherwise."""
-    config = Path(path) / ADAPTER_CONFIG
-    try:
-        base = json.loads(config.read_text()).get("base_model_name_or_path")
-    except (OSError, ValueError, AttributeError) as exc:
-        raise SnapshotError(f"{config} is unreadable: {exc}") from None
-    if not base:
-        raise SnapshotError(f"{config} names no base model (base_model_name_or_path)")
-    return str(base)
 
 
 def list_snapshots(root: str | Path) -> list[tuple[int, Path]]:

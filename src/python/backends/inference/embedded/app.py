@@ -49,8 +49,8 @@ from backends.inference.embedded.protocol import (
     UpdateWeightsRequest,
 )
 from backends.inference.embedded.service import InferenceService
+from nexrl.util.adapters import ADAPTER_CONFIG, is_adapter_snapshot
 from nexrl.util.auth import BearerAuth, bearer_key, same_token
-from nexrl.weights.snapshot import ADAPTER_CONFIG, is_adapter_snapshot
 
 
 def _versioned(body: dict[str, Any], version: int, status: int = 200) -> JSONResponse:

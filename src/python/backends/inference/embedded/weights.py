@@ -26,13 +26,12 @@ from typing import Any
 import torch
 
 from nexrl.errors import NexrlError
-from nexrl.weights.snapshot import (
+from nexrl.util.adapters import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     adapter_base_model,
     is_adapter_snapshot,
 )
-from nexrl.weights.snapshot import SnapshotError as PublishError
 
 
 class SnapshotError(ValueError, NexrlError):
@@ -212,7 +211,7 @@ def adapter_base_path(path: str | Path) -> str:
     """The base model folder an adapter snapshot names (``base_model_name_or_path``)."""
     try:
         return adapter_base_model(path)
-    except PublishError as exc:  # this module's error: the server answers 400
+    except ValueError as exc:  # as this module's error: the server answers 400
         raise SnapshotError(f"snapshot {str(path)!r}: {exc}") from None
 
 

@@ -37,7 +37,11 @@ class InferenceServiceConfig:
         "the driver; on Slurm in the inference job), waits for its /health, reloads it "
         "through 'backend''s API and stops it at the end. Needs an empty base_urls.",
     )
-    served_model_name: str = cfg_field("policy", help="Model name sent in requests.")
+    served_model_name: str = cfg_field(
+        "policy",
+        help="Model name sent in requests; with trainer.lora on vLLM the rollouts request "
+        "'<this>-lora', the name the run loads its adapters under (docs/trainer.md).",
+    )
     api_key: str = cfg_field(
         "EMPTY",
         help="API key sent to the service (Authorization: Bearer). For a server nexrl starts, "
