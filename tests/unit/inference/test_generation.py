@@ -105,3 +105,24 @@ def test_rows_finish_independently(lm: Any) -> None:
     assert len(a.token_ids) == 2 and a.finish_reason == "length"
     assert b.token_ids[:2] == a.token_ids and len(b.token_ids) <= 9
     assert _gen(lm, []) == []
+
+
+def test_sample_next_by_hand() -> None:
+    """Inverse-transform sampling on hand-made rows: probabilities (0.2, 0.3, 0.5) have
+    the cumulative (0.2, 0.5, 1.0), so the draws 0.1 / 0.3 / 0.6 / 0.99 pick tokens
+    0 / 1 / 2 / 2; temperature 0 is the argmax whatever the draw; top_p 0.6 keeps the
+    0.5 and 0.3 tokens (the mass above the 0.2 token is 0.8 >= 0.6), renormalised to
+    (0, 0.375, 0.625): draw 0.3 -> token 1, draw 0.4 -> token 2."""
+    from backends.inference.embedded.generation import sample_next
+
+    row = torch.log(torch.tensor([0.2, 0.3, 0.5]))
+    logits = row.repeat(7, 1)
+    temperature = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0])
+    top_p = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 0.6, 0.6])
+    uniform = torch.tensor([0.1, 0.3, 0.6, 0.99, 0.1, 0.3, 0.4])
+    tokens, lp = sample_next(logits, temperature, top_p, uniform)
+    assert tokens.tolist() == [0, 1, 2, 2, 2, 1, 2]
+    assert torch.allclose(lp[0], row)  # raw log-probs reported
+    _, processed = sample_next(logits, temperature, top_p, uniform, mode="processed")
+    assert torch.allclose(processed[5].exp(), torch.tensor([0.0, 0.375, 0.625]))
+    assert torch.allclose(processed[4], row)  # a greedy row reports raw log-probs

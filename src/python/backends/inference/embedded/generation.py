@@ -1,8 +1,9 @@
 """Batched sampling for a transformers causal LM: one padded forward loop with KV cache.
 
 Rows (one per prompt x choice) may carry different sampling parameters; each
-has its own ``torch.Generator`` so a seeded row samples the same tokens
-whatever batch it lands in. Prompts are left-padded; position ids follow the
+step samples every row at once (``sample_next``), from draws each row takes from
+its own seeded ``torch.Generator`` at the start, so a seeded row samples the same
+tokens whatever batch it lands in. Prompts are left-padded; position ids follow the
 attention mask, so a row's logits do not depend on its batch neighbours
 (up to float rounding).
 
@@ -45,42 +46,70 @@ class SequenceOutput:
     finish_reason: str = "length"
 
 
-def _generator(seed: int, device: torch.device) -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(seed & 0x7FFF_FFFF_FFFF_FFFF)
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed & 0x7FFF_FFFF_FFFF_FFFF)
 
 
-def _process(logits: torch.Tensor, p: SamplingParams) -> torch.Tensor:
-    """Temperature + top-p on one row of float32 logits (temperature > 0)."""
-    scaled = logits / p.temperature
-    if p.top_p < 1.0:
-        sorted_logits, order = torch.sort(scaled, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # Drop a token when the mass before it already reaches top_p (keeps >= 1).
-        drop = (torch.cumsum(probs, dim=-1) - probs) >= p.top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        scaled = torch.empty_like(scaled).scatter_(-1, order, sorted_logits)
-    return scaled
+def _top_p_mask(scaled: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Top-p (nucleus) on rows of temperature-scaled logits ``[B, V]`` with per-row
+    ``top_p`` ``[B]``: a token is dropped when the probability mass of the tokens
+    ranked above it already reaches ``top_p`` (so the top token always stays)."""
+    sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    drop = (torch.cumsum(probs, dim=-1) - probs) >= top_p[:, None]
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(scaled).scatter_(-1, order, sorted_logits)
 
 
-def _sample_row(
-    logits: torch.Tensor, p: SamplingParams, gen: torch.Generator, mode: LogprobsMode
-) -> tuple[int, torch.Tensor]:
-    """Pick the next token of one row; return it and the log-prob vector to report."""
+def sample_next(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    uniform: torch.Tensor,
+    mode: LogprobsMode = "raw",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decoding step for every row at once: ``(tokens [B], log-probs [B, V] to
+    report)`` from float32 ``logits [B, V]``.
+
+    A row with ``temperature`` <= 0 takes the argmax. The others sample from
+    ``softmax(top_p(logits / temperature))`` by inverse transform: the token is the
+    first whose cumulative probability exceeds ``uniform`` (the row's own draw in
+    [0, 1), from its seeded generator), so a row's token depends only on its own
+    logits and seed, never on its batch neighbours."""
     raw = torch.log_softmax(logits, dim=-1)
-    if p.temperature <= 0.0:
-        return int(torch.argmax(logits)), raw
-    processed = _process(logits, p)
-    probs = torch.softmax(processed, dim=-1)
-    token = int(torch.multinomial(probs, 1, generator=gen))
-    return token, (torch.log_softmax(processed, dim=-1) if mode == "processed" else raw)
+    greedy = temperature <= 0.0
+    tokens = torch.argmax(logits, dim=-1)
+    if bool(greedy.all()):
+        return tokens, raw
+    scaled = logits / torch.where(greedy, 1.0, temperature)[:, None]
+    if bool((top_p < 1.0).any()):
+        scaled = _top_p_mask(scaled, top_p)
+    cdf = torch.cumsum(torch.softmax(scaled, dim=-1), dim=-1)
+    target = (uniform * cdf[:, -1]).unsqueeze(-1)
+    drawn = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    tokens = torch.where(greedy, tokens, drawn.clamp(max=logits.shape[-1] - 1))
+    if mode == "processed":
+        processed = torch.log_softmax(scaled, dim=-1)
+        return tokens, torch.where(greedy[:, None], raw, processed)
+    return tokens, raw
 
 
 class _RowState:
-    def __init__(self, params: SamplingParams, device: torch.device) -> None:
+    def __init__(self, params: SamplingParams) -> None:
         self.params = params
-        self.gen = _generator(params.seed, device)
         self.out = SequenceOutput()
         self.done = False
+
+
+def _draws(rows: list[tuple[list[int], SamplingParams]], device: torch.device) -> torch.Tensor:
+    """``[B, longest max_tokens]`` uniforms: row ``i``'s draws from its own seeded
+    generator, one per token it may sample (zeros for greedy rows)."""
+    steps = max(p.max_tokens for _, p in rows)
+    out = torch.zeros((len(rows), steps), dtype=torch.float32)
+    for i, (_, p) in enumerate(rows):
+        if p.temperature > 0.0:
+            out[i, : p.max_tokens] = torch.rand(p.max_tokens, generator=_generator(p.seed))
+    return out.to(device)
 
 
 def _stop_cut(text: str, stops: tuple[str, ...]) -> int | None:
@@ -110,22 +139,29 @@ def generate(
         mask[i, width - len(ids) :] = 1
     input_ids, mask = input_ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    states = [_RowState(p, device) for _, p in rows]
+    states = [_RowState(p) for _, p in rows]
+    temperature = torch.tensor([p.temperature for _, p in rows], device=device)
+    top_p = torch.tensor([p.top_p for _, p in rows], device=device)
+    uniform = _draws(rows, device)
 
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
     past = out.past_key_values
+    step = 0
     while True:
         logits = out.logits[:, -1, :].float()
-        next_tokens = []
+        tokens, lp = sample_next(
+            logits, temperature, top_p, uniform[:, min(step, uniform.shape[1] - 1)], logprobs_mode
+        )
+        chosen = lp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
+        next_tokens = tokens.tolist()
         for i, st in enumerate(states):
             if st.done:
-                next_tokens.append(pad_token_id)
+                next_tokens[i] = pad_token_id
                 continue
-            token, lp = _sample_row(logits[i], st.params, st.gen, logprobs_mode)
-            _record(st, token, lp, tokenizer, stop_token_ids)
-            next_tokens.append(token)
+            _record(st, next_tokens[i], chosen[i], lp[i], tokenizer, stop_token_ids)
         if all(st.done for st in states):
             break
+        step += 1
         feed = torch.tensor(next_tokens, dtype=torch.long, device=device).unsqueeze(-1)
         mask = torch.cat([mask, torch.ones_like(feed)], dim=-1)
         positions = positions[:, -1:] + 1
@@ -143,11 +179,16 @@ def generate(
 
 
 def _record(
-    st: _RowState, token: int, lp: torch.Tensor, tokenizer: Any, stop_token_ids: frozenset[int]
+    st: _RowState,
+    token: int,
+    logprob: float,
+    lp: torch.Tensor,
+    tokenizer: Any,
+    stop_token_ids: frozenset[int],
 ) -> None:
     o, p = st.out, st.params
     o.token_ids.append(token)
-    o.logprobs.append(float(lp[token]))
+    o.logprobs.append(logprob)
     if p.top_logprobs > 0:
         vals, idx = torch.topk(lp, k=min(p.top_logprobs, lp.shape[-1]))
         o.top_logprobs.append([(int(t), float(v)) for v, t in zip(vals, idx, strict=True)])
