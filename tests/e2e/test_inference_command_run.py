@@ -71,15 +71,13 @@ def test_a_lora_run_on_vllm_loads_each_adapter_by_name_and_resumes(tmp_path: Pat
     adapter before its first rollout."""
     out = tmp_path / "run"
     command = f"service.inference_service.command='{VLLM_STANDIN} --enable-lora --max-lora-rank 8'"
-    first = overrides(
-        out,
-        "service.inference_service.backend=vllm",
-        command,
-        *LORA,
-        "trainer.save_every=2",
-        steps=2,
-    )
-    assert Controller(load_recipe_checked(RECIPE, first), progress=False).run().steps == 2
+
+    def run(steps: int) -> int:
+        extra = ("service.inference_service.backend=vllm", command, *LORA, "trainer.save_every=2")
+        recipe = load_recipe_checked(RECIPE, overrides(out, *extra, steps=steps))
+        return Controller(recipe, progress=False).run().steps
+
+    assert run(2) == 2
     log = (out / "logs" / "driver.log").read_text()
     assert re.search(r"initial adapter \S+/v0 loaded as 'policy-lora'", log), log[-2000:]
     assert "restarting" not in log and "starting one on" not in log, log[-3000:]
@@ -90,15 +88,7 @@ def test_a_lora_run_on_vllm_loads_each_adapter_by_name_and_resumes(tmp_path: Pat
         names = {p.name for p in snap.iterdir()}
         assert "adapter_model.safetensors" in names and "config.json" not in names, names
 
-    second = overrides(
-        out,
-        "service.inference_service.backend=vllm",
-        command,
-        *LORA,
-        "trainer.save_every=2",
-        steps=3,
-    )
-    assert Controller(load_recipe_checked(RECIPE, second), progress=False).run().steps == 3
+    assert run(3) == 3
     log = (out / "logs" / "driver.log").read_text()
     assert "at step 2 (policy v2)" in log
     rows = train_rows(out)

@@ -78,15 +78,20 @@ HTTPServer((sys.argv[2], int(sys.argv[3])), H).serve_forever()
 """
 
 
-def test_the_handle_starts_waits_for_health_and_stops_the_command(tmp_path: Path) -> None:
+def _standin_server(tmp_path: Path) -> EmbeddedServer:
+    """A handle whose command is the STANDIN script, not started yet."""
     script = tmp_path / "standin.py"
     script.write_text(STANDIN)
-    server = EmbeddedServer(
+    return EmbeddedServer(
         "/models/m",
         command=f"{sys.executable} {script} {{model}} {{host}} {{port}}",
         log_path=tmp_path / "inference.log",
         startup_timeout_s=60,
     )
+
+
+def test_the_handle_starts_waits_for_health_and_stops_the_command(tmp_path: Path) -> None:
+    server = _standin_server(tmp_path)
     with server:
         assert server.alive()
         reply = httpx.get(f"{server.base_url}/health", timeout=10)
@@ -102,14 +107,7 @@ def test_a_command_started_from_a_thread_outlives_that_thread(tmp_path: Path) ->
     import threading
     import time
 
-    script = tmp_path / "standin.py"
-    script.write_text(STANDIN)
-    server = EmbeddedServer(
-        "/models/m",
-        command=f"{sys.executable} {script} {{model}} {{host}} {{port}}",
-        log_path=tmp_path / "inference.log",
-        startup_timeout_s=60,
-    )
+    server = _standin_server(tmp_path)
     starter = threading.Thread(target=server.start)
     starter.start()
     starter.join()
