@@ -4,9 +4,11 @@ One embedded server (tiny Qwen2, CPU) and the default recipe's evaluator. Both
 variants roll out ``GROUPS`` prompt groups of ``GROUP_SIZE`` samples (one token
 each, the default recipe's task) and score them:
 
-* **dask** (what ``nexrl train`` does): one rollout future and one evaluator
-  future per group on a ``LocalCluster`` of 2 worker processes; the evaluator
-  future appends the group to a zarr pool;
+* **dask** (what ``nexrl train`` does): a rollout future and an evaluator
+  future per task on a ``LocalCluster`` of 2 worker processes, a task being one
+  group (``rollout_worker.groups_per_task`` 1, the default) or 8 (the default
+  recipe's setting: the 16 groups in two tasks); the evaluator future appends
+  the task's groups to a zarr pool in one commit;
 * **direct** (baseline): all requests from one process with one
   ``InferenceClient`` and ``asyncio.gather``, scored in that process, nothing
   stored.
@@ -110,8 +112,7 @@ def _direct(server: EmbeddedServer, spec: RolloutSpec, round_no: int) -> list[fl
 
 def _dask(dispatcher: RolloutDispatcher, round_no: int, name: str) -> list[float]:
     start = time.perf_counter()
-    for g in _groups(round_no):
-        dispatcher.submit(g)
+    dispatcher.submit_groups(_groups(round_no))
     done = dispatcher.drain(timeout_s=300)
     _times.setdefault(name, []).append(time.perf_counter() - start)
     assert not done.failed
@@ -132,24 +133,35 @@ def test_direct_requests_baseline(benchmark: Any, server: EmbeddedServer, tmp_pa
 
 
 @pytest.mark.benchmark(group="rollout-plane")
-@pytest.mark.parametrize("group_requests", [False, True], ids=["request-per-sample", "n-per-group"])
+@pytest.mark.parametrize(
+    ("group_requests", "groups_per_task"),
+    [(False, 1), (True, 1), (True, 8)],
+    ids=["request-per-sample", "n-per-group", "n-per-group-8-per-task"],
+)
 def test_dask_futures_and_pool(
-    benchmark: Any, server: EmbeddedServer, tmp_path: Path, group_requests: bool
+    benchmark: Any,
+    server: EmbeddedServer,
+    tmp_path: Path,
+    group_requests: bool,
+    groups_per_task: int,
 ) -> None:
     """The controller's plane; ``n-per-group`` is ``rollout_worker.one_request_per_group``
     (the default: one request with n=8 per group), ``request-per-sample`` the 128
-    separate requests the direct baseline also sends."""
+    separate requests the direct baseline also sends; ``8-per-task`` is
+    ``rollout_worker.groups_per_task=8``."""
     from distributed import Client, LocalCluster
 
     from nexrl.pool import TrajectoryPool
 
-    name = "dask-n" if group_requests else "dask"
+    name = ("dask-n" if group_requests else "dask") + ("8" if groups_per_task > 1 else "")
     spec = _spec(server, tmp_path / "pool.zarr", group_requests)
     with (
         LocalCluster(n_workers=2, threads_per_worker=4, dashboard_address=":0") as cluster,
         Client(cluster) as client,
     ):
-        dispatcher = RolloutDispatcher(client, spec, rollout_cpus=0)
+        dispatcher = RolloutDispatcher(
+            client, spec, rollout_cpus=0, groups_per_task=groups_per_task
+        )
         _dask(dispatcher, 99, name)  # warm-up: workers import torch, open pool segments
         _times.pop(name)
         rounds = iter(range(ROUNDS))
@@ -164,6 +176,10 @@ def test_dask_futures_and_pool(
         ratio = statistics.median(_times[name]) / statistics.median(_times["direct"])
         benchmark.extra_info["time_vs_direct"] = ratio
         print(f"\nrollout plane ({name}): {ratio:.2f}x the direct time")
+    if name == "dask-n8" and "dask-n" in _times:
+        ratio = statistics.median(_times["dask-n"]) / statistics.median(_times["dask-n8"])
+        benchmark.extra_info["speedup_vs_one_group_per_task"] = ratio
+        print(f"rollout plane: 8 groups per task {ratio:.2f}x faster than one per task")
     if name == "dask-n" and "dask" in _times:
         ratio = statistics.median(_times["dask"]) / statistics.median(_times["dask-n"])
         benchmark.extra_info["speedup_vs_request_per_sample"] = ratio

@@ -21,7 +21,7 @@ class Clock:
 
 
 class Dispatcher:
-    """What ``top_up`` asks of a dispatcher: the groups running, and submit."""
+    """What ``top_up`` asks of a dispatcher: the groups running, and submit_groups."""
 
     def __init__(self) -> None:
         self.submitted: list[int] = []
@@ -29,8 +29,8 @@ class Dispatcher:
     def running(self, tag: str | None = None) -> list[Any]:
         return []  # every submitted group has already finished or failed in these tests
 
-    def submit(self, items: list[dict[str, Any]]) -> None:
-        self.submitted.append(int(items[0]["group_id"]))
+    def submit_groups(self, groups: list[list[dict[str, Any]]]) -> None:
+        self.submitted += [int(items[0]["group_id"]) for items in groups]
 
 
 class Loader:
@@ -43,7 +43,7 @@ class Loader:
 
 
 def _fail(sched: RolloutScheduler, gid: int) -> None:
-    group = InFlight([{"group_id": gid, "run_id": 0}], None, None, 0.0, "train")
+    group = InFlight([{"group_id": gid, "run_id": 0}], "train")
     sched.record_failure(
         group, TaskFailure("rollout", f"rollout-g{gid}", gid, "train", "KilledWorker")
     )
@@ -73,7 +73,7 @@ def test_a_failed_group_waits_its_backoff_while_new_groups_go_out(
 ) -> None:
     clock, counters = Clock(), {"failed_groups": 0.0}
     sched, loader = _scheduler(clock, counters), Loader(10)
-    dispatcher: Any = Dispatcher()  # stands in for RolloutDispatcher (running, submit)
+    dispatcher: Any = Dispatcher()  # stands in for RolloutDispatcher (running, submit_groups)
     _fail(sched, 7)
     assert "group 7 failed (attempt 1 of 4); rolled out again in 1.0s" in caplog.text
     sched.top_up(dispatcher, loader, lambda: 0)

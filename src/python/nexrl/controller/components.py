@@ -276,6 +276,7 @@ def _build(
         task_retries=int(cfg.rollout_worker.task_retries),
         rollout_cpus=int(cfg.resource.rollout_cpus),
         task_timeout_s=float(rm.task_timeout_s),
+        groups_per_task=int(cfg.rollout_worker.groups_per_task),
     )
     closers.append(dispatcher.cancel_all)
     resumed = info.get("resumed_from") is not None

@@ -1,15 +1,21 @@
 """``RolloutDispatcher``: prompt groups become rollout + evaluator futures on Dask.
 
-One group = two futures, named so the dashboard shows what they are
-(``rollout-g<group_id>-<tag>…`` then ``evaluate-g<group_id>-<tag>…``). Dask
-retries them when they raise (``task_retries``) and reschedules them when their
-worker dies; rollout futures ask for ``CPU`` resource units so a cluster never
-runs more of them than it has room for.
+Groups go out in tasks of ``groups_per_task`` groups (``rollout_worker.groups_per_task``;
+validation prompts in tasks of their own), each task two futures, named so the
+dashboard shows what they are (``rollout-g<first group>-<tag>…`` then
+``evaluate-g<first group>-<tag>…``; ``-g3+7-`` is group 3 and the 7 after it in the
+task). The rollout future runs its groups' model calls concurrently and tries a
+failing group again ``task_retries`` times; the evaluator future scores them and
+commits the scored groups in one pool commit. A group that failed comes back as
+a ``TaskFailure`` naming the component (rollout or evaluator) while the task's
+other groups are delivered. Dask retries a future that raised as a whole (a
+failed commit) and reschedules it when its worker dies; rollout futures ask for
+``CPU`` resource units so a cluster never runs more of them than it has room for.
 
 The dispatcher never blocks for long: ``wait_any`` waits at most its timeout,
-``harvest`` collects what has finished, and a group running past
-``task_timeout_s`` is cancelled and reported as a failure naming the component
-(rollout or evaluator) that hung.
+``harvest`` collects what has finished, and a task running past
+``task_timeout_s`` is cancelled and each of its groups reported as a failure
+naming the component (rollout or evaluator) that hung.
 """
 
 from __future__ import annotations
@@ -21,31 +27,46 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from nexrl.rollout_worker.tasks import GroupSummary, RolloutSpec, evaluate_task, rollout_task
+from nexrl.rollout_worker.tasks import (
+    GroupError,
+    GroupSummary,
+    RolloutSpec,
+    evaluate_groups_task,
+    rollout_groups_task,
+)
 
-__all__ = ["InFlight", "RolloutDispatcher", "TaskFailure"]
+__all__ = ["InFlight", "RolloutDispatcher", "Task", "TaskFailure"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class InFlight:
-    """A group whose futures are running."""
+    """A group whose task is running."""
 
     items: list[dict[str, Any]]
-    rollout: Any
-    evaluate: Any
-    submitted: float
     tag: str
+    task: Task | None = None
 
     @property
     def group_id(self) -> int:
         return int(self.items[0]["group_id"])
 
 
+@dataclass
+class Task:
+    """The two futures of one task (a few groups): rollout, then evaluator."""
+
+    groups: list[InFlight]
+    rollout: Any
+    evaluate: Any
+    submitted: float
+    tag: str
+
+
 @dataclass(frozen=True)
 class TaskFailure:
-    """A group that failed for good (after Dask's retries)."""
+    """A group that failed for good (after its task's retries)."""
 
     component: str  # "rollout" or "evaluator"
     key: str
@@ -76,6 +97,7 @@ class RolloutDispatcher:
         task_retries: int = 2,
         rollout_cpus: int = 1,
         task_timeout_s: float = 600.0,
+        groups_per_task: int = 1,
         clock: Any = time.monotonic,
     ) -> None:
         self.client = client
@@ -83,8 +105,9 @@ class RolloutDispatcher:
         self.task_retries = task_retries
         self.resources = {"CPU": rollout_cpus} if rollout_cpus else None
         self.task_timeout_s = task_timeout_s
+        self.groups_per_task = max(1, int(groups_per_task))
         self._clock = clock
-        self._running: list[InFlight] = []
+        self._tasks: list[Task] = []
 
     # -- submitting -------------------------------------------------------------
     def submit(
@@ -95,21 +118,43 @@ class RolloutDispatcher:
         spec: RolloutSpec | None = None,
         tag: str = "train",
     ) -> InFlight:
-        """Start the rollout and evaluator futures of one group (``items`` share a group_id)."""
-        spec = spec or self.spec
-        gid = int(items[0]["group_id"])
-        suffix = f"g{gid}-{tag}-{uuid.uuid4().hex[:8]}"
+        """Start a task of one group (``items`` share a group_id; validation passes
+        prompts of several groups as one)."""
+        return self._submit_task([items], commit, spec or self.spec, tag)[0]
+
+    def submit_groups(
+        self,
+        groups: list[list[dict[str, Any]]],
+        *,
+        commit: bool = True,
+        spec: RolloutSpec | None = None,
+        tag: str = "train",
+    ) -> list[InFlight]:
+        """Start ``groups`` in tasks of ``groups_per_task`` groups."""
+        out: list[InFlight] = []
+        n = self.groups_per_task
+        for k in range(0, len(groups), n):
+            out += self._submit_task(groups[k : k + n], commit, spec or self.spec, tag)
+        return out
+
+    def _submit_task(
+        self, groups: list[list[dict[str, Any]]], commit: bool, spec: RolloutSpec, tag: str
+    ) -> list[InFlight]:
+        first = int(groups[0][0]["group_id"])
+        more = f"+{len(groups) - 1}" if len(groups) > 1 else ""
+        suffix = f"g{first}{more}-{tag}-{uuid.uuid4().hex[:8]}"
         rollout = self.client.submit(
-            rollout_task,
+            rollout_groups_task,
             spec,
-            items,
+            groups,
+            self.task_retries,
             key=f"rollout-{suffix}",
             retries=self.task_retries,
             resources=self.resources,
             pure=False,
         )
         evaluate = self.client.submit(
-            evaluate_task,
+            evaluate_groups_task,
             spec,
             rollout,
             commit,
@@ -118,27 +163,30 @@ class RolloutDispatcher:
             resources=self.resources,  # on rollout workers, never a trainer's (Slurm)
             pure=False,
         )
-        group = InFlight(items, rollout, evaluate, self._clock(), tag)
-        self._running.append(group)
-        return group
+        members = [InFlight(items, tag) for items in groups]
+        task = Task(members, rollout, evaluate, self._clock(), tag)
+        for g in members:
+            g.task = task
+        self._tasks.append(task)
+        return members
 
     # -- watching ---------------------------------------------------------------
     def running(self, tag: str | None = None) -> list[InFlight]:
-        return [g for g in self._running if tag is None or g.tag == tag]
+        return [g for t in self._tasks if tag is None or t.tag == tag for g in t.groups]
 
     def running_trajectories(self, tag: str | None = None) -> int:
         return sum(len(g.items) for g in self.running(tag))
 
     def wait_any(self, timeout_s: float) -> None:
-        """Block until some running group finishes, or ``timeout_s`` passes."""
-        if not self._running:
+        """Block until some running task finishes, or ``timeout_s`` passes."""
+        if not self._tasks:
             time.sleep(timeout_s)
             return
         from distributed import wait
 
         with contextlib.suppress(TimeoutError):
             wait(
-                [g.evaluate for g in self._running],
+                [t.evaluate for t in self._tasks],
                 timeout=timeout_s,
                 return_when="FIRST_COMPLETED",
             )
@@ -147,43 +195,61 @@ class RolloutDispatcher:
         """Collect finished, failed and timed-out groups (never blocks)."""
         out = Harvest()
         now = self._clock()
-        still: list[InFlight] = []
-        for g in self._running:
-            status = g.evaluate.status
+        still: list[Task] = []
+        for t in self._tasks:
+            status = t.evaluate.status
             if status == "finished":
                 try:
-                    out.done.append((g, g.evaluate.result(timeout=30)))
+                    results = t.evaluate.result(timeout=30)
                 except Exception as exc:  # lost between status and result: a failure
-                    out.failed.append((g, self._failure(g, exc)))
+                    self._fail_all(out, t, self._failure(t, exc))
+                    continue
+                for g, r in zip(t.groups, results, strict=True):
+                    if isinstance(r, GroupError):
+                        fut = t.rollout if r.component == "rollout" else t.evaluate
+                        failure = TaskFailure(r.component, str(fut.key), g.group_id, t.tag, r.error)
+                        out.failed.append((g, failure))
+                    else:
+                        out.done.append((g, r))
             elif status in ("error", "cancelled"):
-                out.failed.append((g, self._failure(g, None)))
-            elif now - g.submitted > self.task_timeout_s:
-                component = "rollout" if g.rollout.status != "finished" else "evaluator"
-                key = g.rollout.key if component == "rollout" else g.evaluate.key
-                self.client.cancel([g.rollout, g.evaluate])
+                self._fail_all(out, t, self._failure(t, None))
+            elif now - t.submitted > self.task_timeout_s:
+                component = "rollout" if t.rollout.status != "finished" else "evaluator"
+                key = t.rollout.key if component == "rollout" else t.evaluate.key
+                self.client.cancel([t.rollout, t.evaluate])
                 failure = TaskFailure(
                     component,
                     str(key),
-                    g.group_id,
-                    g.tag,
+                    t.groups[0].group_id,
+                    t.tag,
                     f"still running after runtime_monitor.task_timeout_s={self.task_timeout_s:g}s; "
                     "cancelled (a hung inference service or evaluator?)",
                 )
-                out.failed.append((g, failure))
+                self._fail_all(out, t, failure)
             else:
-                still.append(g)
-        self._running = still
+                still.append(t)
+        self._tasks = still
         for _, f in out.failed:
             logger.warning("%s", f.describe())
         return out
 
-    def _failure(self, g: InFlight, exc: BaseException | None) -> TaskFailure:
-        for component, fut in (("rollout", g.rollout), ("evaluator", g.evaluate)):
+    @staticmethod
+    def _fail_all(out: Harvest, t: Task, failure: TaskFailure) -> None:
+        """Every group of ``t`` failed with ``failure`` (its own group id each)."""
+        from dataclasses import replace
+
+        for g in t.groups:
+            out.failed.append((g, replace(failure, group_id=g.group_id)))
+
+    def _failure(self, t: Task, exc: BaseException | None) -> TaskFailure:
+        for component, fut in (("rollout", t.rollout), ("evaluator", t.evaluate)):
             if fut.status in ("error", "cancelled"):
                 err = exc or _exception(fut)
-                return TaskFailure(component, str(fut.key), g.group_id, g.tag, _describe(err))
+                return TaskFailure(
+                    component, str(fut.key), t.groups[0].group_id, t.tag, _describe(err)
+                )
         return TaskFailure(
-            "evaluator", str(g.evaluate.key), g.group_id, g.tag, _describe(exc or "lost")
+            "evaluator", str(t.evaluate.key), t.groups[0].group_id, t.tag, _describe(exc or "lost")
         )
 
     # -- stopping ---------------------------------------------------------------
@@ -191,35 +257,31 @@ class RolloutDispatcher:
         """Wait (bounded) until nothing is running; what finished, failed or timed out."""
         total = Harvest()
         deadline = self._clock() + timeout_s
-        while self._running:
+        while self._tasks:
             self.wait_any(min(1.0, max(0.01, deadline - self._clock())))
             h = self.harvest()
             total.done += h.done
             total.failed += h.failed
-            if self._running and self._clock() >= deadline:
-                for g in self._running:
-                    self.client.cancel([g.rollout, g.evaluate])
-                    total.failed.append(
-                        (
-                            g,
-                            TaskFailure(
-                                "rollout", str(g.rollout.key), g.group_id, g.tag, "drain timeout"
-                            ),
-                        )
+            if self._tasks and self._clock() >= deadline:
+                for t in self._tasks:
+                    self.client.cancel([t.rollout, t.evaluate])
+                    failure = TaskFailure(
+                        "rollout", str(t.rollout.key), t.groups[0].group_id, t.tag, "drain timeout"
                     )
-                self._running = []
+                    self._fail_all(total, t, failure)
+                self._tasks = []
         return total
 
     def cancel_all(self) -> list[InFlight]:
-        """Cancel every running group; returns them (their items were not rolled out)."""
-        groups, self._running = self._running, []
-        futures = [f for g in groups for f in (g.rollout, g.evaluate)]
+        """Cancel every running task; returns their groups (not rolled out)."""
+        tasks, self._tasks = self._tasks, []
+        futures = [f for t in tasks for f in (t.rollout, t.evaluate)]
         if futures:
             try:
                 self.client.cancel(futures)
             except Exception as exc:  # the cluster may already be gone
                 logger.debug("cancel: %s", exc)
-        return groups
+        return [g for t in tasks for g in t.groups]
 
 
 def _exception(fut: Any) -> Any:

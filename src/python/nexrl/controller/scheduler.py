@@ -149,23 +149,26 @@ class RolloutScheduler:
         if running >= min(self.target, self.max_in_flight):
             return  # nothing to dispatch: skip reading the pool's stats
         outstanding = running + pool_groups()
+        out: list[Group] = []
         while outstanding < self.target and running < self.max_in_flight:
             ready = self._next_retry() if self.retry else None
             if ready is not None:
                 items = ready
             elif self.loader_done:
-                return  # only retries waiting for their backoff
+                break  # only retries waiting for their backoff
             else:
                 groups = loader.next_batch(1)
                 if not groups:
                     self.loader_done = True
-                    return
+                    break
                 items = groups[0]
             if int(items[0]["group_id"]) in self.skip:
                 continue  # already in the pool (resumed run): never rolled out twice
-            dispatcher.submit(items)
+            out.append(items)
             outstanding += 1
             running += 1
+        if out:
+            dispatcher.submit_groups(out)  # in tasks of rollout_worker.groups_per_task
 
     # -- delivered batches ------------------------------------------------------
     def first_copy_index(self, batch: Any) -> np.ndarray:

@@ -1,19 +1,24 @@
 """The functions Dask workers run for the controller: rollout and evaluator futures.
 
-For each prompt group the controller submits two futures::
+The controller submits prompt groups in tasks of ``rollout_worker.groups_per_task``
+groups, two futures per task::
 
-    episodes = client.submit(rollout_task, spec, items, key="rollout-g<group>-…")
-    summary  = client.submit(evaluate_task, spec, episodes, commit, key="evaluate-g<group>-…")
+    outputs   = client.submit(rollout_groups_task, spec, groups, retries, key="rollout-g<first>…")
+    summaries = client.submit(evaluate_groups_task, spec, outputs, commit, key="evaluate-g<first>…")
 
-``rollout_task`` runs the rollout worker's ``run_group`` on the group's items
-(``run_agent`` for every item concurrently, or one request for the whole group;
-one event loop, one inference client per process); ``evaluate_task`` scores
-the episodes with the recipe's evaluator and appends the group's trajectories
-to the zarr pool in one commit, so a group is in the pool whole or not at all.
-Only a small ``GroupSummary`` travels back to the controller; the trajectories
-go to shared storage.
+``rollout_groups_task`` runs the rollout worker's ``run_group`` on each group's
+items, all groups at once (``run_agent`` for every item concurrently, or one
+request per group; one event loop, one inference client per process), and
+tries a failing group again up to ``retries`` times; ``evaluate_groups_task``
+scores each group with the recipe's evaluator and appends the scored groups'
+trajectories to the zarr pool in one commit, so a group is in the pool whole or
+not at all. A group that still failed comes back as a ``GroupError`` without
+failing its task's other groups. Only small ``GroupSummary`` records travel
+back to the controller; the trajectories go to shared storage.
+``rollout_task`` / ``evaluate_task`` are the same for one group, raising what
+the group raised.
 
-Both functions are pure in their inputs (no driver state), so Dask may rerun
+The functions are pure in their inputs (no driver state), so Dask may rerun
 them on another worker when one dies. Workers, evaluators and pool writers are
 built once per process and cached.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +37,17 @@ from nexrl.pool.config import PoolConfig
 from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
 from nexrl.types import Trajectory
 
-__all__ = ["GroupSummary", "RolloutSpec", "evaluate_task", "rollout_task"]
+__all__ = [
+    "GroupError",
+    "GroupSummary",
+    "RolloutSpec",
+    "evaluate_groups_task",
+    "evaluate_task",
+    "rollout_groups_task",
+    "rollout_task",
+]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -89,6 +105,15 @@ class RolloutSpec:
         from dataclasses import replace
 
         return replace(self, base_urls=tuple(urls))
+
+
+@dataclass(frozen=True)
+class GroupError:
+    """A group of a multi-group task whose rollout or scoring failed (after the
+    task's retries); the task's other groups are unaffected."""
+
+    component: str  # "rollout" or "evaluator"
+    error: str  # "Type: message"
 
 
 @dataclass
@@ -323,46 +348,95 @@ def _loop() -> _LoopThread:
         return _LOOP
 
 
+def _rollout_limit(spec: RolloutSpec) -> float:
+    """Seconds one group's rollout may take. Each model call is bounded by timeout_s
+    (retries included); the margin covers multi-call episodes queued behind each other
+    on a busy service. An agent function's episode is bounded by agent_timeout_s (its
+    own AgentError first)."""
+    limit = spec.timeout_s * 4 + 30.0
+    if _runs_openai_agent(spec):
+        limit = max(limit, spec.agent_timeout_s + 30.0)
+    return limit
+
+
+async def _rollout_group(
+    spec: RolloutSpec, items: list[dict[str, Any]], runner: _LoopThread, recorder: Any
+) -> list[Episode | Trajectory]:
+    worker = _worker(spec, runner.client(spec), recorder)
+    if type(worker).scores_separately():
+        episodes: list[Episode | Trajectory] = [*await worker.run_group(items)]
+        return episodes
+    scored = await asyncio.gather(*(worker.rollout(i) for i in items))
+    return [t for ts in scored for t in ts]
+
+
 def rollout_task(spec: RolloutSpec, items: list[dict[str, Any]]) -> list[Episode | Trajectory]:
-    """Run every item of a group; episodes (or, for a worker that only overrides
-    ``rollout``, already scored trajectories)."""
+    """Run every item of one group; episodes (or, for a worker that only overrides
+    ``rollout``, already scored trajectories). Raises what the rollout raised."""
     runner = _loop()
     recorder = runner.recorder(spec) if _runs_openai_agent(spec) else None
-
-    async def run() -> list[Any]:
-        worker = _worker(spec, runner.client(spec), recorder)
-        if type(worker).scores_separately():
-            return await worker.run_group(items)
-        scored = await asyncio.gather(*(worker.rollout(i) for i in items))
-        return [t for ts in scored for t in ts]
-
-    # Each model call is bounded by timeout_s (retries included); the margin covers
-    # multi-call episodes queued behind each other on a busy service. An agent
-    # function's episode is bounded by agent_timeout_s (its own AgentError first).
-    limit = spec.timeout_s * 4 + 30.0
-    if recorder is not None:
-        limit = max(limit, spec.agent_timeout_s + 30.0)
-    out: list[Episode | Trajectory] = runner.run(run(), timeout_s=limit)
+    out: list[Episode | Trajectory] = runner.run(
+        _rollout_group(spec, items, runner, recorder), timeout_s=_rollout_limit(spec)
+    )
     return out
 
 
-def evaluate_task(
-    spec: RolloutSpec, outputs: list[Episode | Trajectory], commit: bool = True
-) -> GroupSummary:
-    """Score the episodes, append the group's trajectories to the pool (one commit)
-    when ``commit``, and summarise them."""
-    import numpy as np
+def rollout_groups_task(
+    spec: RolloutSpec, groups: list[list[dict[str, Any]]], retries: int = 0
+) -> list[list[Episode | Trajectory] | GroupError]:
+    """Roll out several groups at once (their model calls run concurrently on the
+    process's event loop); per group its outputs, or a ``GroupError`` once its rollout
+    raised ``1 + retries`` times (each try bounded by ``_rollout_limit``). One group's
+    failure never fails the others."""
+    runner = _loop()
+    recorder = runner.recorder(spec) if _runs_openai_agent(spec) else None
+    limit = _rollout_limit(spec)
 
-    worker = _worker(spec, None)
+    async def bounded(items: list[dict[str, Any]]) -> list[Episode | Trajectory]:
+        try:
+            return await asyncio.wait_for(_rollout_group(spec, items, runner, recorder), limit)
+        except TimeoutError:
+            raise TimeoutError(f"rollout did not finish within {limit:g}s") from None
+
+    out: list[Any] = [None] * len(groups)
+    todo = list(range(len(groups)))
+    for attempt in range(retries + 1):
+
+        async def run(todo: list[int] = todo) -> list[Any]:
+            return await asyncio.gather(*(bounded(groups[i]) for i in todo), return_exceptions=True)
+
+        results = runner.run(run(), timeout_s=limit + 30.0)
+        failed = []
+        for i, result in zip(todo, results, strict=True):
+            out[i] = result
+            if isinstance(result, BaseException):
+                failed.append(i)
+                logger.warning(
+                    "rollout of group %s raised (try %d of %d): %s",
+                    groups[i][0].get("group_id"),
+                    attempt + 1,
+                    retries + 1,
+                    describe(result),
+                    exc_info=result,
+                )
+        todo = failed
+        if not todo:
+            break
+    return [GroupError("rollout", describe(r)) if isinstance(r, BaseException) else r for r in out]
+
+
+def _score(worker: BaseRolloutWorker, outputs: list[Episode | Trajectory]) -> list[Trajectory]:
     trajectories: list[Trajectory] = []
     for out in outputs:
         trajectories.extend(worker.score(out) if isinstance(out, Episode) else [out])
     if not trajectories:
         raise ValueError("the rollout produced no trajectories")
-    if commit:
-        from nexrl.pool import get_writer
+    return trajectories
 
-        get_writer(spec.pool).append(trajectories)
+
+def _summary(trajectories: list[Trajectory], committed: bool) -> GroupSummary:
+    import numpy as np
+
     names = sorted({k for t in trajectories for k in t.metrics})
     metrics = {
         n: float(np.mean([t.metrics[n] for t in trajectories if n in t.metrics])) for n in names
@@ -374,5 +448,52 @@ def evaluate_task(
         response_lengths=[len(t.response_ids) for t in trajectories],
         metrics=metrics,
         evaluator_errors=int(sum(t.metrics.get("evaluator_error", 0.0) for t in trajectories)),
-        committed=commit,
+        committed=committed,
     )
+
+
+def evaluate_task(
+    spec: RolloutSpec, outputs: list[Episode | Trajectory], commit: bool = True
+) -> GroupSummary:
+    """Score one group's episodes, append its trajectories to the pool (one commit)
+    when ``commit``, and summarise them. Raises what scoring raised."""
+    trajectories = _score(_worker(spec, None), outputs)
+    if commit:
+        from nexrl.pool import get_writer
+
+        get_writer(spec.pool).append(trajectories)
+    return _summary(trajectories, commit)
+
+
+def evaluate_groups_task(
+    spec: RolloutSpec,
+    outputs: list[list[Episode | Trajectory] | GroupError],
+    commit: bool = True,
+) -> list[GroupSummary | GroupError]:
+    """Score each group's outputs (``rollout_groups_task``'s), append every scored
+    group's trajectories to the pool in one commit when ``commit`` (each group is in
+    the pool whole or not at all), and summarise each; a group whose rollout failed or
+    whose scoring raised is a ``GroupError``. A failing commit raises (nothing of the
+    task is in the pool; Dask runs it again)."""
+    worker = _worker(spec, None)
+    scored: list[list[Trajectory] | GroupError] = []
+    for out in outputs:
+        if isinstance(out, GroupError):
+            scored.append(out)
+            continue
+        try:
+            scored.append(_score(worker, out))
+        except Exception as exc:
+            logger.warning("scoring a group raised: %s", describe(exc), exc_info=exc)
+            scored.append(GroupError("evaluator", describe(exc)))
+    trajectories = [t for s in scored if not isinstance(s, GroupError) for t in s]
+    if commit and trajectories:
+        from nexrl.pool import get_writer
+
+        get_writer(spec.pool).append(trajectories)
+    return [s if isinstance(s, GroupError) else _summary(s, commit) for s in scored]
+
+
+def describe(err: BaseException) -> str:
+    """``Type: message`` of an exception (one line for the controller's failure)."""
+    return f"{type(err).__name__}: {err}"

@@ -79,8 +79,19 @@ class RolloutWorkerConfig:
     )
     max_groups_in_flight: int = cfg_field(
         64,
-        help="Most prompt groups rolled out at once (each is a rollout future and an "
-        "evaluator future on the Dask cluster); back-pressure for large batches.",
+        help="Most prompt groups rolled out at once (in tasks of groups_per_task groups, "
+        "each a rollout future and an evaluator future on the Dask cluster); "
+        "back-pressure for large batches.",
+        minimum=1,
+    )
+    groups_per_task: int = cfg_field(
+        1,
+        help="Prompt groups per Dask task: one rollout future runs their model calls "
+        "concurrently, one evaluator future scores them and commits them to the pool in "
+        "one commit; a failing group is retried and reported alone. 1 = a task per group "
+        "(finest load balance, each group on the dashboard); more cuts the per-future "
+        "overhead where rollouts are short (the default recipe: 8, two tasks per step of "
+        "16 groups; docs/benchmarks.md 'Versus TRL').",
         minimum=1,
     )
     temperature: float = cfg_field(1.0, help="Sampling temperature.", minimum=0.0)
@@ -109,7 +120,8 @@ class RolloutWorkerConfig:
     )
     task_retries: int = cfg_field(
         2,
-        help="Dask retries of a rollout future that raised; a group that still failed "
+        help="Tries again of a group whose rollout raised (inside its rollout future; Dask "
+        "also retries a future that raised as a whole this many times); a group that still failed "
         "(or timed out, or whose workers were lost more often than Dask allows) is then "
         "rolled out again by the controller up to this many times.",
         minimum=0,

@@ -1,0 +1,119 @@
+"""Groups in multi-group tasks (``rollout_worker.groups_per_task``) on a real Dask
+LocalCluster (2 worker processes) against a real embedded server, committed to a
+real zarr pool: a task's groups are rolled out together and committed in one
+commit, a failing group is tried again inside its task and then reported alone,
+naming the component that failed, while the task's other groups are delivered."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.inference.embedded import EmbeddedServer
+from nexrl.controller.dispatch import RolloutDispatcher
+from nexrl.pool import TrajectoryPool
+from nexrl.pool.config import PoolConfig
+from nexrl.rollout_worker.tasks import RolloutSpec
+from tests.integration.inference._helpers import SERVED_NAME
+
+GROUP_SIZE = 4
+WORKER = '''
+from pathlib import Path
+from nexrl.rollout_worker.simple import SimpleRolloutWorker
+
+TRIES = Path({tries!r})
+
+
+class Flaky(SimpleRolloutWorker):
+    """Group 1's rollout always raises; group 2's raises on its first try only;
+    scoring group 5 raises."""
+
+    async def run_group(self, items):
+        gid = items[0]["group_id"]
+        with open(TRIES / f"g{{gid}}", "a") as f:
+            f.write("try\\n")
+        tries = len((TRIES / f"g{{gid}}").read_text().splitlines())
+        if gid == 1 or (gid == 2 and tries == 1):
+            raise RuntimeError(f"group {{gid}} rollout broke (try {{tries}})")
+        return await super().run_group(items)
+
+    def score(self, episode):
+        if episode.item["group_id"] == 5:
+            raise ValueError("cannot score group 5")
+        return super().score(episode)
+'''
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tiny_model: Callable[..., Path]) -> Path:
+    return tiny_model(vocab=["max", *"0123456789"], seed=1)
+
+
+def _groups(n: int) -> list[list[dict[str, Any]]]:
+    row = {"prompt": "max 1 5 3", "answer": "5"}
+    return [
+        [{"group_id": g, "run_id": r, "data_item": dict(row)} for r in range(GROUP_SIZE)]
+        for g in range(n)
+    ]
+
+
+def test_a_task_commits_its_groups_once_and_reports_failed_groups_alone(
+    local_cluster: Any, embedded_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    tries = tmp_path / "tries"
+    tries.mkdir()
+    worker = tmp_path / "flaky_worker.py"
+    worker.write_text(WORKER.format(tries=str(tries)))
+    pool_cfg = PoolConfig(
+        store=str(tmp_path / "pool.zarr"),
+        key_list=["group_id"],
+        group_size=GROUP_SIZE,
+        batch_size=6 * GROUP_SIZE,
+    )
+    spec = RolloutSpec(
+        worker_type="simple",
+        custom_worker=(str(worker), "Flaky"),
+        evaluator=("recipes/max_digit/evaluator.py", "MaxDigitEvaluator"),
+        roots=(str(Path.cwd()),),
+        base_urls=(embedded_server.base_url,),
+        served_model_name=SERVED_NAME,
+        sampling=(("temperature", 1.0), ("max_tokens", 1)),
+        pool=pool_cfg,
+        seed=0,
+    )
+    dispatcher = RolloutDispatcher(
+        local_cluster, spec, task_retries=1, rollout_cpus=0, groups_per_task=4
+    )
+    groups = dispatcher.submit_groups(_groups(8))
+    assert len({id(g.task) for g in groups}) == 2  # 8 groups in two tasks of 4
+    assert [str(g.task.rollout.key).rsplit("-", 1)[0] for g in groups[::4]] == [  # type: ignore[union-attr]
+        "rollout-g0+3-train",
+        "rollout-g4+3-train",
+    ]
+    harvest = dispatcher.drain(timeout_s=300)
+
+    done = sorted(g.group_id for g, _ in harvest.done)
+    assert done == [0, 2, 3, 4, 6, 7]
+    assert all(len(s.rewards) == GROUP_SIZE and s.committed for _, s in harvest.done)
+    failed = {f.group_id: f for _, f in harvest.failed}
+    assert sorted(failed) == [1, 5]
+    assert failed[1].component == "rollout"
+    assert failed[1].key.startswith("rollout-g0+3-train-")
+    assert failed[1].error == "RuntimeError: group 1 rollout broke (try 2)"
+    assert failed[5].component == "evaluator"
+    assert failed[5].key.startswith("evaluate-g4+3-train-")
+    assert failed[5].error == "ValueError: cannot score group 5"
+    # group 1: its try and task_retries=1 more; group 2 passed on its second try
+    assert {p.name: len(p.read_text().splitlines()) for p in tries.iterdir()} == {
+        "g0": 1, "g1": 2, "g2": 2, "g3": 1, "g4": 1, "g5": 1, "g6": 1, "g7": 1,
+    }  # fmt: skip
+
+    batch = TrajectoryPool(pool_cfg).get_batch(current_version=0)
+    assert batch is not None
+    assert sorted(set(map(int, batch.columns.group_id))) == done
+    assert len(batch) == 6 * GROUP_SIZE  # each delivered group whole, none twice
+    commits = {(writer, commit) for writer, commit, _ in batch.ids}
+    assert len(commits) == 2  # one commit per task
