@@ -73,12 +73,25 @@ class Components:
     group_size: int  # trajectories per group (rollout_worker.group_size)
     plot_every: int
     _closers: list[Any] = field(default_factory=list)
+    _plot_pool: Any = None  # the background redraw's thread (plot_in_background)
+    _plotting: Any = None  # its future
     tokenizer: Any = None  # decodes the trajectories the dashboard shows
     dashboard_url: str = ""  # the run's /nexrl page ("" when the scheduler cannot serve it)
 
     def pending_groups(self) -> int:
         """Groups committed to the pool and not yet handed out."""
         return math.ceil(self.pool.stats().pending / self.group_size)
+
+    def plot_in_background(self) -> None:
+        """Redraw the reward curve on a thread of its own, so a step never waits for
+        matplotlib (~0.1 s a redraw on a 2-core machine); skipped while the previous
+        redraw is still running. ``finish`` waits for it and draws the final one."""
+        if self._plotting is not None and not self._plotting.done():
+            return
+        if self._plot_pool is None:
+            self._plot_pool = ThreadPoolExecutor(1, thread_name_prefix="nexrl-plot")
+            self._closers.append(lambda: self._plot_pool.shutdown(wait=False, cancel_futures=True))
+        self._plotting = self._plot_pool.submit(self.plot)
 
     def plot(self) -> Path | None:
         from nexrl.metrics import plot_reward_curve, read_metrics
@@ -109,6 +122,9 @@ class Components:
         from nexrl.metrics import read_metrics, write_summary
 
         self.tracker.close()
+        if self._plotting is not None:
+            with contextlib.suppress(Exception):  # plot() logs its own failures
+                self._plotting.result(timeout=120)
         self.plot()
         return str(write_summary(self.run.root, read_metrics(self.run.metrics)))
 

@@ -303,7 +303,7 @@ class Controller:
             parts.tracker.log(self.step, row)
             parts.progress.update(self.step, row)
             if parts.plot_every and self.step % parts.plot_every == 0:
-                parts.plot()
+                parts.plot_in_background()
         every = int(self.cfg.validate.every)
         if (
             parts.val_groups
