@@ -14,7 +14,8 @@ shuffles anew every five faults (so each kind comes once in every five):
 * ``stop_server``: ``SIGSTOP`` the inference server (it must be found hung and
   replaced; it is never continued);
 * ``evaluator_burst``: the evaluator raises on every sample until a step has
-  logged evaluator errors;
+  logged evaluator errors (``max_evaluator_error_steps`` is 10 in the soak: with
+  ~0.1 s steps a burst can outlast the default 3 steps, which stops a run on purpose);
 * ``kill_driver``: ``kill -9`` the driver; its children must exit by themselves,
   then the same command is run again and resumes from the last checkpoint.
 
@@ -88,6 +89,10 @@ def _args(out: Path, evaluator: Path) -> list[str]:
             "runtime_monitor.health_timeout_s=1",
             "runtime_monitor.unhealthy_after=2",
             f"rollout_worker.evaluator={evaluator}:FlakyMaxDigitEvaluator",
+            # A burst lasts until the soak sees a step with the errors (polled every
+            # 50 ms): with ~0.1 s steps that can be 2-3 steps, as many as the default
+            # allows before it stops the run on purpose (tests/e2e/test_evaluator_failure.py).
+            "rollout_worker.max_evaluator_error_steps=10",
             steps=STEPS,
         ),
     ]
@@ -200,7 +205,7 @@ class Soak:
                 ):
                     assert time.monotonic() < deadline, "no evaluator error was logged"
                     assert self.proc.poll() is None, self.log.read_text()[-3000:]
-                    time.sleep(0.25)
+                    time.sleep(0.05)
             finally:
                 self.flag.unlink()
         elif kind == "kill_driver":
