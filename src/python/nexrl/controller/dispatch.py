@@ -120,7 +120,7 @@ class RolloutDispatcher:
     ) -> InFlight:
         """Start a task of one group (``items`` share a group_id; validation passes
         prompts of several groups as one)."""
-        return self._submit_task([items], commit, spec or self.spec, tag)[0]
+        return self._submit_tasks([[items]], commit, spec or self.spec, tag)[0]
 
     def submit_groups(
         self,
@@ -131,44 +131,57 @@ class RolloutDispatcher:
         tag: str = "train",
     ) -> list[InFlight]:
         """Start ``groups`` in tasks of ``groups_per_task`` groups."""
-        out: list[InFlight] = []
         n = self.groups_per_task
-        for k in range(0, len(groups), n):
-            out += self._submit_task(groups[k : k + n], commit, spec or self.spec, tag)
-        return out
+        chunks = [groups[k : k + n] for k in range(0, len(groups), n)]
+        return self._submit_tasks(chunks, commit, spec or self.spec, tag)
 
-    def _submit_task(
-        self, groups: list[list[dict[str, Any]]], commit: bool, spec: RolloutSpec, tag: str
+    def _submit_tasks(
+        self,
+        chunks: list[list[list[dict[str, Any]]]],
+        commit: bool,
+        spec: RolloutSpec,
+        tag: str,
     ) -> list[InFlight]:
-        first = int(groups[0][0]["group_id"])
-        more = f"+{len(groups) - 1}" if len(groups) > 1 else ""
-        suffix = f"g{first}{more}-{tag}-{uuid.uuid4().hex[:8]}"
-        rollout = self.client.submit(
+        """One task per chunk of groups. The rollout futures go to the scheduler in one
+        message and the evaluator futures in another (``client.map``): each message is
+        one graph update for the scheduler, so the last task of a step starts about
+        as soon as the first."""
+        suffixes = []
+        for groups in chunks:
+            first = int(groups[0][0]["group_id"])
+            more = f"+{len(groups) - 1}" if len(groups) > 1 else ""
+            suffixes.append(f"g{first}{more}-{tag}-{uuid.uuid4().hex[:8]}")
+        n = len(chunks)
+        rollouts = self.client.map(
             rollout_groups_task,
-            spec,
-            groups,
-            self.task_retries,
-            key=f"rollout-{suffix}",
+            [spec] * n,
+            chunks,
+            [self.task_retries] * n,
+            key=[f"rollout-{s}" for s in suffixes],
             retries=self.task_retries,
             resources=self.resources,
             pure=False,
         )
-        evaluate = self.client.submit(
+        evaluates = self.client.map(
             evaluate_groups_task,
-            spec,
-            rollout,
-            commit,
-            key=f"evaluate-{suffix}",
+            [spec] * n,
+            rollouts,
+            [commit] * n,
+            key=[f"evaluate-{s}" for s in suffixes],
             retries=self.task_retries,
             resources=self.resources,  # on rollout workers, never a trainer's (Slurm)
             pure=False,
         )
-        members = [InFlight(items, tag) for items in groups]
-        task = Task(members, rollout, evaluate, self._clock(), tag)
-        for g in members:
-            g.task = task
-        self._tasks.append(task)
-        return members
+        out: list[InFlight] = []
+        now = self._clock()
+        for groups, rollout, evaluate in zip(chunks, rollouts, evaluates, strict=True):
+            members = [InFlight(items, tag) for items in groups]
+            task = Task(members, rollout, evaluate, now, tag)
+            for g in members:
+                g.task = task
+            self._tasks.append(task)
+            out += members
+        return out
 
     # -- watching ---------------------------------------------------------------
     def running(self, tag: str | None = None) -> list[InFlight]:
