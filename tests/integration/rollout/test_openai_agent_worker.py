@@ -1,9 +1,10 @@
 """The ``openai_agent`` rollout worker against a real embedded server: an agent function
-that knows only the ``openai`` client runs inside the rollout future (``rollout_task``,
+that knows only the ``openai`` client runs inside the rollout future (``rollout_groups_task``,
 as Dask runs it), through the process's recording agent service."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -16,8 +17,14 @@ from nexrl.inference import parse_chat_completion
 from nexrl.plugins import load_object
 from nexrl.pool.config import PoolConfig
 from nexrl.rollout_worker.base import Episode
-from nexrl.rollout_worker.openai_agent import AgentError
-from nexrl.rollout_worker.tasks import RolloutSpec, _worker, evaluate_task, rollout_task
+from nexrl.rollout_worker.tasks import (
+    GroupError,
+    GroupSummary,
+    RolloutSpec,
+    _worker,
+    evaluate_groups_task,
+    rollout_groups_task,
+)
 from tests.integration.inference._helpers import SERVED_NAME
 
 WORDS = ["max", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]
@@ -52,7 +59,8 @@ def items(group: int, runs: int = 2) -> list[dict[str, Any]]:
 
 def episodes(s: RolloutSpec, group: int, runs: int = 2) -> list[Episode]:
     """The rollout future's output for one group: an unscored episode per item."""
-    out = rollout_task(s, items(group, runs))
+    (out,) = rollout_groups_task(s, [items(group, runs)])
+    assert not isinstance(out, GroupError), out
     assert all(isinstance(ep, Episode) for ep in out)
     return [ep for ep in out if isinstance(ep, Episode)]
 
@@ -92,7 +100,8 @@ def test_episode_is_what_the_server_sampled_for_the_agent(
         assert t.logprobs == pytest.approx([min(0.0, x) for x in gen.logprobs or []])
         assert t.policy_version == gen.policy_version == 0
 
-    summary = evaluate_task(s, list(eps), commit=False)
+    (summary,) = evaluate_groups_task(s, [list(eps)], commit=False)
+    assert isinstance(summary, GroupSummary)
     assert summary.rewards == [t.reward for t in trajectories]
 
 
@@ -142,17 +151,19 @@ def test_unseeded_calls_get_request_seeds_so_an_episode_replays(
 def test_a_failing_agent_fails_the_rollout_naming_the_function(
     embedded_server: EmbeddedServer, agent: str, message: str
 ) -> None:
-    with pytest.raises(AgentError, match=message):
-        rollout_task(spec(embedded_server, agent), items(group=8))
+    (failed,) = rollout_groups_task(spec(embedded_server, agent), [items(group=8)])
+    assert isinstance(failed, GroupError) and failed.component == "rollout"
+    assert re.match(f"AgentError: {message}", failed.error), failed.error
 
 
 def test_an_agent_that_never_returns_times_out_naming_the_field(
     embedded_server: EmbeddedServer,
 ) -> None:
     s = spec(embedded_server, "never_returns", agent_timeout_s=0.2)
-    with pytest.raises(
-        AgentError,
-        match=r"never_returns did not return within 0\.2s "
+    (failed,) = rollout_groups_task(s, [items(group=9)])
+    assert isinstance(failed, GroupError) and failed.component == "rollout"
+    assert re.match(
+        r"AgentError: .*never_returns did not return within 0\.2s "
         r"\(rollout_worker\.agent_timeout_s\)",
-    ):
-        rollout_task(s, items(group=9))
+        failed.error,
+    ), failed.error

@@ -31,6 +31,7 @@ from nexrl.rollout_worker.tasks import (
     GroupError,
     GroupSummary,
     RolloutSpec,
+    describe,
     evaluate_groups_task,
     rollout_groups_task,
 )
@@ -215,7 +216,7 @@ class RolloutDispatcher:
                 try:
                     results = t.evaluate.result(timeout=30)
                 except Exception as exc:  # lost between status and result: a failure
-                    self._fail_all(out, t, self._failure(t, exc))
+                    self._fail_all(out, t, *self._failure(t, exc))
                     continue
                 for g, r in zip(t.groups, results, strict=True):
                     if isinstance(r, GroupError):
@@ -225,20 +226,19 @@ class RolloutDispatcher:
                     else:
                         out.done.append((g, r))
             elif status in ("error", "cancelled"):
-                self._fail_all(out, t, self._failure(t, None))
+                self._fail_all(out, t, *self._failure(t, None))
             elif now - t.submitted > self.task_timeout_s:
                 component = "rollout" if t.rollout.status != "finished" else "evaluator"
                 key = t.rollout.key if component == "rollout" else t.evaluate.key
                 self.client.cancel([t.rollout, t.evaluate])
-                failure = TaskFailure(
+                self._fail_all(
+                    out,
+                    t,
                     component,
                     str(key),
-                    t.groups[0].group_id,
-                    t.tag,
                     f"still running after runtime_monitor.task_timeout_s={self.task_timeout_s:g}s; "
                     "cancelled (a hung inference service or evaluator?)",
                 )
-                self._fail_all(out, t, failure)
             else:
                 still.append(t)
         self._tasks = still
@@ -247,23 +247,17 @@ class RolloutDispatcher:
         return out
 
     @staticmethod
-    def _fail_all(out: Harvest, t: Task, failure: TaskFailure) -> None:
-        """Every group of ``t`` failed with ``failure`` (its own group id each)."""
-        from dataclasses import replace
-
+    def _fail_all(out: Harvest, t: Task, component: str, key: str, error: str) -> None:
+        """Every group of ``t`` failed in ``component`` (future ``key``) with ``error``."""
         for g in t.groups:
-            out.failed.append((g, replace(failure, group_id=g.group_id)))
+            out.failed.append((g, TaskFailure(component, key, g.group_id, t.tag, error)))
 
-    def _failure(self, t: Task, exc: BaseException | None) -> TaskFailure:
+    def _failure(self, t: Task, exc: BaseException | None) -> tuple[str, str, str]:
+        """(component, future key, error) of a task whose futures failed as a whole."""
         for component, fut in (("rollout", t.rollout), ("evaluator", t.evaluate)):
             if fut.status in ("error", "cancelled"):
-                err = exc or _exception(fut)
-                return TaskFailure(
-                    component, str(fut.key), t.groups[0].group_id, t.tag, _describe(err)
-                )
-        return TaskFailure(
-            "evaluator", str(t.evaluate.key), t.groups[0].group_id, t.tag, _describe(exc or "lost")
-        )
+                return component, str(fut.key), _describe(exc or _exception(fut))
+        return "evaluator", str(t.evaluate.key), _describe(exc or "lost")
 
     # -- stopping ---------------------------------------------------------------
     def drain(self, timeout_s: float) -> Harvest:
@@ -278,10 +272,7 @@ class RolloutDispatcher:
             if self._tasks and self._clock() >= deadline:
                 for t in self._tasks:
                     self.client.cancel([t.rollout, t.evaluate])
-                    failure = TaskFailure(
-                        "rollout", str(t.rollout.key), t.groups[0].group_id, t.tag, "drain timeout"
-                    )
-                    self._fail_all(total, t, failure)
+                    self._fail_all(total, t, "rollout", str(t.rollout.key), "drain timeout")
                 self._tasks = []
         return total
 
@@ -305,6 +296,4 @@ def _exception(fut: Any) -> Any:
 
 
 def _describe(err: Any) -> str:
-    if isinstance(err, BaseException):
-        return f"{type(err).__name__}: {err}"
-    return str(err)
+    return describe(err) if isinstance(err, BaseException) else str(err)

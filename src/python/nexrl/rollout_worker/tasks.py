@@ -15,8 +15,6 @@ trajectories to the zarr pool in one commit, so a group is in the pool whole or
 not at all. A group that still failed comes back as a ``GroupError`` without
 failing its task's other groups. Only small ``GroupSummary`` records travel
 back to the controller; the trajectories go to shared storage.
-``rollout_task`` / ``evaluate_task`` are the same for one group, raising what
-the group raised.
 
 The functions are pure in their inputs (no driver state), so Dask may rerun
 them on another worker when one dies. Workers, evaluators and pool writers are
@@ -42,9 +40,7 @@ __all__ = [
     "GroupSummary",
     "RolloutSpec",
     "evaluate_groups_task",
-    "evaluate_task",
     "rollout_groups_task",
-    "rollout_task",
 ]
 
 logger = logging.getLogger(__name__)
@@ -370,17 +366,6 @@ async def _rollout_group(
     return [t for ts in scored for t in ts]
 
 
-def rollout_task(spec: RolloutSpec, items: list[dict[str, Any]]) -> list[Episode | Trajectory]:
-    """Run every item of one group; episodes (or, for a worker that only overrides
-    ``rollout``, already scored trajectories). Raises what the rollout raised."""
-    runner = _loop()
-    recorder = runner.recorder(spec) if _runs_openai_agent(spec) else None
-    out: list[Episode | Trajectory] = runner.run(
-        _rollout_group(spec, items, runner, recorder), timeout_s=_rollout_limit(spec)
-    )
-    return out
-
-
 def rollout_groups_task(
     spec: RolloutSpec, groups: list[list[dict[str, Any]]], retries: int = 0
 ) -> list[list[Episode | Trajectory] | GroupError]:
@@ -450,19 +435,6 @@ def _summary(trajectories: list[Trajectory], committed: bool) -> GroupSummary:
         evaluator_errors=int(sum(t.metrics.get("evaluator_error", 0.0) for t in trajectories)),
         committed=committed,
     )
-
-
-def evaluate_task(
-    spec: RolloutSpec, outputs: list[Episode | Trajectory], commit: bool = True
-) -> GroupSummary:
-    """Score one group's episodes, append its trajectories to the pool (one commit)
-    when ``commit``, and summarise them. Raises what scoring raised."""
-    trajectories = _score(_worker(spec, None), outputs)
-    if commit:
-        from nexrl.pool import get_writer
-
-        get_writer(spec.pool).append(trajectories)
-    return _summary(trajectories, commit)
 
 
 def evaluate_groups_task(
