@@ -188,3 +188,44 @@ def test_concurrent_requests_are_batched_together(server: EmbeddedServer) -> Non
     assert [g.prompt_token_ids for (g,) in results] == [[3 + i, 4, 5] for i in range(6)]
     assert after["requests_served"] - before["requests_served"] == 6
     assert after["batches_run"] - before["batches_run"] < 6  # several requests per batch
+
+
+def test_a_request_sent_mid_batch_joins_it_and_returns_first(
+    server: EmbeddedServer, snapshots: dict[str, Path]
+) -> None:
+    """Continuous batching: a short request sent while a long one generates joins
+    the running batch (no second batch; the server counts it as joined) and is
+    answered before the long one ends; both answers equal what each gets alone."""
+    long_prompt, short_prompt = [3, 4, 5], [6, 7, 8, 9, 10]
+
+    async def scenario() -> tuple[list[str], Any, Any, dict[str, Any], dict[str, Any]]:
+        order: list[str] = []
+        async with (
+            InferenceClient(server.base_url, SERVED_NAME, timeout_s=60) as c,
+            httpx.AsyncClient() as h,
+        ):
+            before = (await h.get(f"{server.base_url}/health")).json()
+
+            async def ask(name: str, prompt: list[int], n: int) -> Any:
+                (g,) = await c.complete(prompt, max_tokens=n, temperature=0, ignore_eos=True)
+                order.append(name)
+                return g
+
+            long_task = asyncio.create_task(ask("long", long_prompt, 400))
+            while (await h.get(f"{server.base_url}/health")).json()["batches_run"] == before[
+                "batches_run"
+            ]:
+                await asyncio.sleep(0.005)  # until the long request's batch has started
+            short = await ask("short", short_prompt, 4)
+            long_ = await long_task
+            after = (await h.get(f"{server.base_url}/health")).json()
+        return order, long_, short, before, after
+
+    order, long_, short, before, after = asyncio.run(scenario())
+    assert order == ["short", "long"]
+    assert after["batches_run"] - before["batches_run"] == 1
+    assert after["requests_joined"] - before["requests_joined"] == 1
+    model_dir = snapshots["a"]
+    assert short.token_ids == _local_greedy(model_dir, short_prompt, 4)
+    assert long_.token_ids[:40] == _local_greedy(model_dir, long_prompt, 40)
+    assert len(long_.token_ids) == 400

@@ -7,7 +7,12 @@ from typing import Any
 import pytest
 import torch
 
-from backends.inference.embedded.generation import LogprobsMode, SamplingParams, generate
+from backends.inference.embedded.generation import (
+    DecodeBatch,
+    LogprobsMode,
+    SamplingParams,
+    generate,
+)
 from nexrl.modeling import build_tiny_model, build_tokenizer
 
 PROMPTS = [
@@ -105,6 +110,85 @@ def test_rows_finish_independently(lm: Any) -> None:
     assert len(a.token_ids) == 2 and a.finish_reason == "length"
     assert b.token_ids[:2] == a.token_ids and len(b.token_ids) <= 9
     assert _gen(lm, []) == []
+
+
+def test_rows_joining_a_running_batch_generate_as_alone(lm: Any) -> None:
+    """Continuous batching: rows added while others are mid-answer (with another
+    prompt length, so both KV caches are left-padded to one length) and a finished row
+    leaving the batch change nobody's tokens or log-probs: each row's answer equals
+    the one it gets alone, greedy and seeded alike."""
+    model, tok, stop = lm
+    first = [
+        (_ids(lm, PROMPTS[0]), SamplingParams(max_tokens=10, temperature=0.0)),
+        (_ids(lm, PROMPTS[1]), SamplingParams(max_tokens=3, temperature=1.0, seed=7)),
+    ]
+    later = [
+        (_ids(lm, PROMPTS[2]), SamplingParams(max_tokens=8, temperature=0.9, seed=21)),
+        (_ids(lm, PROMPTS[1]), SamplingParams(max_tokens=6, temperature=0.0, top_logprobs=2)),
+    ]
+    batch = DecodeBatch(model, tok, stop_token_ids=stop, pad_token_id=tok.pad_token_id)
+    batch.add(first)
+    states = list(batch.rows)
+    finished = batch.retire()
+    for step in range(4):
+        if step == 2:
+            batch.add(later)
+            states += batch.rows[-2:]
+        batch.step()
+        finished += batch.retire()
+        if step == 3:
+            assert len(batch) < 4  # the 3-token row has left the batch
+    while len(batch):
+        batch.step()
+        finished += batch.retire()
+    assert sorted(map(id, finished)) == sorted(map(id, states))  # each retired once
+    for (ids, params), st in zip(first + later, states, strict=True):
+        (alone,) = _gen(lm, [(ids, params)])
+        assert st.out.token_ids == alone.token_ids
+        assert st.out.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+        assert st.out.text == alone.text and st.out.finish_reason == alone.finish_reason
+
+
+def test_a_cache_that_cannot_shrink_keeps_finished_rows_until_all_are_done(lm: Any) -> None:
+    """A sliding-window model's cache is not a plain DynamicCache: its batch takes no
+    rows while running and keeps finished rows (fed along) until the last is done;
+    every row still equals transformers' own greedy generate."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    _, tok, stop = lm
+    torch.manual_seed(3)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        use_sliding_window=True,
+        sliding_window=6,
+        max_window_layers=0,
+        layer_types=["sliding_attention", "sliding_attention"],
+    )
+    model = Qwen2ForCausalLM(cfg).eval()
+    rows = [
+        (_ids(lm, PROMPTS[0]), SamplingParams(max_tokens=2, temperature=0.0)),
+        (_ids(lm, PROMPTS[2]), SamplingParams(max_tokens=9, temperature=0.0)),
+    ]
+    batch = DecodeBatch(model, tok, stop_token_ids=stop, pad_token_id=tok.pad_token_id)
+    batch.add(rows)
+    assert not batch.joinable
+    with pytest.raises(RuntimeError, match="cannot take rows"):
+        batch.add(rows[:1])
+    outs = generate(model, tok, rows, stop_token_ids=stop, pad_token_id=tok.pad_token_id)
+    for (ids, p), out in zip(rows, outs, strict=True):
+        ref = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=p.max_tokens,
+            do_sample=False,
+            eos_token_id=sorted(stop),
+            pad_token_id=tok.pad_token_id,
+        )[0, len(ids) :].tolist()
+        assert out.token_ids == ref
 
 
 def test_sample_next_by_hand() -> None:

@@ -161,6 +161,7 @@ def create_app(
             "policy_version": service.version,
             "batches_run": service.batches_run,
             "requests_served": service.requests_served,
+            "requests_joined": service.requests_joined,
         }
         return _versioned(body, service.version)
 

@@ -45,7 +45,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     p.add_argument("--policy-version", type=int, default=0, help="version of the initial weights")
     p.add_argument("--max-batch-size", type=int, default=16, help="rows per batch")
-    p.add_argument("--batch-window-ms", type=float, default=5.0, help="wait to gather a batch")
+    p.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=5.0,
+        help="gather a batch while requests arrive within this many ms of each other",
+    )
+    p.add_argument(
+        "--batch-max-wait-ms",
+        type=float,
+        default=50.0,
+        help="hold a batch's first request at most this many ms while gathering",
+    )
     p.add_argument("--logprobs-mode", choices=("raw", "processed"), default="raw")
     p.add_argument("--seed", type=int, default=0, help="RNG seed for requests without a seed")
     p.add_argument("--torch-threads", type=int, default=None)
@@ -135,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         tokenizer,
         device=device,
         dtype=dtype,
-        batching=BatchingConfig(args.max_batch_size, args.batch_window_ms / 1000.0),
+        batching=BatchingConfig(
+            args.max_batch_size, args.batch_window_ms / 1000.0, args.batch_max_wait_ms / 1000.0
+        ),
         logprobs_mode=args.logprobs_mode,
         base_model=base,
     )

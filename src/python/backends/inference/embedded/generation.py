@@ -95,10 +95,12 @@ def sample_next(
 
 
 class _RowState:
-    def __init__(self, params: SamplingParams) -> None:
+    def __init__(self, params: SamplingParams, owner: Any = None) -> None:
         self.params = params
         self.out = SequenceOutput()
         self.done = False
+        self.retired = False
+        self.owner = owner  # the request this row answers (the service's bookkeeping)
 
 
 def _draws(rows: list[tuple[list[int], SamplingParams]], device: torch.device) -> torch.Tensor:
@@ -117,6 +119,182 @@ def _stop_cut(text: str, stops: tuple[str, ...]) -> int | None:
     return min(hits) if hits else None
 
 
+def _pad_left(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """``t`` zero-padded on the left of ``dim`` to ``width``."""
+    short = width - t.shape[dim]
+    if short <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = short
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+def _pad_right(t: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.nn.functional.pad(t, (0, width - t.shape[1])) if t.shape[1] < width else t
+
+
+def _joinable(cache: Any) -> bool:
+    """Whether rows may join or leave ``cache`` between steps: a transformers
+    ``DynamicCache`` of plain (full-attention) layers, whose keys and values are
+    ``[B, heads, L, dim]`` tensors."""
+    layers: Any = getattr(cache, "layers", None) or ()
+    return bool(layers) and all(
+        type(layer).__name__ == "DynamicLayer" and getattr(layer, "keys", None) is not None
+        for layer in layers
+    )
+
+
+class DecodeBatch:
+    """Rows generating together, one decoding step at a time (continuous batching).
+
+    ``add`` prefills new rows (left-padded among themselves) and samples their first
+    token; they join the running rows at the next ``step``: the two KV caches and
+    attention masks are left-padded to one length and stacked, so each row keeps its
+    own positions and attends to its own tokens only. ``retire`` takes finished rows
+    out (and drops cache columns no row attends to any more). A model whose cache
+    is not a plain ``DynamicCache`` (``joinable`` False) takes new rows only when
+    the batch is empty.
+
+    Every state tensor has one row per entry of ``rows``:
+    ``mask [B, L]`` (the cache's columns), ``positions [B, 1]`` (of the next token
+    fed), ``feed [B]`` (the last sampled token, not yet in the cache),
+    ``drawn [B]`` (tokens sampled), ``uniform [B, T]`` (the rows' seeded draws).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        stop_token_ids: frozenset[int],
+        pad_token_id: int,
+        logprobs_mode: LogprobsMode = "raw",
+    ) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.stop_token_ids, self.pad_token_id = stop_token_ids, pad_token_id
+        self.logprobs_mode: LogprobsMode = logprobs_mode
+        self.device = next(model.parameters()).device
+        self.rows: list[_RowState] = []
+        self.cache: Any = None
+        self.joinable = True
+        self._t: dict[str, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @torch.inference_mode()
+    def add(self, rows: list[tuple[list[int], SamplingParams]], owner: Any = None) -> None:
+        """Prefill ``rows`` and sample their first tokens; they join the batch."""
+        if not rows:
+            return
+        if self.rows and not self.joinable:
+            raise RuntimeError("this model's cache cannot take rows into a running batch")
+        device = self.device
+        width = max(len(ids) for ids, _ in rows)
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, (ids, _) in enumerate(rows):
+            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            mask[i, width - len(ids) :] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True
+        )
+        new = {
+            "mask": mask,
+            "positions": positions[:, -1:] + 1,
+            "temperature": torch.tensor([p.temperature for _, p in rows], device=device),
+            "top_p": torch.tensor([p.top_p for _, p in rows], device=device),
+            "uniform": _draws(rows, device),
+            "drawn": torch.zeros(len(rows), dtype=torch.long, device=device),
+        }
+        states = [_RowState(p, owner) for _, p in rows]
+        new["feed"] = self._sample(out.logits[:, -1, :].float(), new, states)
+        cache = out.past_key_values
+        if not self.rows:
+            self.rows, self.cache, self._t = states, cache, new
+            self.joinable = _joinable(cache)
+            return
+        self._merge(states, cache, new)
+
+    def _merge(self, states: list[_RowState], cache: Any, new: dict[str, torch.Tensor]) -> None:
+        old = self._t
+        width = max(old["mask"].shape[1], new["mask"].shape[1])
+        for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
+            mine.keys = torch.cat(
+                [_pad_left(mine.keys, width, 2), _pad_left(theirs.keys, width, 2)]
+            )
+            mine.values = torch.cat(
+                [_pad_left(mine.values, width, 2), _pad_left(theirs.values, width, 2)]
+            )
+        draws = max(old["uniform"].shape[1], new["uniform"].shape[1])
+        merged = {}
+        for k in old:
+            a, b = old[k], new[k]
+            if k == "mask":
+                a, b = _pad_left(a, width, 1), _pad_left(b, width, 1)
+            elif k == "uniform":
+                a, b = _pad_right(a, draws), _pad_right(b, draws)
+            merged[k] = torch.cat([a, b])
+        self._t = merged
+        self.rows = self.rows + states
+
+    @torch.inference_mode()
+    def step(self) -> None:
+        """Feed every row its last token and sample the next."""
+        t = self._t
+        t["mask"] = torch.cat([t["mask"], torch.ones_like(t["feed"])[:, None]], dim=-1)
+        out = self.model(
+            input_ids=t["feed"][:, None],
+            attention_mask=t["mask"],
+            position_ids=t["positions"],
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.cache = out.past_key_values
+        t["positions"] = t["positions"] + 1
+        t["feed"] = self._sample(out.logits[:, -1, :].float(), t, self.rows)
+
+    def _sample(
+        self, logits: torch.Tensor, t: dict[str, torch.Tensor], states: list[_RowState]
+    ) -> torch.Tensor:
+        idx = t["drawn"].clamp(max=t["uniform"].shape[1] - 1)
+        uniform = t["uniform"].gather(1, idx[:, None]).squeeze(1)
+        tokens, lp = sample_next(logits, t["temperature"], t["top_p"], uniform, self.logprobs_mode)
+        t["drawn"] = t["drawn"] + 1
+        chosen = lp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
+        for i, (st, token) in enumerate(zip(states, tokens.tolist(), strict=True)):
+            if st.done:  # (a finished row riding along in a batch that cannot shrink)
+                continue
+            _record(st, token, chosen[i], lp[i], self.tokenizer, self.stop_token_ids)
+        return tokens
+
+    def retire(self) -> list[_RowState]:
+        """Take the finished rows out of the batch; returns them, text finalised."""
+        done = [st for st in self.rows if st.done and not st.retired]
+        for st in done:
+            st.retired = True
+            _finalize_text(st, self.tokenizer)
+        if all(st.done for st in self.rows):
+            self.rows, self.cache, self._t = [], None, {}
+            return done
+        if not done or not self.joinable:
+            return done  # (finished rows ride along, fed their last token, until all are done)
+        keep = [i for i, st in enumerate(self.rows) if not st.done]
+        self.rows = [self.rows[i] for i in keep]
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
+        t = {k: v.index_select(0, idx) for k, v in self._t.items()}
+        used = t["mask"].any(dim=0).nonzero()
+        first = int(used[0]) if len(used) else 0  # columns no remaining row attends to
+        t["mask"] = t["mask"][:, first:]
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(0, idx)[:, :, first:]
+            layer.values = layer.values.index_select(0, idx)[:, :, first:]
+        self._t = t
+        return done
+
+
 @torch.inference_mode()
 def generate(
     model: Any,
@@ -130,51 +308,19 @@ def generate(
     """Generate every row together; returns one ``SequenceOutput`` per row."""
     if not rows:
         return []
-    device = next(model.parameters()).device
-    width = max(len(ids) for ids, _ in rows)
-    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (ids, _) in enumerate(rows):
-        input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        mask[i, width - len(ids) :] = 1
-    input_ids, mask = input_ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    states = [_RowState(p) for _, p in rows]
-    temperature = torch.tensor([p.temperature for _, p in rows], device=device)
-    top_p = torch.tensor([p.top_p for _, p in rows], device=device)
-    uniform = _draws(rows, device)
-
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
-    past = out.past_key_values
-    step = 0
-    while True:
-        logits = out.logits[:, -1, :].float()
-        tokens, lp = sample_next(
-            logits, temperature, top_p, uniform[:, min(step, uniform.shape[1] - 1)], logprobs_mode
-        )
-        chosen = lp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
-        next_tokens = tokens.tolist()
-        for i, st in enumerate(states):
-            if st.done:
-                next_tokens[i] = pad_token_id
-                continue
-            _record(st, next_tokens[i], chosen[i], lp[i], tokenizer, stop_token_ids)
-        if all(st.done for st in states):
-            break
-        step += 1
-        feed = torch.tensor(next_tokens, dtype=torch.long, device=device).unsqueeze(-1)
-        mask = torch.cat([mask, torch.ones_like(feed)], dim=-1)
-        positions = positions[:, -1:] + 1
-        out = model(
-            input_ids=feed,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=past,
-            use_cache=True,
-        )
-        past = out.past_key_values
-    for st in states:
-        _finalize_text(st, tokenizer)
+    batch = DecodeBatch(
+        model,
+        tokenizer,
+        stop_token_ids=stop_token_ids,
+        pad_token_id=pad_token_id,
+        logprobs_mode=logprobs_mode,
+    )
+    batch.add(rows)
+    states = list(batch.rows)
+    batch.retire()
+    while len(batch):
+        batch.step()
+        batch.retire()
     return [st.out for st in states]
 
 

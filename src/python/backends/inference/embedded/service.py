@@ -1,15 +1,21 @@
 """The serving core: a dynamic batcher over one model, and atomic weight reload.
 
-Requests are queued; one worker task takes the first waiting request, gathers
-more for ``batch_window_s`` (or until ``max_batch_size`` rows), and generates
-them all in one padded forward loop on a worker thread. Requests that arrive
-while a batch runs wait in the queue and form the next batch.
+Continuous batching: requests wait in a queue; when nothing is generating, the
+worker task takes the first, gathers more while they keep arriving within
+``batch_window_s`` of each other (at most ``max_wait_s`` after the first, at
+most ``max_batch_size`` rows) and starts a batch (``DecodeBatch``) on a worker
+thread. Requests that arrive while it runs join it between two decoding steps
+(prefilled, then generated alongside the running rows) while it has room for
+their rows; a request's response goes out the moment its last row finishes, and
+finished rows leave the batch.
 
 Reload loads the new snapshot fully on a thread, off to the side, validates
 it, then swaps the served ``LoadedModel`` reference on the event loop. A batch
-reads that reference once when it starts, so every batch (hence every
-request) runs on exactly one set of weights and reports that version; a
-request sent after a reload returned is served by the new weights.
+reads that reference once when it starts and takes in new requests only while
+it is still the served one, so every batch (hence every request) runs on
+exactly one set of weights and reports that version; a request sent after a
+reload returned is served by the new weights (it waits for the old batch to
+finish and starts the next).
 """
 
 from __future__ import annotations
@@ -18,16 +24,18 @@ import asyncio
 import contextlib
 import logging
 import random
+import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from backends.inference.embedded.generation import (
+    DecodeBatch,
     LogprobsMode,
     SamplingParams,
     SequenceOutput,
-    generate,
 )
 from backends.inference.embedded.protocol import OpenAIError
 from backends.inference.embedded.weights import (
@@ -47,12 +55,17 @@ Row = tuple[list[int], SamplingParams]
 class _Pending:
     rows: list[Row]
     future: asyncio.Future[tuple[list[SequenceOutput], int]] = field(repr=False)
+    states: list[Any] = field(default_factory=list, repr=False)  # its rows in the batch
+
+    def finished(self) -> bool:
+        return bool(self.states) and all(st.retired for st in self.states)
 
 
 @dataclass(frozen=True)
 class BatchingConfig:
     max_batch_size: int = 16
-    batch_window_s: float = 0.005
+    batch_window_s: float = 0.005  # gather while requests keep coming this close together
+    max_wait_s: float = 0.05  # ... but never hold the first request longer than this
 
 
 class InferenceService:
@@ -80,7 +93,11 @@ class InferenceService:
         self.pad_token_id = _pad_token_id(tokenizer)
         self.batches_run = 0
         self.requests_served = 0
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self.requests_joined = 0  # requests that joined a batch already generating
+        self._waiting: deque[_Pending] = deque()
+        self._arrived = asyncio.Event()  # a request was queued (for the event loop)
+        self._more = threading.Event()  # ... (for the generating thread: stop and take it)
+        self._halt = threading.Event()
         self._reload_lock = asyncio.Lock()
         self._worker: asyncio.Task[None] | None = None
 
@@ -104,9 +121,11 @@ class InferenceService:
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> None:
         if self._worker is None:
+            self._halt.clear()
             self._worker = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
+        self._halt.set()
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -120,58 +139,113 @@ class InferenceService:
             raise OpenAIError(503, "server is not running", type="server_error")
         loop = asyncio.get_running_loop()
         pending = _Pending(rows, loop.create_future())
-        await self._queue.put(pending)
+        self._waiting.append(pending)
+        self._arrived.set()
+        self._more.set()
         return await pending.future
 
     async def _gather(self) -> list[_Pending]:
-        batch = [await self._queue.get()]
+        """A new batch's requests: the first waiting request, then every request that
+        arrives within ``batch_window_s`` of the one before it (a sliding window: a
+        burst of requests sent one after the other by several clients starts
+        together), until ``max_batch_size`` rows or ``max_wait_s`` after the first."""
+        while not self._waiting:
+            self._arrived.clear()
+            await self._arrived.wait()
+        batch = [self._waiting.popleft()]
         size = len(batch[0].rows)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.batching.batch_window_s
-        while size < self.batching.max_batch_size:
-            try:
-                item = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
+        cfg = self.batching
+        first = loop.time()
+        deadline = first + min(cfg.batch_window_s, cfg.max_wait_s)
+        while size < cfg.max_batch_size:
+            if not self._waiting:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
+                self._arrived.clear()
                 try:
-                    item = await asyncio.wait_for(self._queue.get(), remaining)
+                    await asyncio.wait_for(self._arrived.wait(), remaining)
                 except TimeoutError:
                     break
+                continue
+            item = self._waiting.popleft()
             batch.append(item)
             size += len(item.rows)
+            deadline = min(loop.time() + cfg.batch_window_s, first + cfg.max_wait_s)
         return batch
 
+    def _joiners(self, running: int) -> list[_Pending]:
+        """Waiting requests (in arrival order) whose rows fit beside ``running`` rows."""
+        out: list[_Pending] = []
+        room = self.batching.max_batch_size - running
+        while self._waiting and len(self._waiting[0].rows) <= room:
+            item = self._waiting.popleft()
+            room -= len(item.rows)
+            out.append(item)
+        return out
+
+    def _advance(self, batch: DecodeBatch, joiners: list[_Pending]) -> None:
+        """On the worker thread: prefill ``joiners`` into ``batch``, then decode until
+        the batch is empty, a request finished or another one arrived."""
+        if joiners:
+            rows = [row for p in joiners for row in p.rows]
+            batch.add(rows)
+            start = len(batch) - len(rows)
+            for p in joiners:
+                p.states = batch.rows[start : start + len(p.rows)]
+                for st in p.states:
+                    st.owner = p
+                start += len(p.rows)
+        done = batch.retire()
+        while len(batch) and not self._more.is_set() and not self._halt.is_set():
+            if any(st.owner.finished() for st in done):
+                return
+            batch.step()
+            done = batch.retire()
+
     async def _run(self) -> None:
+        batch: DecodeBatch | None = None
+        loaded = self._loaded
+        active: list[_Pending] = []
         while True:
-            batch = await self._gather()
-            loaded = self._loaded  # one consistent set of weights for the whole batch
-            rows = [row for p in batch for row in p.rows]
-            try:
-                outputs = await asyncio.to_thread(
-                    generate,
+            if batch is None or not len(batch):
+                joiners = await self._gather()
+                loaded = self._loaded  # one consistent set of weights for the whole batch
+                batch = DecodeBatch(
                     loaded.model,
                     self.tokenizer,
-                    rows,
                     stop_token_ids=self.stop_token_ids,
                     pad_token_id=self.pad_token_id,
                     logprobs_mode=self.logprobs_mode,
                 )
+                self.batches_run += 1
+            elif batch.joinable and self._loaded is loaded:
+                joiners = self._joiners(len(batch))
+                self.requests_joined += len(joiners)
+            else:
+                joiners = []
+            self._more.clear()
+            active += joiners
+            try:
+                await asyncio.to_thread(self._advance, batch, joiners)
             except Exception as exc:
                 log.exception("generation failed")
                 err = OpenAIError(500, f"generation failed: {exc}", type="server_error")
-                for p in batch:
+                for p in active:
                     if not p.future.done():
                         p.future.set_exception(err)
+                batch, active = None, []
                 continue
-            self.batches_run += 1
-            self.requests_served += len(batch)
-            start = 0
-            for p in batch:
+            still = []
+            for p in active:
+                if not p.finished():
+                    still.append(p)
+                    continue
+                self.requests_served += 1
                 if not p.future.done():
-                    p.future.set_result((outputs[start : start + len(p.rows)], loaded.version))
-                start += len(p.rows)
+                    p.future.set_result(([st.out for st in p.states], loaded.version))
+            active = still
 
     # -- reload ---------------------------------------------------------------
     async def reload(self, path: str, version: int) -> int:
