@@ -149,6 +149,37 @@ def test_rows_joining_a_running_batch_generate_as_alone(lm: Any) -> None:
         assert st.out.text == alone.text and st.out.finish_reason == alone.finish_reason
 
 
+def test_rows_sharing_a_prompt_share_one_prefill(lm: Any) -> None:
+    """A request's n choices (rows with one prompt) are prefilled once per distinct
+    prompt (the model's first forward sees 2 rows for 5), and every row still gets
+    the answer it gets alone."""
+    model, tok, stop = lm
+    a, b = _ids(lm, PROMPTS[0]), _ids(lm, PROMPTS[2])
+    rows = [
+        (a, SamplingParams(max_tokens=6, seed=1, ignore_eos=True)),
+        (b, SamplingParams(max_tokens=6, seed=2, ignore_eos=True)),
+        (a, SamplingParams(max_tokens=6, seed=3, ignore_eos=True)),
+        (a, SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)),
+        (b, SamplingParams(max_tokens=6, temperature=0.8, seed=4, ignore_eos=True)),
+    ]
+    seen: list[tuple[int, ...]] = []
+    hook = model.register_forward_hook(
+        lambda _m, _args, kwargs, _out: seen.append(tuple(kwargs["input_ids"].shape)),
+        with_kwargs=True,
+    )
+    try:
+        outs = _gen(lm, rows)
+    finally:
+        hook.remove()
+    assert seen[0] == (2, max(len(a), len(b)))  # one prefill row per distinct prompt
+    assert seen[1:] == [(5, 1)] * 3 + [(4, 1)] * 2  # every row decodes; the short one leaves
+    for row, out in zip(rows, outs, strict=True):
+        (alone,) = _gen(lm, [row])
+        assert out.token_ids == alone.token_ids
+        assert out.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+    assert outs[0].token_ids != outs[2].token_ids  # same prompt, other seed
+
+
 def test_a_cache_that_cannot_shrink_keeps_finished_rows_until_all_are_done(lm: Any) -> None:
     """A sliding-window model's cache is not a plain DynamicCache: its batch takes no
     rows while running and keeps finished rows (fed along) until the last is done;

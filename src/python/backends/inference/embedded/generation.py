@@ -189,18 +189,50 @@ class DecodeBatch:
             return
         if self.rows and not self.joinable:
             raise RuntimeError("this model's cache cannot take rows into a running batch")
-        device = self.device
-        width = max(len(ids) for ids, _ in rows)
-        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, (ids, _) in enumerate(rows):
+        # rows sharing a prompt (a request's n choices) share its prefill: each distinct
+        # prompt runs once, then its logits, cache rows and mask are repeated per row
+        first: dict[tuple[int, ...], int] = {}
+        which = [first.setdefault(tuple(ids), len(first)) for ids, _ in rows]
+        logits, cache, mask, positions = self._prefill(list(first))
+        if len(first) < len(rows):
+            if _joinable(cache):
+                index = torch.tensor(which, dtype=torch.long, device=self.device)
+                logits, mask, positions = logits[index], mask[index], positions[index]
+                for layer in cache.layers:
+                    layer.keys, layer.values = layer.keys[index], layer.values[index]
+            else:  # a cache we cannot index: prefill every row
+                logits, cache, mask, positions = self._prefill([ids for ids, _ in rows])
+        self._join(rows, owner, logits, cache, mask, positions)
+
+    def _prefill(
+        self, prompts: list[Any]
+    ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """One forward over the left-padded ``prompts``: ``(last logits [b, V], KV
+        cache, mask [b, width], position ids [b, width])``."""
+        width = max(len(ids) for ids in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, ids in enumerate(prompts):
             input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             mask[i, width - len(ids) :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(
             input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True
         )
+        return out.logits[:, -1, :], out.past_key_values, mask, positions
+
+    def _join(
+        self,
+        rows: list[tuple[list[int], SamplingParams]],
+        owner: Any,
+        logits: torch.Tensor,
+        cache: Any,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+    ) -> None:
+        """Sample the prefilled rows' first tokens; they become the batch or join it."""
+        device = self.device
         new = {
             "mask": mask,
             "positions": positions[:, -1:] + 1,
@@ -210,8 +242,7 @@ class DecodeBatch:
             "drawn": torch.zeros(len(rows), dtype=torch.long, device=device),
         }
         states = [_RowState(p, owner) for _, p in rows]
-        new["feed"] = self._sample(out.logits[:, -1, :].float(), new, states)
-        cache = out.past_key_values
+        new["feed"] = self._sample(logits.float(), new, states)
         if not self.rows:
             self.rows, self.cache, self._t = states, cache, new
             self.joinable = _joinable(cache)
