@@ -64,7 +64,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="no end-of-sequence before this many tokens (generation_kwargs min_new_tokens)",
     )
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads; 0 = torch's default (the cores)"
+    )
     p.add_argument("--seed", type=int, default=42)
     return p.parse_args(argv)
 
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     from nexrl.plugins import load_spec
     from nexrl.rollout_worker import BaseEvaluationTarget
 
-    torch.set_num_threads(args.threads)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 

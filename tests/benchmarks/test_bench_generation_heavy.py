@@ -6,11 +6,18 @@ answers 64 tokens, 16 prompts x 8 samples per step, ``STEPS`` steps per run.
    (sync mode), on the identical workload of tests/benchmarks/test_bench_vs_trl.py
    (same prepared model folder, same prompts in file order, same optimiser and
    loss settings) except that both generate 64 tokens with the larger model.
+   TRL runs twice: with 1 torch thread (the main baseline, as ours gives its
+   trainer and its server 1 thread each here) and with torch's default threads
+   (one per core: what a user of TRL gets on this machine); ours runs twice:
+   with the default threads (trainer and server 1 each on 2 cores) and with
+   ``trainer.cpu_threads=2`` (in sync mode the trainer trains while the server
+   idles, so it may take both cores).
 2. ``test_bench_one_step_off_vs_sync``: ours with ``weight.sync_mode=batch-async``
    and ``weight.staleness_threshold=1`` (one step off: the next batch is sampled
    while the trainer trains on the current one, and every batch is sampled by one
    policy version at most one behind, since batch-async drains in-flight rollouts
-   before each reload) vs ours with ``weight.sync_mode=sync``.
+   before each reload) vs ours with ``weight.sync_mode=sync``; and TRL with
+   torch's default threads in the same run, beside one step off.
 
 The model: the recipe's ``model.tiny`` with hidden_size 192 and 4 layers instead
 of 64 and 2 (the MLP width, 128, is fixed by our tiny-model builder), about 9x the
@@ -107,8 +114,9 @@ def run_ours(tmp_path: Path, name: str, model_dir: Path, extra: list[str]) -> di
     return s
 
 
-def run_trl(tmp_path: Path, model_dir: Path, entropy: float) -> dict[str, Any]:
-    out = tmp_path / "trl"
+def run_trl(tmp_path: Path, model_dir: Path, entropy: float, threads: int = 1) -> dict[str, Any]:
+    """TRL with ``threads`` torch threads (0: torch's default, one per core)."""
+    out = tmp_path / f"trl-{threads}"
     cmd = [
         sys.executable,
         "-m",
@@ -125,13 +133,15 @@ def run_trl(tmp_path: Path, model_dir: Path, entropy: float) -> dict[str, Any]:
         f"--entropy-coef={entropy}",
         f"--max-new-tokens={RESPONSE}",
         f"--min-new-tokens={RESPONSE}",
-        "--threads=1",
+        f"--threads={threads}",
     ]
-    start = run_command(cmd, tmp_path / "trl.log")
+    start = run_command(cmd, tmp_path / f"trl-{threads}.log")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     for r in rows:  # every completion of every step really is 64 tokens
         assert r["completion_min_length"] == r["completion_max_length"] == RESPONSE, r
-    return summarize(rows, start, float(rows[0]["train_start"]), STEPS)
+    s = summarize(rows, start, float(rows[0]["train_start"]), STEPS)
+    s["torch_threads"] = json.loads((out / "setup.json").read_text())["torch_threads"]
+    return s
 
 
 KEYS = ("median_step_s", "samples_per_s", "command_to_first_row_s", "train_start_to_first_row_s")
@@ -155,6 +165,8 @@ def report(
     for k, v in info.items():
         if k.startswith("ratio_"):
             print(f"{k}: {v:.3f}")
+        elif k.startswith(("trl_all_cores_", "ours_trainer_2_threads_")):
+            print(f"{k}: {v}")
         elif k.endswith("_lags"):
             print(f"{k} (version/lag_max of the steps): {v}")
 
@@ -164,12 +176,31 @@ def test_bench_generation_heavy_vs_trl(benchmark: Any, tmp_path: Path) -> None:
     recipe = load_recipe_checked(RECIPE, [f"output_dir={tmp_path / 'prep'}"])
     entropy = float(recipe.cfg.algorithm.entropy_coeff)
     trl = run_trl(tmp_path, model_dir, entropy)
+    trl_all = run_trl(tmp_path, model_dir, entropy, threads=0)
     ours = benchmark.pedantic(
         lambda: run_ours(tmp_path, "ours", model_dir, ["weight.sync_mode=sync"]),
         rounds=1,
         iterations=1,
     )
-    report(benchmark, "generation_heavy_vs_trl", ("ours", ours), ("trl", trl), size)
+    # sync mode, the trainer given both cores (it trains while the server idles)
+    tuned = run_ours(
+        tmp_path,
+        "ours-trainer-2-threads",
+        model_dir,
+        ["weight.sync_mode=sync", "trainer.cpu_threads=2"],
+    )
+    both = versus_all_cores(ours, trl_all)
+    both.update(
+        ours_trainer_2_threads_samples_per_s=tuned["samples_per_s"],
+        ours_trainer_2_threads_median_step_s=tuned["median_step_s"],
+        ratio_samples_per_s_ours_trainer_2_threads_over_trl_all_cores=ratio(
+            tuned["samples_per_s"], trl_all["samples_per_s"]
+        ),
+        ratio_samples_per_s_ours_trainer_2_threads_over_ours=ratio(
+            tuned["samples_per_s"], ours["samples_per_s"]
+        ),
+    )
+    report(benchmark, "generation_heavy_vs_trl", ("ours", ours), ("trl", trl), {**size, **both})
 
 
 def test_bench_one_step_off_vs_sync(benchmark: Any, tmp_path: Path) -> None:
@@ -186,10 +217,25 @@ def test_bench_one_step_off_vs_sync(benchmark: Any, tmp_path: Path) -> None:
         iterations=1,
     )
     assert sync["lags"] == [0], sync["lags"]  # sync really trained on current-policy samples
+    recipe = load_recipe_checked(RECIPE, [f"output_dir={tmp_path / 'prep'}"])
+    trl_all = run_trl(tmp_path, model_dir, float(recipe.cfg.algorithm.entropy_coeff), threads=0)
     report(
         benchmark,
         "one_step_off_vs_sync",
         ("async", off),
         ("sync", sync),
-        {**size, "async_lags": off["lags"]},
+        {**size, "async_lags": off["lags"], **versus_all_cores(off, trl_all)},
     )
+
+
+def versus_all_cores(ours: dict[str, Any], trl_all: dict[str, Any]) -> dict[str, Any]:
+    """TRL as a user gets it by default (torch's threads: one per core, 2 here) beside
+    ``ours`` (whose trainer and server hold 1 thread each on this 2-core machine)."""
+    return {
+        "trl_all_cores_torch_threads": trl_all["torch_threads"],
+        "trl_all_cores_samples_per_s": trl_all["samples_per_s"],
+        "trl_all_cores_median_step_s": trl_all["median_step_s"],
+        "ratio_samples_per_s_ours_over_trl_all_cores": ratio(
+            ours["samples_per_s"], trl_all["samples_per_s"]
+        ),
+    }

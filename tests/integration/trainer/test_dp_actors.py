@@ -102,6 +102,23 @@ def test_world_size_two_equals_world_size_one_and_resumes(
     _assert_same_weights(final, reference)
 
 
+def test_trainer_cpu_threads_sets_the_ranks_torch_threads(tiny_model_dir: Path) -> None:
+    """``trainer.cpu_threads`` is the rank's torch thread count on CPU (0: automatic)."""
+    from nexrl.trainer.actor import TrainerActor
+    from nexrl.util.cpu import cpu_threads
+
+    before = torch.get_num_threads()
+    try:
+        for configured, expected in ((3, 3), (0, cpu_threads(1))):
+            settings = {"trainer": {"cpu_threads": configured, "total_train_steps": 1}}
+            actor = TrainerActor(spec(tiny_model_dir, **settings))
+            info = actor.setup()
+            assert info["cpu_threads"] == expected == torch.get_num_threads()
+            actor.close()
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_too_few_gpu_workers_is_a_clear_error(
     local_cluster: Any, tiny_model_dir: Path, tmp_path: Path
 ) -> None:

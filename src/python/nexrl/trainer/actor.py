@@ -107,7 +107,8 @@ class TrainerActor:
             os.environ.update(self.info.env())
         if not torch.cuda.is_available():
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
-            torch.set_num_threads(cpu_threads(self.info.local_world_size if self.info else 1))
+            ranks = self.info.local_world_size if self.info else 1
+            torch.set_num_threads(cpu_threads(ranks, int(self.spec.trainer.cpu_threads)))
         from nexrl.trainer.registry import create_trainer
 
         self.trainer = create_trainer(self.spec)
@@ -119,8 +120,12 @@ class TrainerActor:
         return self.trainer
 
     def describe(self) -> dict[str, Any]:
+        import torch
+
         t = self.trainer
         return {
+            # torch threads on CPU (trainer.cpu_threads, or the automatic share)
+            "cpu_threads": None if torch.cuda.is_available() else torch.get_num_threads(),
             "rank": self.info.rank if self.info else 0,
             "host": socket.gethostname(),
             "pid": os.getpid(),

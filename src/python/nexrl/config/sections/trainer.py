@@ -110,6 +110,16 @@ class TrainerConfig:
     offload_param: bool = cfg_field(False, help="ZeRO parameter offload to CPU (stage 3).")
     bf16: bool = cfg_field(False, help="bf16 mixed precision (GPU).")
     gradient_checkpointing: bool = cfg_field(False, help="Recompute activations in backward.")
+    cpu_threads: int = cfg_field(
+        0,
+        help="CPU training only: torch threads of each trainer rank. 0 = half the machine's "
+        "cores shared among the ranks on it (at least 1), the other half left to the "
+        "inference server and rollouts. In weight.sync_mode=sync the server and the trainer "
+        "take turns, so a model big enough to use more threads may give the trainer all the "
+        "cores: on 2 cores the generation-heavy benchmark's trainer step is 1.4x faster with "
+        "2 (docs/benchmarks.md); the default tiny model is slower with 2.",
+        minimum=0,
+    )
     lora: LoraConfig = cfg_field(
         default_factory=LoraConfig,
         help="LoRA adapters (off by default); see docs/trainer.md, 'LoRA'.",
