@@ -57,6 +57,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=50.0,
         help="hold a batch's first request at most this many ms while gathering",
     )
+    p.add_argument(
+        "--no-continuous-batching",
+        dest="continuous_batching",
+        action="store_false",
+        help="a batch runs to its end before requests that arrived meanwhile start "
+        "(static batching; the baseline of tests/benchmarks/test_bench_inference.py)",
+    )
     p.add_argument("--logprobs-mode", choices=("raw", "processed"), default="raw")
     p.add_argument("--seed", type=int, default=0, help="RNG seed for requests without a seed")
     p.add_argument("--torch-threads", type=int, default=None)
@@ -147,7 +154,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         device=device,
         dtype=dtype,
         batching=BatchingConfig(
-            args.max_batch_size, args.batch_window_ms / 1000.0, args.batch_max_wait_ms / 1000.0
+            args.max_batch_size,
+            args.batch_window_ms / 1000.0,
+            args.batch_max_wait_ms / 1000.0,
+            continuous=args.continuous_batching,
         ),
         logprobs_mode=args.logprobs_mode,
         base_model=base,

@@ -169,8 +169,10 @@ class DecodeBatch:
         stop_token_ids: frozenset[int],
         pad_token_id: int,
         logprobs_mode: LogprobsMode = "raw",
+        share_prefill: bool = True,
     ) -> None:
         self.model, self.tokenizer = model, tokenizer
+        self.share_prefill = share_prefill
         self.stop_token_ids, self.pad_token_id = stop_token_ids, pad_token_id
         self.logprobs_mode: LogprobsMode = logprobs_mode
         self.device = next(model.parameters()).device
@@ -193,8 +195,11 @@ class DecodeBatch:
         # prompt runs once, then its logits, cache rows and mask are repeated per row
         first: dict[tuple[int, ...], int] = {}
         which = [first.setdefault(tuple(ids), len(first)) for ids, _ in rows]
-        logits, cache, mask, positions = self._prefill(list(first))
-        if len(first) < len(rows):
+        shared = self.share_prefill and len(first) < len(rows)
+        logits, cache, mask, positions = self._prefill(
+            list(first) if shared else [ids for ids, _ in rows]
+        )
+        if shared:
             if _joinable(cache):
                 index = torch.tensor(which, dtype=torch.long, device=self.device)
                 logits, mask, positions = logits[index], mask[index], positions[index]
@@ -204,9 +209,7 @@ class DecodeBatch:
                 logits, cache, mask, positions = self._prefill([ids for ids, _ in rows])
         self._join(rows, owner, logits, cache, mask, positions)
 
-    def _prefill(
-        self, prompts: list[Any]
-    ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+    def _prefill(self, prompts: list[Any]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
         """One forward over the left-padded ``prompts``: ``(last logits [b, V], KV
         cache, mask [b, width], position ids [b, width])``."""
         width = max(len(ids) for ids in prompts)
@@ -335,8 +338,10 @@ def generate(
     stop_token_ids: frozenset[int],
     pad_token_id: int,
     logprobs_mode: LogprobsMode = "raw",
+    share_prefill: bool = True,
 ) -> list[SequenceOutput]:
-    """Generate every row together; returns one ``SequenceOutput`` per row."""
+    """Generate every row together; returns one ``SequenceOutput`` per row
+    (``share_prefill``: rows with one prompt prefill it once, ``DecodeBatch.add``)."""
     if not rows:
         return []
     batch = DecodeBatch(
@@ -345,6 +350,7 @@ def generate(
         stop_token_ids=stop_token_ids,
         pad_token_id=pad_token_id,
         logprobs_mode=logprobs_mode,
+        share_prefill=share_prefill,
     )
     batch.add(rows)
     states = list(batch.rows)

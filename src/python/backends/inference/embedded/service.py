@@ -66,6 +66,7 @@ class BatchingConfig:
     max_batch_size: int = 16
     batch_window_s: float = 0.005  # gather while requests keep coming this close together
     max_wait_s: float = 0.05  # ... but never hold the first request longer than this
+    continuous: bool = True  # requests join a running batch (False: it runs to the end first)
 
 
 class InferenceService:
@@ -220,7 +221,7 @@ class InferenceService:
                     logprobs_mode=self.logprobs_mode,
                 )
                 self.batches_run += 1
-            elif batch.joinable and self._loaded is loaded:
+            elif self.batching.continuous and batch.joinable and self._loaded is loaded:
                 joiners = self._joiners(len(batch))
                 self.requests_joined += len(joiners)
             else:
