@@ -59,7 +59,7 @@ from tests.benchmarks.test_bench_vs_trl import (
 )
 from tests.e2e._recipe import DATA, RECIPE, read_rows
 
-STEPS = 5
+STEPS = 10
 RESPONSE = 64
 HIDDEN, LAYERS = 192, 4
 WORKER = "tests/benchmarks/_fixed_length_worker.py:FixedLengthWorker"
