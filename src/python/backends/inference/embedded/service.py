@@ -138,6 +138,8 @@ class InferenceService:
         """Queue ``rows`` (one request); resolve with outputs and the policy version."""
         if self._worker is None:
             raise OpenAIError(503, "server is not running", type="server_error")
+        if not rows:  # (nothing to generate: it would never finish a batch)
+            return [], self._loaded.version
         loop = asyncio.get_running_loop()
         pending = _Pending(rows, loop.create_future())
         self._waiting.append(pending)
