@@ -63,7 +63,7 @@ def fill(folder: Path, leave: int) -> Path | None:
     print(f"free before filling: {free} bytes")
     size = max(0, free - leave)
     try:
-        fh = open(filler, "wb")  # noqa: SIM115 - closed below
+        fh = open(filler, "wb", buffering=0)  # noqa: SIM115 - closed below
     except OSError as exc:
         # seen in a full-suite run (twice, never alone; cause not established):
         # ENOSPC on creating the file. The disk is full either way, and the run's
@@ -72,13 +72,19 @@ def fill(folder: Path, leave: int) -> Path | None:
             raise
         print(f"the disk was already full: {exc}")
         return None
+    # unbuffered: a write the full disk refuses raises here, none is left for close()
+    # (seen once in a full suite: ENOSPC from the buffered file's close, the run having
+    # written between disk_usage and the fill)
     with fh:
         chunk = b"\0" * (1 << 20)
         while size > 0:
             try:
-                size -= fh.write(chunk[: min(size, len(chunk))])
+                written = fh.write(chunk[: min(size, len(chunk))])
             except OSError:
                 break
+            if not written:
+                break
+            size -= written
     return filler
 
 
