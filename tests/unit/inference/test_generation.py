@@ -153,7 +153,7 @@ def test_rows_sharing_a_prompt_share_one_prefill(lm: Any) -> None:
     """A request's n choices (rows with one prompt) are prefilled once per distinct
     prompt (the model's first forward sees 2 rows for 5), and every row still gets
     the answer it gets alone."""
-    model, tok, stop = lm
+    model = lm[0]
     a, b = _ids(lm, PROMPTS[0]), _ids(lm, PROMPTS[2])
     rows = [
         (a, SamplingParams(max_tokens=6, seed=1, ignore_eos=True)),
