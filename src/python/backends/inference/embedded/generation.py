@@ -95,12 +95,12 @@ def sample_next(
 
 
 class _RowState:
-    def __init__(self, params: SamplingParams, owner: Any = None) -> None:
+    def __init__(self, params: SamplingParams) -> None:
         self.params = params
         self.out = SequenceOutput()
         self.done = False
         self.retired = False
-        self.owner = owner  # the request this row answers (the service's bookkeeping)
+        self.owner: Any = None  # the request this row answers (the service sets it)
 
 
 def _draws(rows: list[tuple[list[int], SamplingParams]], device: torch.device) -> torch.Tensor:
@@ -185,7 +185,7 @@ class DecodeBatch:
         return len(self.rows)
 
     @torch.inference_mode()
-    def add(self, rows: list[tuple[list[int], SamplingParams]], owner: Any = None) -> None:
+    def add(self, rows: list[tuple[list[int], SamplingParams]]) -> None:
         """Prefill ``rows`` and sample their first tokens; they join the batch."""
         if not rows:
             return
@@ -207,7 +207,7 @@ class DecodeBatch:
                     layer.keys, layer.values = layer.keys[index], layer.values[index]
             else:  # a cache we cannot index: prefill every row
                 logits, cache, mask, positions = self._prefill([ids for ids, _ in rows])
-        self._join(rows, owner, logits, cache, mask, positions)
+        self._join(rows, logits, cache, mask, positions)
 
     def _prefill(self, prompts: list[Any]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
         """One forward over the left-padded ``prompts``: ``(last logits [b, V], KV
@@ -228,7 +228,6 @@ class DecodeBatch:
     def _join(
         self,
         rows: list[tuple[list[int], SamplingParams]],
-        owner: Any,
         logits: torch.Tensor,
         cache: Any,
         mask: torch.Tensor,
@@ -244,7 +243,7 @@ class DecodeBatch:
             "uniform": _draws(rows, device),
             "drawn": torch.zeros(len(rows), dtype=torch.long, device=device),
         }
-        states = [_RowState(p, owner) for _, p in rows]
+        states = [_RowState(p) for _, p in rows]
         new["feed"] = self._sample(logits.float(), new, states)
         if not self.rows:
             self.rows, self.cache, self._t = states, cache, new
