@@ -116,8 +116,9 @@ class TrainerConfig:
         "cores shared among the ranks on it (at least 1), the other half left to the "
         "inference server and rollouts. In weight.sync_mode=sync the server and the trainer "
         "take turns, so a model big enough to use more threads may give the trainer all the "
-        "cores: on 2 cores the generation-heavy benchmark's trainer step is 1.4x faster with "
-        "2 (docs/benchmarks.md); the default tiny model is slower with 2.",
+        "cores: on 2 cores the generation-heavy benchmark's sync step is 1.25x faster with "
+        "2 (docs/benchmarks.md); the default tiny model, and one-step-off runs, are slower "
+        "with 2.",
         minimum=0,
     )
     lora: LoraConfig = cfg_field(
