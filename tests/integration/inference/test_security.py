@@ -184,3 +184,23 @@ def test_the_supervisor_sends_the_token(
         assert health.json()["policy_version"] == 1
     finally:
         supervisor.close()
+
+
+def test_the_supervisor_gives_the_server_its_cpu_threads(
+    snapshots: dict[str, Path], snapshot_root: Path, tmp_path: Path
+) -> None:
+    """``service.inference_service.cpu_threads`` reaches the server it starts (its
+    /health reports torch's threads); 0 gives the automatic half of the cores."""
+    import torch
+
+    from nexrl.util.cpu import cpu_threads
+
+    assert not torch.cuda.is_available()  # the CPU path: a GPU server gets no thread flag
+    for configured, expected in ((3, 3), (0, cpu_threads(1))):
+        config = InferenceServiceConfig(served_model_name=SERVED_NAME, cpu_threads=configured)
+        supervisor = InferenceSupervisor(config, log_dir=tmp_path, snapshot_root=snapshot_root)
+        try:
+            (url,) = supervisor.start(snapshots["a"], 0)
+            assert httpx.get(f"{url}/health", timeout=10).json()["torch_threads"] == expected
+        finally:
+            supervisor.close()

@@ -49,14 +49,16 @@ class ServiceError(RuntimeError, NexrlError):
     """The inference service could not be started, reached or reloaded."""
 
 
-def _cpu_threads_args() -> list[str]:
-    """On a machine without CUDA the server gets the cores the trainer leaves it
-    (``nexrl.util.cpu.cpu_threads``: half of them)."""
+def _cpu_threads_args(configured: int) -> list[str]:
+    """On a machine without CUDA the server gets ``configured`` threads, or by default
+    the cores the trainer leaves it (``nexrl.util.cpu.cpu_threads``: half of them)."""
     import torch
 
     from nexrl.util.cpu import cpu_threads
 
-    return [] if torch.cuda.is_available() else ["--torch-threads", str(cpu_threads(1))]
+    if torch.cuda.is_available():
+        return []
+    return ["--torch-threads", str(cpu_threads(1, configured))]
 
 
 class InferenceSupervisor:
@@ -187,7 +189,7 @@ class InferenceSupervisor:
             str(self.seed + self.restarts),
             "--log-level",
             "warning",
-            *_cpu_threads_args(),
+            *_cpu_threads_args(cfg.cpu_threads),
         ]
 
     def _adapter_for(self) -> Any:

@@ -162,6 +162,7 @@ def create_app(
             "batches_run": service.batches_run,
             "requests_served": service.requests_served,
             "requests_joined": service.requests_joined,
+            "torch_threads": service.torch_threads(),
         }
         return _versioned(body, service.version)
 

@@ -119,6 +119,11 @@ class InferenceService:
     def max_model_len(self) -> int:
         return int(getattr(self._loaded.model.config, "max_position_embeddings", 2048))
 
+    @staticmethod
+    def torch_threads() -> int:
+        """Torch's intra-op threads (``--torch-threads``; the generation thread uses as many)."""
+        return torch.get_num_threads()
+
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> None:
         if self._worker is None:

@@ -66,6 +66,15 @@ class InferenceServiceConfig:
         "Lower it when a GPU runs out of memory on long answers.",
         minimum=1,
     )
+    cpu_threads: int = cfg_field(
+        0,
+        help="Embedded server on a machine without CUDA: its torch threads. 0 = half the "
+        "machine's cores (the other half is the trainer's: trainer.cpu_threads). On 2 cores "
+        "a second server thread made generation slower even in sync mode, where the trainer "
+        "idles meanwhile (the rollout workers and the driver waking beside it stall OpenMP; "
+        "docs/benchmarks.md): raise it on machines with cores to spare.",
+        minimum=0,
+    )
 
 
 @dataclass
