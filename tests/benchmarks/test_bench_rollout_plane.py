@@ -7,8 +7,9 @@ each, the default recipe's task) and score them:
 * **dask** (what ``nexrl train`` does): a rollout future and an evaluator
   future per task on a ``LocalCluster`` of 2 worker processes, a task being one
   group (``rollout_worker.groups_per_task`` 1, the default) or 8 (the default
-  recipe's setting: the 16 groups in two tasks); the evaluator future appends
-  the task's groups to a zarr pool in one commit;
+  recipe's setting: the 16 groups in two tasks), and 8 with the task's 8
+  requests in one HTTP request (``rollout_worker.batch_requests``, the default);
+  the evaluator future appends the task's groups to a zarr pool in one commit;
 * **direct** (baseline): all requests from one process with one
   ``InferenceClient`` and ``asyncio.gather``, scored in that process, nothing
   stored.
@@ -68,9 +69,12 @@ def _groups(round_no: int) -> list[list[dict[str, Any]]]:
     return out
 
 
-def _spec(server: EmbeddedServer, store: Path, group_requests: bool = True) -> RolloutSpec:
+def _spec(
+    server: EmbeddedServer, store: Path, group_requests: bool = True, batch: bool = False
+) -> RolloutSpec:
     return RolloutSpec(
         group_requests=group_requests,
+        batch_requests=batch,
         worker_type="simple",
         evaluator=EVALUATOR,
         roots=(ROOT,),
@@ -134,9 +138,9 @@ def test_direct_requests_baseline(benchmark: Any, server: EmbeddedServer, tmp_pa
 
 @pytest.mark.benchmark(group="rollout-plane")
 @pytest.mark.parametrize(
-    ("group_requests", "groups_per_task"),
-    [(False, 1), (True, 1), (True, 8)],
-    ids=["request-per-sample", "n-per-group", "n-per-group-8-per-task"],
+    ("group_requests", "groups_per_task", "batch"),
+    [(False, 1, False), (True, 1, False), (True, 8, False), (True, 8, True)],
+    ids=["request-per-sample", "n-per-group", "n-per-group-8-per-task", "8-per-task-batched"],
 )
 def test_dask_futures_and_pool(
     benchmark: Any,
@@ -144,17 +148,20 @@ def test_dask_futures_and_pool(
     tmp_path: Path,
     group_requests: bool,
     groups_per_task: int,
+    batch: bool,
 ) -> None:
     """The controller's plane; ``n-per-group`` is ``rollout_worker.one_request_per_group``
     (the default: one request with n=8 per group), ``request-per-sample`` the 128
     separate requests the direct baseline also sends; ``8-per-task`` is
-    ``rollout_worker.groups_per_task=8``."""
+    ``rollout_worker.groups_per_task=8``; ``batched`` is ``rollout_worker.batch_requests``
+    (the default: a task's 8 group requests in one HTTP request)."""
     from distributed import Client, LocalCluster
 
     from nexrl.pool import TrajectoryPool
 
     name = ("dask-n" if group_requests else "dask") + ("8" if groups_per_task > 1 else "")
-    spec = _spec(server, tmp_path / "pool.zarr", group_requests)
+    name += "-batched" if batch else ""
+    spec = _spec(server, tmp_path / "pool.zarr", group_requests, batch)
     with (
         LocalCluster(n_workers=2, threads_per_worker=4, dashboard_address=":0") as cluster,
         Client(cluster) as client,
@@ -180,6 +187,10 @@ def test_dask_futures_and_pool(
         ratio = statistics.median(_times["dask-n"]) / statistics.median(_times["dask-n8"])
         benchmark.extra_info["speedup_vs_one_group_per_task"] = ratio
         print(f"rollout plane: 8 groups per task {ratio:.2f}x faster than one per task")
+    if name == "dask-n8-batched" and "dask-n8" in _times:
+        ratio = statistics.median(_times["dask-n8"]) / statistics.median(_times[name])
+        benchmark.extra_info["speedup_vs_request_per_group"] = ratio
+        print(f"rollout plane: a task's requests in one batch {ratio:.2f}x faster than one each")
     if name == "dask-n" and "dask" in _times:
         ratio = statistics.median(_times["dask"]) / statistics.median(_times["dask-n"])
         benchmark.extra_info["speedup_vs_request_per_sample"] = ratio

@@ -141,6 +141,8 @@ def rollout_spec(recipe: Recipe, pool: PoolConfig, base_urls: list[str]) -> Roll
         # engines that report no policy version: replicas at base_urls, or one that
         # nexrl starts by service.inference_service.command (vLLM, SGLang)
         versions_from_pool=bool(svc.base_urls or svc.command),
+        # only the embedded server nexrl starts has the batch route
+        batch_requests=bool(rw.batch_requests) and not (svc.base_urls or svc.command),
     )
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import httpx
 import openai
 
 from nexrl.errors import NexrlError
@@ -209,6 +210,29 @@ def parse_completion(
 
 
 # -- client ------------------------------------------------------------------
+_Queued = tuple[dict[str, Any], "asyncio.Future[list[Generation]]"]
+
+
+def _root(client: Any) -> str:
+    return str(client.base_url).rstrip("/").removesuffix("/v1")
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():  # (a caller that gave up has cancelled it)
+        future.set_exception(exc)
+
+
+async def _settle(future: asyncio.Future[Any], call: Any) -> None:
+    """``future`` gets what awaiting ``call`` returns or raises."""
+    try:
+        result = await call
+    except Exception as exc:
+        _fail(future, exc)
+        return
+    if not future.done():
+        future.set_result(result)
+
+
 class InferenceClient:
     """Async OpenAI client over one or more replicas (round-robin per call).
 
@@ -230,9 +254,14 @@ class InferenceClient:
         max_retries: int = 2,
         require_token_ids: bool = True,
         version_source: Callable[[], int | None] | None = None,
+        batch_calls: bool = False,
     ) -> None:
         _check_limits(timeout_s, max_retries)
         self.version_source = version_source
+        self.batch_calls = batch_calls
+        self._queued: dict[int, list[_Queued]] = {}
+        self._sending: set[asyncio.Task[None]] = set()
+        self._unbatched: set[int] = set()  # replicas that have no batch route
         self.model, self.timeout_s = model, timeout_s
         self.require_token_ids = require_token_ids
         self._clients = RoundRobin(
@@ -263,6 +292,8 @@ class InferenceClient:
         kwargs: dict[str, Any] = {"messages": messages, "logprobs": logprobs, **params}
         if tools:
             kwargs["tools"] = tools
+        if self.batch_calls:
+            return await self._queue_chat(kwargs)
         return await self._call(True, kwargs)
 
     async def complete(
@@ -271,9 +302,12 @@ class InferenceClient:
         """``/v1/completions`` (text or token-id prompt) -> one ``Generation`` per choice."""
         return await self._call(False, {"prompt": prompt, "logprobs": logprobs, **params})
 
-    async def _call(self, chat: bool, kwargs: dict[str, Any]) -> list[Generation]:
-        client = self._clients.next()
-        url = str(client.base_url).rstrip("/").removesuffix("/v1")
+    async def _call(
+        self, chat: bool, kwargs: dict[str, Any], client: Any = None
+    ) -> list[Generation]:
+        client = client if client is not None else self._clients.next()
+        url = _root(client)
+        kwargs = dict(kwargs)
         extra = {"return_token_ids": True, **kwargs.pop("extra_body", {})}
         extra.update({k: kwargs.pop(k) for k in list(kwargs) if k in ENGINE_EXTRA_PARAMS})
         api = client.chat.completions if chat else client.completions
@@ -283,34 +317,47 @@ class InferenceClient:
                 raw = await api.with_raw_response.create(
                     model=self.model, extra_body=extra, **kwargs
                 )
-                body = raw.http_response.json()
-        except TimeoutError:
-            raise InferenceError(
+                reply = raw.http_response.json()
+        except (TimeoutError, openai.APIError, ValueError) as exc:
+            raise self._failure(exc, url) from None
+        header = raw.headers.get(POLICY_VERSION_HEADER)
+        return self._generations(reply, header, chat, url, loaded)
+
+    def _body(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A chat call's JSON body in a batch request, as the openai client would send
+        it alone: the served model's name, the parameters, ``return_token_ids`` and
+        ``extra_body`` merged in."""
+        kwargs = dict(kwargs)
+        extra = kwargs.pop("extra_body", {})
+        return {"model": self.model, **kwargs, "return_token_ids": True, **extra}
+
+    def _failure(self, exc: BaseException, url: str) -> InferenceError:
+        """The ``InferenceError`` for a request to ``url`` that raised ``exc``."""
+        if isinstance(exc, TimeoutError):
+            return InferenceError(
                 f"inference server {url} did not answer within {self.timeout_s:g}s", base_url=url
-            ) from None
-        except openai.APITimeoutError:
-            raise InferenceError(
+            )
+        if isinstance(exc, openai.APITimeoutError):
+            return InferenceError(
                 f"inference server {url} timed out after {self.timeout_s:g}s", base_url=url
-            ) from None
-        except openai.APIConnectionError as exc:
-            raise InferenceError(
-                f"cannot reach inference server {url}: {exc}", base_url=url
-            ) from None
-        except openai.APIStatusError as exc:
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            return InferenceError(f"cannot reach inference server {url}: {exc}", base_url=url)
+        if isinstance(exc, openai.APIStatusError):
             detail = exc.body.get("message") if isinstance(exc.body, dict) else None
-            raise InferenceError(
+            return InferenceError(
                 f"inference server {url} answered {exc.status_code}: {detail or exc.message}",
                 base_url=url,
                 status_code=exc.status_code,
-            ) from None
-        except ValueError as exc:  # body is not JSON
-            raise InferenceError(
-                f"malformed inference reply from {url}: {exc}", base_url=url
-            ) from None
-        header = raw.headers.get(POLICY_VERSION_HEADER)
+            )
+        return InferenceError(f"malformed inference reply from {url}: {exc}", base_url=url)
+
+    def _generations(
+        self, reply: Any, header: str | None, chat: bool, url: str, loaded: int | None
+    ) -> list[Generation]:
         parse = parse_chat_completion if chat else parse_completion
         try:
-            gens = parse(body, header_version=header, require_token_ids=self.require_token_ids)
+            gens = parse(reply, header_version=header, require_token_ids=self.require_token_ids)
         except InferenceError as exc:
             exc.base_url = url
             raise
@@ -320,6 +367,77 @@ class InferenceClient:
                 for g in gens
             ]
         return gens
+
+    # -- batched chat calls (the embedded server's /v1/chat/completions/batch) ----
+    async def _queue_chat(self, kwargs: dict[str, Any]) -> list[Generation]:
+        """Queue a chat call for its replica's next batch request: every call queued
+        before the event loop next runs its callbacks goes in that one request."""
+        client = self._clients.next()
+        if id(client) in self._unbatched:
+            return await self._call(True, kwargs, client)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Generation]] = loop.create_future()
+        queue = self._queued.setdefault(id(client), [])
+        if not queue:
+            loop.call_soon(self._flush, client)
+        queue.append((kwargs, future))
+        return await future
+
+    def _flush(self, client: Any) -> None:
+        calls = self._queued.pop(id(client), [])
+        task = asyncio.get_running_loop().create_task(self._send_queued(client, calls))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send_queued(self, client: Any, calls: list[_Queued]) -> None:
+        if len(calls) == 1 or id(client) in self._unbatched:
+            await asyncio.gather(*(_settle(f, self._call(True, kw, client)) for kw, f in calls))
+            return
+        url = _root(client)
+        loaded = self.version_source() if self.version_source is not None else None
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                raw = await client.post(
+                    "/chat/completions/batch",
+                    cast_to=httpx.Response,
+                    body={"requests": [self._body(kw) for kw, _ in calls]},
+                )
+                reply = raw.json()
+        except openai.NotFoundError:  # an engine without the route (vLLM, SGLang)
+            self._unbatched.add(id(client))
+            await self._send_queued(client, calls)
+            return
+        except (TimeoutError, openai.APIError, ValueError) as exc:
+            for _, future in calls:
+                _fail(future, self._failure(exc, url))
+            return
+        answers = reply.get("responses") if isinstance(reply, dict) else None
+        if not isinstance(answers, list) or len(answers) != len(calls):
+            err = _malformed(f"a batch of {len(calls)} requests got no list of {len(calls)} responses")
+            err.base_url = url
+            for _, future in calls:
+                _fail(future, err)
+            return
+        header = raw.headers.get(POLICY_VERSION_HEADER)
+        for (_, future), answer in zip(calls, answers, strict=True):
+            await _settle(future, self._answer(answer, header, url, loaded))
+
+    async def _answer(
+        self, answer: Any, header: str | None, url: str, loaded: int | None
+    ) -> list[Generation]:
+        """One request's answer in a batch reply, as ``_call`` would return or raise it."""
+        if not isinstance(answer, dict):
+            raise InferenceError(f"malformed inference reply: {answer!r} is not an object", base_url=url)
+        status = answer.get("status")
+        if status != 200:
+            error = answer.get("error")
+            detail = error.get("message") if isinstance(error, dict) else None
+            raise InferenceError(
+                f"inference server {url} answered {status}: {detail or 'no message'}",
+                base_url=url,
+                status_code=status if isinstance(status, int) else None,
+            )
+        return self._generations(answer.get("body"), header, True, url, loaded)
 
     async def aclose(self) -> None:
         for c in self._clients.items:

@@ -65,6 +65,8 @@ class RolloutSpec:
         pool: the trajectory pool config (store resolved).
         group_requests: one request with ``n`` per prompt group
             (``rollout_worker.one_request_per_group``; the 'simple' worker).
+        batch_requests: chat calls made at the same moment go in one batch request
+            (``rollout_worker.batch_requests``; the embedded server only).
         versions_from_pool: the engines do not report policy versions (``base_urls``
             replicas: vLLM, SGLang): tag each reply with the version the controller
             last loaded everywhere, read from the pool's weight-sync record when the
@@ -90,6 +92,7 @@ class RolloutSpec:
     seed: int | None = None  # per-request sampling seeds (BaseRolloutWorker.request_seed)
     versions_from_pool: bool = False
     group_requests: bool = True
+    batch_requests: bool = False
     evaluator_options: str = "{}"
 
     def with_sampling(self, **overrides: Any) -> RolloutSpec:
@@ -276,6 +279,7 @@ class _LoopThread:
             spec.timeout_s,
             spec.max_retries,
             spec.pool.store if spec.versions_from_pool else None,
+            spec.batch_requests,
         )
         if key not in self.clients:
             self.clients[key] = InferenceClient(
@@ -285,6 +289,7 @@ class _LoopThread:
                 timeout_s=spec.timeout_s,
                 max_retries=spec.max_retries,
                 version_source=loaded_version(spec.pool) if spec.versions_from_pool else None,
+                batch_calls=spec.batch_requests,
             )
         return self.clients[key]
 

@@ -1,7 +1,14 @@
 """FastAPI application: OpenAI routes, health, models and weight reload.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``GET /v1/models``, ``GET /health``, ``POST /update_weights_from_disk``.
+``GET /v1/models``, ``GET /health``, ``POST /update_weights_from_disk``, and an
+extension of the embedded server (not of the vLLM stand-in: vLLM has no such
+route), ``POST /v1/chat/completions/batch``: ``{"requests": [chat request, ...]}``
+answered ``{"responses": [{"status": 200, "body": chat reply} | {"status": 4xx/5xx,
+"error": {...}}, ...]}`` in request order. Its requests join one generation batch,
+and each is validated and answered on its own, as if sent alone (one bad request
+fails alone); ``InferenceClient`` sends the chat calls a rollout task makes at
+once this way (``rollout_worker.batch_requests``).
 Generation and reload responses carry the policy version in the body
 (``policy_version``) and in the ``X-Policy-Version`` header. Every error is
 ``{"error": {"message", "type", "param", "code"}}`` with a 4xx/5xx status.
@@ -28,8 +35,10 @@ anything else gets 403 and the served weights stay as they are.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -38,6 +47,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backends.inference.embedded.openai_api import chat_completion, completion
@@ -51,6 +61,16 @@ from backends.inference.embedded.protocol import (
 from backends.inference.embedded.service import InferenceService
 from nexrl.util.adapters import ADAPTER_CONFIG, is_adapter_snapshot
 from nexrl.util.auth import BearerAuth, bearer_key, same_token
+
+
+log = logging.getLogger(__name__)
+MAX_BATCH_REQUESTS = 1024
+
+
+class ChatBatchRequest(BaseModel):
+    """``POST /v1/chat/completions/batch``: chat requests answered together."""
+
+    requests: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_BATCH_REQUESTS)
 
 
 def _versioned(body: dict[str, Any], version: int, status: int = 200) -> JSONResponse:
@@ -108,6 +128,7 @@ def create_app(
     the module doc."""
     reply = _unversioned if api == "vllm" else _versioned
     served = {"model": served_model_name}  # the vLLM stand-in renames it to an adapter
+    counts = {"chat_batches": 0}  # batch requests answered (/health)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -162,6 +183,7 @@ def create_app(
             "batches_run": service.batches_run,
             "requests_served": service.requests_served,
             "requests_joined": service.requests_joined,
+            "chat_batches": counts["chat_batches"],
             "torch_threads": service.torch_threads(),
         }
         return _versioned(body, service.version)
@@ -183,6 +205,31 @@ def create_app(
     async def chat(req: ChatCompletionRequest) -> JSONResponse:
         body, version = await chat_completion(service, served["model"], req)
         return reply(body, version)
+
+    if api == "embedded":
+
+        @app.post("/v1/chat/completions/batch")
+        async def chat_batch(req: ChatBatchRequest) -> JSONResponse:
+            async def one(raw: dict[str, Any]) -> dict[str, Any]:
+                try:
+                    body, _ = await chat_completion(
+                        service, served["model"], ChatCompletionRequest.model_validate(raw)
+                    )
+                    return {"status": 200, "body": body}
+                except ValidationError as exc:
+                    err = _validation_error(RequestValidationError(exc.errors()))
+                except OpenAIError as exc:
+                    err = exc
+                except Exception as exc:  # (answered for this request alone, as _crash would)
+                    log.exception("a batched chat request failed")
+                    err = OpenAIError(500, f"internal error: {exc!r}", type="server_error")
+                return {"status": err.status, **err.body()}
+
+            counts["chat_batches"] += 1
+            items = await asyncio.gather(*(one(r) for r in req.requests))
+            return _versioned(
+                {"object": "chat.completion.batch", "responses": list(items)}, service.version
+            )
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest) -> JSONResponse:
