@@ -413,7 +413,9 @@ class InferenceClient:
             return
         answers = reply.get("responses") if isinstance(reply, dict) else None
         if not isinstance(answers, list) or len(answers) != len(calls):
-            err = _malformed(f"a batch of {len(calls)} requests got no list of {len(calls)} responses")
+            err = _malformed(
+                f"a batch of {len(calls)} requests got no list of {len(calls)} responses"
+            )
             err.base_url = url
             for _, future in calls:
                 _fail(future, err)
@@ -427,7 +429,9 @@ class InferenceClient:
     ) -> list[Generation]:
         """One request's answer in a batch reply, as ``_call`` would return or raise it."""
         if not isinstance(answer, dict):
-            raise InferenceError(f"malformed inference reply: {answer!r} is not an object", base_url=url)
+            raise InferenceError(
+                f"malformed inference reply: {answer!r} is not an object", base_url=url
+            )
         status = answer.get("status")
         if status != 200:
             error = answer.get("error")

@@ -62,7 +62,6 @@ from backends.inference.embedded.service import InferenceService
 from nexrl.util.adapters import ADAPTER_CONFIG, is_adapter_snapshot
 from nexrl.util.auth import BearerAuth, bearer_key, same_token
 
-
 log = logging.getLogger(__name__)
 MAX_BATCH_REQUESTS = 1024
 
