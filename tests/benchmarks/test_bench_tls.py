@@ -18,6 +18,7 @@ import pytest
 
 from nexrl.config.sections.cluster import ClusterConfig, TlsConfig
 from nexrl.runtime.cluster import ClusterHandle, start_cluster
+from nexrl.util.dask_workers import workers_of
 
 N_TASKS = 200
 MB = 32
@@ -52,7 +53,7 @@ def _total(a: np.ndarray) -> float:
 
 
 def _transfer(h: ClusterHandle) -> float:
-    first, second = sorted(h.client.scheduler_info()["workers"])
+    first, second = sorted(workers_of(h.client))
     made = h.client.submit(_make, MB * 2**20, workers=[first], pure=False)
     return float(h.client.submit(_total, made, workers=[second], pure=False).result())
 

@@ -12,6 +12,7 @@ from distributed.comm.core import CommClosedError, FatalCommClosedError
 
 from nexrl.config.sections.cluster import ClusterConfig, TlsConfig
 from nexrl.runtime.cluster import start_cluster
+from nexrl.util.dask_workers import workers_of
 
 
 def local(tls: TlsConfig) -> ClusterConfig:
@@ -23,7 +24,7 @@ def test_temporary_tls_cluster_refuses_clients_without_its_certificate() -> None
     try:
         address = handle.scheduler_address
         assert address.startswith("tls://127.0.0.1:")
-        workers = handle.client.scheduler_info()["workers"]
+        workers = workers_of(handle.client)
         assert len(workers) == 2 and all(w.startswith("tls://") for w in workers)
         # Work flows between the client and both worker processes.
         assert sorted(handle.client.run(lambda: 7).values()) == [7, 7]
@@ -38,7 +39,7 @@ def test_temporary_tls_cluster_refuses_clients_without_its_certificate() -> None
         with pytest.raises(FatalCommClosedError, match="certificate"):
             Client(address, timeout="10s", security=Security.temporary())  # another CA
         # None of them got in: the run's client is still the only one.
-        assert len(handle.client.scheduler_info()["workers"]) == 2
+        assert len(workers_of(handle.client)) == 2
         clients = handle.client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.clients))
         assert clients == 2  # the run's client and the scheduler's own fire-and-forget one
     finally:

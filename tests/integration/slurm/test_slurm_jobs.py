@@ -16,6 +16,7 @@ from nexrl.config.sections.cluster import (
     SlurmRolloutJobs,
 )
 from nexrl.runtime.cluster import start_cluster
+from nexrl.util.dask_workers import workers_of
 
 from ._slurm import SLURM_TOKEN, require_slurm, squeue, wait_gone
 
@@ -50,7 +51,7 @@ def test_rollout_trainer_and_inference_each_run_in_their_own_slurm_jobs(tmp_path
         assert len(ids["trainer"]) == 2 and len(ids["inference"]) == 1
         assert len(ids["rollout"]) == 2 and len(set(all_ids)) == 5
 
-        workers = client.scheduler_info(n_workers=-1)["workers"]
+        workers = workers_of(client)
         envs = client.run(_job_env)
         # Every worker runs inside the Slurm job that nexrl submitted for it.
         assert sorted(e["SLURM_JOB_ID"] for e in envs.values()) == sorted(all_ids)

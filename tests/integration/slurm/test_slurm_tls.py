@@ -20,6 +20,7 @@ from nexrl.config.sections.cluster import (
     TlsConfig,
 )
 from nexrl.runtime.cluster import start_cluster
+from nexrl.util.dask_workers import workers_of
 
 from ._slurm import require_slurm, wait_gone
 
@@ -52,7 +53,7 @@ def test_slurm_jobs_join_a_tls_scheduler_with_the_runs_temporary_certificate(
         assert len(ids) == 2
         address = handle.scheduler_address
         assert address.startswith("tls://127.0.0.1:")
-        workers = client.scheduler_info(n_workers=-1)["workers"]
+        workers = workers_of(client)
         assert len(workers) == 2 and all(a.startswith("tls://") for a in workers)
         envs = client.run(lambda: os.environ.get("SLURM_JOB_ID"))
         assert sorted(envs.values()) == sorted(ids)  # each worker inside its own job

@@ -15,12 +15,13 @@ from nexrl.config.sections.cluster import (
 from nexrl.runtime.cluster import start_cluster
 from nexrl.runtime.roles import role_resources
 from nexrl.runtime.slurm import job_kwargs
+from nexrl.util.dask_workers import workers_of
 
 
 def test_local_cluster_offers_gpu_and_cpu_resources_per_worker() -> None:
     handle = start_cluster(ClusterConfig(n_workers=2, dashboard_address=":0"), "t")
     try:
-        info = handle.client.scheduler_info()["workers"]
+        info = workers_of(handle.client)
         assert len(info) == 2
         assert all(w["resources"] == {"GPU": 1.0, "CPU": 1.0} for w in info.values())
         fut = handle.client.submit(lambda: 42, resources={"GPU": 1, "CPU": 1})

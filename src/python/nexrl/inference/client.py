@@ -242,6 +242,12 @@ class InferenceClient:
     straddles a reload is therefore tagged with the older version, the oldest
     weights that may have produced its tokens (staleness is never underestimated).
     A version the engine does report wins.
+
+    ``batch_calls``: chat calls made before the event loop next runs its callbacks
+    (a rollout task's groups, gathered) go to their replica in one request to the
+    embedded server's ``/v1/chat/completions/batch``, each answered (or refused) as if
+    sent alone; a replica without that route (vLLM, SGLang) gets them one by one from
+    its first 404 on.
     """
 
     def __init__(
@@ -422,9 +428,15 @@ class InferenceClient:
             return
         header = raw.headers.get(POLICY_VERSION_HEADER)
         for (_, future), answer in zip(calls, answers, strict=True):
-            await _settle(future, self._answer(answer, header, url, loaded))
+            try:
+                gens = self._answer(answer, header, url, loaded)
+            except InferenceError as exc:
+                _fail(future, exc)
+                continue
+            if not future.done():
+                future.set_result(gens)
 
-    async def _answer(
+    def _answer(
         self, answer: Any, header: str | None, url: str, loaded: int | None
     ) -> list[Generation]:
         """One request's answer in a batch reply, as ``_call`` would return or raise it."""

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nexrl.config.sections.cluster import ClusterConfig
+from nexrl.util.dask_workers import workers_of
 
 
 @dataclass
@@ -128,7 +129,7 @@ class ClusterHandle:
         """The inference job's worker address; on Slurm, a job that ended (scancel,
         node failure, walltime) is replaced by a new one first; on Kubernetes, the
         group's restarted pod is waited for."""
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        workers = workers_of(self.client)
         if self.inference_worker in workers:
             return str(self.inference_worker)
         if self.inference_group is not None:

@@ -36,6 +36,7 @@ from nexrl.config.sections.cluster import KubePodSize, KubernetesConfig
 from nexrl.errors import NexrlError
 from nexrl.runtime.roles import resources_arg, role_resources
 from nexrl.runtime.worker_env import job_environment
+from nexrl.util.dask_workers import workers_of
 
 __all__ = [
     "KubernetesError",
@@ -258,7 +259,7 @@ def wait_for_groups(client: Any, groups: list[str], timeout_s: float) -> dict[st
     groups still missing after ``timeout_s``."""
     deadline = time.monotonic() + float(timeout_s)
     while True:
-        workers = client.scheduler_info(n_workers=-1)["workers"]
+        workers = workers_of(client)
         found: dict[str, str] = {}
         for addr, info in workers.items():
             for group in groups:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nexrl.errors import NexrlError
+from nexrl.util.dask_workers import workers_of
 
 __all__ = ["InferenceJobLost", "RemoteEmbeddedServer", "ServerHost"]
 
@@ -105,7 +106,7 @@ class RemoteEmbeddedServer:
                 self.worker = self.locate()
             else:
                 self.worker = self.locate
-                if self.worker not in self.client.scheduler_info(n_workers=-1)["workers"]:
+                if self.worker not in workers_of(self.client):
                     raise InferenceJobLost(
                         f"the inference job's Dask worker {self.worker} is gone (its Slurm "
                         "job ended: scancel, node failure or walltime); run the same command "

@@ -44,6 +44,7 @@ from nexrl.config.sections.cluster import SlurmConfig, SlurmJobSize
 from nexrl.errors import NexrlError
 from nexrl.runtime.roles import resources_arg, role_resources
 from nexrl.runtime.worker_env import job_environment
+from nexrl.util.dask_workers import workers_of
 
 __all__ = [
     "SlurmError",
@@ -203,7 +204,7 @@ class SlurmJobs:
         deadline = time.monotonic() + float(self.cfg.job_start_timeout_s)
         want = {j.name: j for j in jobs}
         while True:
-            workers = client.scheduler_info(n_workers=-1)["workers"]
+            workers = workers_of(client)
             found = {w["name"]: addr for addr, w in workers.items() if w.get("name") in want}
             if len(found) == len(want):
                 return found

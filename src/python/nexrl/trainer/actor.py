@@ -40,6 +40,7 @@ from nexrl.errors import NexrlError
 from nexrl.trainer.result import StepResult
 from nexrl.trainer.spec import TrainerSpec
 from nexrl.util.cpu import cpu_threads
+from nexrl.util.dask_workers import workers_of
 from nexrl.util.net import free_port
 
 __all__ = [
@@ -178,7 +179,7 @@ def _host(addr: str) -> str:
 
 def pick_workers(client: Any, world_size: int, gpus_per_rank: float = 1) -> list[str]:
     """``world_size`` distinct worker addresses offering ``GPU >= gpus_per_rank``."""
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = workers_of(client)
     offer = {
         addr: w
         for addr, w in workers.items()
