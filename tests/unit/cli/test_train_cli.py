@@ -131,3 +131,23 @@ def test_shortening_a_decaying_schedule_warns_once_with_the_fix(
     ):
         assert main([RECIPE, *quiet, "--check"]) == 0
         assert "warning" not in capsys.readouterr().err
+
+
+def test_the_entry_module_imports_nothing_heavy() -> None:
+    # A LocalCluster's worker processes are spawned, and a spawned process imports the
+    # parent's main module again (`python -m nexrl.cli.train`): torch or the recipe
+    # machinery here cost every worker ~5 s of start-up on 2 cores.
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, nexrl.cli.train; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'torch', 'transformers', 'numpy', 'hydra', 'distributed'}))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"

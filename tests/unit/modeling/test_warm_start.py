@@ -142,11 +142,14 @@ def test_shared_prefix_forward_equals_the_plain_forward(tmp_path: Path) -> None:
 
 
 def test_prepare_model_warm_starts_once_and_a_stopped_warm_start_keeps_nothing(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from safetensors.torch import load_file
 
+    from nexrl.modeling.cache import CACHE_ENV
     from nexrl.modeling.prepare import prepare_model
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))  # (an earlier build's is skipped)
     from nexrl.recipe import load_recipe_checked
 
     demos = write_jsonl(tmp_path / "demos.jsonl", [tool_demo(12, 34), tool_demo(56, 78)])
@@ -161,6 +164,7 @@ def test_prepare_model_warm_starts_once_and_a_stopped_warm_start_keeps_nothing(
     with pytest.raises(KeyboardInterrupt):  # SIGTERM/Ctrl-C during the warm start
         prepare_model(warm, root, should_stop=lambda: True)
     assert list(root.iterdir()) == []  # no half-built model is left to be reused
+    assert not (tmp_path / "cache" / "models").exists()  # nor cached
     model, _ = prepare_model(warm, root)
     stamp = (model / "model.safetensors").stat().st_mtime_ns
     assert prepare_model(warm, root)[0] == model  # built once
@@ -168,3 +172,6 @@ def test_prepare_model_warm_starts_once_and_a_stopped_warm_start_keeps_nothing(
     cold, _ = prepare_model(cfg(tmp_path / "cold", "[]"), tmp_path / "cold")
     a, b = load_file(model / "model.safetensors"), load_file(cold / "model.safetensors")
     assert a.keys() == b.keys() and any(not torch.equal(a[k], b[k]) for k in a)
+    again, _ = prepare_model(cfg(tmp_path / "again", f"[{demos}]"), tmp_path / "again")
+    c = load_file(again / "model.safetensors")  # the warm-started one, from the cache
+    assert all(torch.equal(a[k], c[k]) for k in a)

@@ -22,12 +22,17 @@ import argparse
 import logging
 import os
 import sys
-
-from omegaconf import OmegaConf
+from typing import TYPE_CHECKING
 
 from nexrl.config.errors import RecipeError
 from nexrl.errors import NexrlError
-from nexrl.recipe import Recipe, load_recipe_checked
+
+if TYPE_CHECKING:
+    from nexrl.recipe import Recipe
+
+# Nothing heavy at import time: a LocalCluster's worker processes are spawned, and a
+# spawned process imports the parent's main module again (``python -m nexrl.cli.train``);
+# torch and the recipe machinery at the top here cost each worker ~5 s before it joined.
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     quiet = logging.getLogger("nexrl.recipe")
     if not quiet.handlers:
         quiet.addHandler(logging.NullHandler())
+    from nexrl.recipe import load_recipe_checked
+
     try:
         recipe = load_recipe_checked(args.recipe, args.overrides)
     except RecipeError as exc:
@@ -87,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 
         warn(args.recipe, tuple(override_notes(recipe, args.overrides)))
     if args.print_config:
+        from omegaconf import OmegaConf
+
         print(OmegaConf.to_yaml(recipe.cfg, resolve=True), end="")
     if args.check:
         print(f"{args.recipe}: recipe is valid")

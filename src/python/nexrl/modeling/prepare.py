@@ -15,6 +15,7 @@ from typing import Any
 
 from nexrl.config.paths import resolve_path
 from nexrl.errors import NexrlError
+from nexrl.modeling.cache import cached_build, tiny_model_key
 from nexrl.util.files import replace_dir
 
 __all__ = ["ModelSetupError", "prepare_model"]
@@ -35,7 +36,8 @@ def prepare_model(
 ) -> tuple[Path, Path]:
     """``(model_dir, tokenizer_dir)`` of the initial policy: ``model.path`` as given, or
     the tiny model of ``model.tiny`` (warm-started on ``model.tiny.warm_start`` demos if
-    any) written to ``<output_dir>/model`` once. It is built in a temporary folder and
+    any) written to ``<output_dir>/model`` once (copied from the cache of built models,
+    ``nexrl.modeling.cache``, when an earlier run built the same one). It is built in a temporary folder and
     renamed when complete, so a run killed while building never finds half a model.
     Relative demonstration paths are looked up in ``roots`` (default: the working dir);
     ``should_stop`` can interrupt the warm start (``KeyboardInterrupt``; nothing kept)."""
@@ -59,14 +61,21 @@ def prepare_model(
     if (out / "config.json").is_file():
         return out, out
     demos = _demo_files(tiny.warm_start.data_files, roots or [Path.cwd()])
+
+    def build(folder: Path) -> None:
+        _build_tiny(tiny, folder, demos, progress, should_stop)
+
+    if tiny.cache:  # (an existing folder without config.json is unfinished: replaced)
+        cached_build(tiny_model_key(tiny, demos), out, build)
+        return out, out
     tmp = output_dir / f"model.building-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        _build_tiny(tiny, tmp, demos, progress, should_stop)
+        build(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    replace_dir(tmp, out)  # (an existing folder without config.json is unfinished)
+    replace_dir(tmp, out)
     return out, out
 
 

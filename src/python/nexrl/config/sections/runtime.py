@@ -200,6 +200,14 @@ class TinyModelConfig:
         help="Supervised warm start on demonstrations, once, when the tiny model is built "
         "(seeded by seed).",
     )
+    cache: bool = cfg_field(
+        True,
+        help="Keep the built model (after its warm start) in the cache of built models, "
+        "$NEXRL_CACHE_DIR/models (default ~/.cache/nexrl/models), keyed by every field "
+        "above, the demonstrations' bytes and the torch/transformers versions, and copy it "
+        "from there when a later run asks for the same one (saves the build at start-up); "
+        "false = build it in every run.",
+    )
 
 
 @dataclass
