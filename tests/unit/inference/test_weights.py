@@ -98,6 +98,29 @@ def test_a_same_architecture_reload_copies_the_served_model(
     assert _load_into_copy(snapshots["narrow"], served) is None  # another architecture
 
 
+def test_a_reload_chain_checks_each_config_it_has_not_seen(
+    snapshots: dict[str, Path], served: Any, tmp_path: Path
+) -> None:
+    """A reload skips parsing a config.json whose bytes the served model was accepted
+    with (every reload of a run writes the same one); other bytes are parsed and
+    compared as before."""
+    first = _load_into_copy(snapshots["b"], served)
+    assert first is not None
+    again = _load_into_copy(snapshots["a"], first)  # the same config bytes: accepted
+    assert again is not None
+    assert torch.equal(again.state_dict()[UP], served.state_dict()[UP])
+    assert _load_into_copy(snapshots["narrow"], again) is None  # other bytes, other model
+    spaced = tmp_path / "spaced"  # other bytes, same model: parsed, then accepted
+    shutil.copytree(snapshots["b"], spaced)
+    config = json.loads((spaced / "config.json").read_text())
+    (spaced / "config.json").write_text(json.dumps(config, indent=4))
+    assert _load_into_copy(spaced, again) is not None
+    bad = tmp_path / "bad"
+    shutil.copytree(snapshots["b"], bad)
+    (bad / "config.json").write_text(json.dumps({**config, "hidden_size": 32}))
+    assert _load_into_copy(bad, again) is None
+
+
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_broken_snapshot_is_rejected(
     case: str, snapshots: dict[str, Path], served: Any, tmp_path: Path
