@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,8 @@ def _reload(server: EmbeddedServer, path: Path | str, version: int) -> httpx.Res
     )
 
 
-async def _greedy(client: InferenceClient) -> Generation:
-    (g,) = await client.complete(PROMPT, max_tokens=STEPS, temperature=0, ignore_eos=True)
+async def _greedy(client: InferenceClient, steps: int = STEPS) -> Generation:
+    (g,) = await client.complete(PROMPT, max_tokens=steps, temperature=0, ignore_eos=True)
     return g
 
 
@@ -47,12 +48,12 @@ def _greedy_sync(server: EmbeddedServer) -> Generation:
     return asyncio.run(run())
 
 
-def _local_greedy(model_dir: Path) -> list[int]:
-    """Greedy ``STEPS`` tokens in this process (full forward each step, eos ignored)."""
+def _local_greedy(model_dir: Path, steps: int = STEPS) -> list[int]:
+    """Greedy ``steps`` tokens in this process (full forward each step, eos ignored)."""
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     ids = list(PROMPT)
     with torch.no_grad():
-        for _ in range(STEPS):
+        for _ in range(steps):
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
     return ids[len(PROMPT) :]
 
@@ -153,6 +154,52 @@ def test_requests_racing_a_reload_each_see_one_version(
         if sent > done_at:
             assert g.policy_version == v + 1  # sent after the reload returned
     assert _version(server) == v + 1
+
+
+def test_reloads_back_to_back_under_requests_never_mix_weights(
+    server: EmbeddedServer, snapshots: dict[str, Path], tiny_model: Callable[..., Path]
+) -> None:
+    # A reload loads into the model the served one replaced (a spare) when no batch
+    # runs on it: with reloads following each other while requests keep batches
+    # running, a batch that still ran on the spare must never see its weights change.
+    # Three sets of weights in turn (a spare is two reloads old: with two, it would be
+    # reloaded with the weights it has); long answers, so a batch spans reloads.
+    v0, steps = _version(server) + 1, 48
+    paths = {**snapshots, "c": tiny_model(seed=3)}
+    assert _reload(server, paths["a"], v0).status_code == 200
+    outputs = {name: _local_greedy(paths[name], steps) for name in "abc"}
+    assert len({tuple(o) for o in outputs.values()}) == 3
+    which = {v0 + k: "abc"[k % 3] for k in range(10)}  # v0: a, v0+1: b, v0+2: c, ...
+    seen: list[Generation] = []
+    done = asyncio.Event()
+
+    async def worker(client: InferenceClient) -> None:
+        while not done.is_set():
+            seen.append(await _greedy(client, steps))
+
+    async def reloader() -> None:
+        async with httpx.AsyncClient(timeout=120) as http:
+            for version in range(v0 + 1, v0 + 10):
+                await asyncio.sleep(0.15)
+                path = paths[which[version]]
+                resp = await http.post(
+                    f"{server.base_url}/update_weights_from_disk",
+                    json={"model_path": str(path), "version": version},
+                )
+                assert resp.status_code == 200, resp.text
+        await asyncio.sleep(0.2)
+        done.set()
+
+    async def race() -> None:
+        async with InferenceClient(server.base_url, SERVED_NAME, timeout_s=120) as client:
+            await asyncio.gather(reloader(), *(worker(client) for _ in range(4)))
+
+    asyncio.run(race())
+    assert len({g.policy_version for g in seen}) > 2
+    for g in seen:
+        assert g.policy_version is not None
+        assert g.token_ids == outputs[which[g.policy_version]], g.policy_version
+    assert _version(server) == v0 + 9
 
 
 def test_sglang_style_version_field(server: EmbeddedServer, snapshots: dict[str, Path]) -> None:

@@ -10,7 +10,10 @@ their rows; a request's response goes out the moment its last row finishes, and
 finished rows leave the batch.
 
 Reload loads the new snapshot fully on a thread, off to the side, validates
-it, then swaps the served ``LoadedModel`` reference on the event loop. A batch
+it, then swaps the served ``LoadedModel`` reference on the event loop. "Off to the
+side" is a copy of the served model, or, for a model under 1 GiB, the model the
+previous reload replaced (kept as a spare) when no batch runs on it any more: a
+reload then copies the tensors in instead of copying the whole model. A batch
 reads that reference once when it starts and takes in new requests only while
 it is still the served one, so every batch (hence every request) runs on
 exactly one set of weights and reports that version; a request sent after a
@@ -95,6 +98,10 @@ class InferenceService:
         self.batches_run = 0
         self.requests_served = 0
         self.requests_joined = 0  # requests that joined a batch already generating
+        # the previous served model, kept for the next reload to load into while no batch
+        # runs on it (small models only: it stays resident)
+        self._spare: LoadedModel | None = None
+        self._generating: LoadedModel | None = None  # the weights of the running batch
         self._waiting: deque[_Pending] = deque()
         self._arrived = asyncio.Event()  # a request was queued (for the event loop)
         self._more = threading.Event()  # ... (for the generating thread: stop and take it)
@@ -220,6 +227,7 @@ class InferenceService:
             if batch is None or not len(batch):
                 joiners = await self._gather()
                 loaded = self._loaded  # one consistent set of weights for the whole batch
+                self._generating = loaded
                 batch = DecodeBatch(
                     loaded.model,
                     self.tokenizer,
@@ -243,8 +251,10 @@ class InferenceService:
                 for p in active:
                     if not p.future.done():
                         p.future.set_exception(err)
-                batch, active = None, []
+                batch, active, self._generating = None, [], None
                 continue
+            if not len(batch):
+                self._generating = None
             still = []
             for p in active:
                 if not p.finished():
@@ -273,18 +283,41 @@ class InferenceService:
                         load_adapter_snapshot, path, base=self._base, device=self.device
                     )
                 else:
+                    spare = self._take_spare(current)
                     model = await asyncio.to_thread(
                         load_snapshot,
                         path,
                         device=self.device,
                         dtype=self.dtype,
                         reference=current.model,
+                        spare=spare,
                     )
             except SnapshotError as exc:
                 raise OpenAIError(400, str(exc), param="model_path", code="bad_snapshot") from None
+            self._spare = current if _small(current.model) else None
             self._loaded = LoadedModel(model=model, version=version, path=str(path))
             log.info("serving %s as policy version %d", path, version)
             return version
+
+    def _take_spare(self, current: LoadedModel) -> Any | None:
+        """The spare model for a reload to load into, if no batch runs on it and it is
+        neither the served model nor the LoRA base; given up either way (a failed load
+        may have left it half written)."""
+        spare, self._spare = self._spare, None
+        if spare is None or spare.model is getattr(self._generating, "model", None):
+            return None
+        if spare.model is current.model or spare.model is self._base:
+            return None
+        return spare.model
+
+
+_SPARE_MAX_BYTES = 1 << 30
+
+
+def _small(model: Any) -> bool:
+    """Weights under 1 GiB: a second copy may stay resident as the next reload's spare."""
+    size = sum(t.numel() * t.element_size() for t in model.parameters())
+    return bool(size <= _SPARE_MAX_BYTES)
 
 
 def _stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
