@@ -15,8 +15,8 @@ per batch (ratio 1), grad-norm clip 1.0, AdamW (0.9, 0.999), no weight decay.
 
 What still differs (docs/benchmarks.md, "Versus TRL"): ours samples in its
 inference server with a per-request seed, TRL samples in its training process
-with torch's generator; ours trains in 2 micro-batches of 64 (same gradient),
-TRL in one of 128; ours runs on a Dask LocalCluster (2 worker processes) with 1
+with torch's generator; both train the step's 128 samples in one micro-batch
+(ours in 2 of 64 before 2026-11-26, the same gradient); ours runs on a Dask LocalCluster (2 worker processes) with 1
 torch thread for the trainer and 1 for the server, TRL in one process with 1
 thread; ours keeps its end-of-run checkpoint (after the last row, not timed).
 

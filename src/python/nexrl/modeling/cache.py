@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -50,7 +51,12 @@ def cache_root() -> Path:
     base = os.environ.get(CACHE_ENV)
     if base:
         return Path(base).expanduser() / "models"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if not xdg:
+        try:
+            xdg = str(Path.home() / ".cache")
+        except (RuntimeError, KeyError):  # no home directory (a bare container user)
+            xdg = os.path.join(tempfile.gettempdir(), f"nexrl-cache-{os.getuid()}")
     return Path(xdg).expanduser() / "nexrl" / "models"
 
 
