@@ -194,8 +194,12 @@ def _load_into_copy(snap: Path, reference: Any, spare: Any | None = None) -> Any
         return None
     if not all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point()):
         return None
-    reuse = spare is not None and spare is not reference
-    if reuse and getattr(spare, _ACCEPTED_CONFIG, None) == raw:
+    model: Any
+    if (
+        spare is not None
+        and spare is not reference
+        and getattr(spare, _ACCEPTED_CONFIG, None) == raw
+    ):
         model = spare  # (same config bytes, accepted above: the same parameter set)
     else:
         model = copy.deepcopy(reference)
