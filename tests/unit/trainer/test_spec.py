@@ -20,7 +20,7 @@ def test_spec_from_the_default_recipe(tmp_path: Path) -> None:
     )
     spec = TrainerSpec.from_recipe(recipe.cfg, model_path=tmp_path / "model", roots=recipe.roots)
     assert isinstance(spec.trainer, TrainerConfig) and isinstance(spec.algorithm, AlgorithmConfig)
-    assert spec.trainer.lr == 3e-3 and spec.trainer.micro_batch_size == 64
+    assert spec.trainer.lr == 3e-3 and spec.trainer.micro_batch_size == 128
     assert spec.algorithm.advantage_estimator == "grpo"
     assert spec.snapshot_dir == f"{tmp_path}/snapshots" and spec.keep_snapshots == 3
     assert spec.checkpoint_dir == str(tmp_path / "checkpoints")
