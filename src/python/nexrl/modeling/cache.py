@@ -35,7 +35,7 @@ from typing import Any
 
 from nexrl.util.files import remove_tree, replace_dir
 
-__all__ = ["CACHE_ENV", "cache_root", "cached_build", "tiny_model_key"]
+__all__ = ["CACHE_ENV", "build_into", "cache_root", "cached_build", "tiny_model_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,16 +96,27 @@ def cached_build(key: str, out: Path, build: Callable[[Path], None]) -> bool:
     if _copy_entry(entry, out):
         logger.info("model: the tiny model from the cache (%s)", entry)
         return True
+    build_into(out, build, keep=lambda built: _store(built, entry))
+    return False
+
+
+def build_into(
+    out: Path, build: Callable[[Path], None], keep: Callable[[Path], None] | None = None
+) -> None:
+    """Make ``out`` by ``build(folder)`` in a temporary folder beside it, renamed to
+    ``out`` when complete (a run killed while building leaves no half model under
+    ``out``; an existing unfinished ``out`` is replaced). ``keep(folder)`` runs on the
+    finished folder before the rename."""
     tmp = out.with_name(f"{out.name}.building-{os.getpid()}")
     remove_tree(tmp)
     try:
         build(tmp)
+        if keep is not None:
+            keep(tmp)
     except BaseException:
         remove_tree(tmp)
         raise
-    _store(tmp, entry)
     replace_dir(tmp, out)
-    return False
 
 
 def _copy_entry(entry: Path, out: Path) -> bool:

@@ -7,16 +7,13 @@ Runs in the driver before the cluster starts (``nexrl.controller.components``).
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from nexrl.config.paths import resolve_path
 from nexrl.errors import NexrlError
-from nexrl.modeling.cache import cached_build, tiny_model_key
-from nexrl.util.files import replace_dir
+from nexrl.modeling.cache import build_into, cached_build, tiny_model_key
 
 __all__ = ["ModelSetupError", "prepare_model"]
 
@@ -37,8 +34,8 @@ def prepare_model(
     """``(model_dir, tokenizer_dir)`` of the initial policy: ``model.path`` as given, or
     the tiny model of ``model.tiny`` (warm-started on ``model.tiny.warm_start`` demos if
     any) written to ``<output_dir>/model`` once (copied from the cache of built models,
-    ``nexrl.modeling.cache``, when an earlier run built the same one). It is built in a temporary folder and
-    renamed when complete, so a run killed while building never finds half a model.
+    ``nexrl.modeling.cache``, when an earlier run built the same one). It is built in a
+    temporary folder and renamed when complete, so a run killed while building never finds half a model.
     Relative demonstration paths are looked up in ``roots`` (default: the working dir);
     ``should_stop`` can interrupt the warm start (``KeyboardInterrupt``; nothing kept)."""
     if cfg.model.path:
@@ -65,17 +62,11 @@ def prepare_model(
     def build(folder: Path) -> None:
         _build_tiny(tiny, folder, demos, progress, should_stop)
 
-    if tiny.cache:  # (an existing folder without config.json is unfinished: replaced)
+    # (an existing folder without config.json is unfinished: replaced)
+    if tiny.cache:
         cached_build(tiny_model_key(tiny, demos), out, build)
-        return out, out
-    tmp = output_dir / f"model.building-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        build(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    replace_dir(tmp, out)
+    else:
+        build_into(out, build)
     return out, out
 
 
