@@ -33,6 +33,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from nexrl.util.checksums import check_tree, file_sha256, tree_checksums
 from nexrl.util.files import remove_tree, replace_dir
 
 __all__ = ["CACHE_ENV", "build_into", "cache_root", "cached_build", "tiny_model_key"]
@@ -43,6 +44,7 @@ CACHE_ENV = "NEXRL_CACHE_DIR"
 MANIFEST = "nexrl-cache.json"
 _BUILDER_SOURCES = ("tiny.py", "warm_start.py")
 _LIBRARIES = ("torch", "transformers", "tokenizers")
+_NO_MANIFEST = shutil.ignore_patterns(MANIFEST)
 
 
 def cache_root() -> Path:
@@ -79,10 +81,10 @@ def tiny_model_key(tiny: Any, demos: Sequence[Path]) -> str:
             "steps": int(ws.steps),
             "lr": float(ws.lr),
             "batch_size": int(ws.batch_size),
-            "demos": [_sha256(p) for p in demos],
+            "demos": [file_sha256(p) for p in demos],
         },
         "libraries": {name: _version(name) for name in _LIBRARIES},
-        "builder": [_sha256(Path(__file__).with_name(name)) for name in _BUILDER_SOURCES],
+        "builder": [file_sha256(Path(__file__).with_name(n)) for n in _BUILDER_SOURCES],
     }
     blob = json.dumps(inputs, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:32]
@@ -122,28 +124,23 @@ def build_into(
 def _copy_entry(entry: Path, out: Path) -> bool:
     if not (entry.exists() or entry.is_symlink()):
         return False
-    manifest = entry / MANIFEST
     try:
-        sums = json.loads(manifest.read_text())["files"]
-        bad = [name for name, digest in sums.items() if _sha256(entry / name) != digest]
+        problem = check_tree(entry, json.loads((entry / MANIFEST).read_text())["files"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        bad = [f"{MANIFEST} ({exc})"]
-    if bad:
+        problem = f"{MANIFEST}: {exc}"
+    if problem is not None:
         logger.warning(
             "model cache: %s does not match its manifest (%s): removed, building anew",
             entry,
-            ", ".join(bad[:3]),
+            problem,
         )
         remove_tree(entry)
         return False
-    tmp = out.with_name(f"{out.name}.copying-{os.getpid()}")
-    remove_tree(tmp)
-    try:
-        shutil.copytree(entry, tmp, ignore=shutil.ignore_patterns(MANIFEST))
-        replace_dir(tmp, out)
-    except BaseException:
-        remove_tree(tmp)
-        raise
+
+    def copy(tmp: Path) -> None:
+        shutil.copytree(entry, tmp, ignore=_NO_MANIFEST)
+
+    build_into(out, copy)
     return True
 
 
@@ -154,9 +151,7 @@ def _store(built: Path, entry: Path) -> None:
         entry.parent.mkdir(parents=True, exist_ok=True)
         remove_tree(tmp)
         shutil.copytree(built, tmp)
-        files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
-        sums = {name: _sha256(tmp / name) for name in files}
-        (tmp / MANIFEST).write_text(json.dumps({"files": sums}, indent=1))
+        (tmp / MANIFEST).write_text(json.dumps({"files": tree_checksums(tmp)}, indent=1))
         try:
             tmp.rename(entry)
         except OSError:  # another run stored the same entry first: keep theirs
@@ -164,14 +159,6 @@ def _store(built: Path, entry: Path) -> None:
     except OSError as exc:
         remove_tree(tmp)
         logger.warning("model cache: could not store the built model under %s: %s", entry, exc)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _version(name: str) -> str:

@@ -35,7 +35,8 @@ def prepare_model(
     the tiny model of ``model.tiny`` (warm-started on ``model.tiny.warm_start`` demos if
     any) written to ``<output_dir>/model`` once (copied from the cache of built models,
     ``nexrl.modeling.cache``, when an earlier run built the same one). It is built in a
-    temporary folder and renamed when complete, so a run killed while building never finds half a model.
+    temporary folder and renamed when complete, so a run killed while building never
+    finds half a model.
     Relative demonstration paths are looked up in ``roots`` (default: the working dir);
     ``should_stop`` can interrupt the warm start (``KeyboardInterrupt``; nothing kept)."""
     if cfg.model.path:
