@@ -7,7 +7,8 @@ It trains the model folder ``--model`` (weights and tokenizer) on the prompts of
 ``--data`` in file order (no shuffle), ``--prompts`` prompts x ``--group-size``
 samples per step, ``--max-new-tokens`` new tokens (one by default; none of them an
 end of sequence before ``--min-new-tokens``) at temperature 1, constant ``--lr``, no KL, on
-CPU with ``--threads`` torch threads, no checkpoints, no report_to, logging every
+CPU with ``--threads`` torch threads (``--device cuda``: the GPU, bf16), no checkpoints,
+no report_to, logging every
 step. The reward function wraps the recipe's evaluator (``--evaluator``
 ``path/file.py:Class``) so rewards mean what they mean in our run.
 
@@ -68,6 +69,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "--threads", type=int, default=1, help="torch threads; 0 = torch's default (the cores)"
     )
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: TRL on the GPU with bf16 mixed precision (build-support/gpu/gen_heavy.py)",
+    )
     return p.parse_args(argv)
 
 
@@ -109,8 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     samples = args.prompts * args.group_size
     config = GRPOConfig(
         output_dir=str(out / "trl"),
-        use_cpu=True,
-        bf16=False,
+        use_cpu=args.device == "cpu",
+        bf16=args.device == "cuda",
         fp16=False,
         gradient_checkpointing=False,
         report_to="none",

@@ -194,6 +194,16 @@ def test_zero_settings_must_fit_together(tmp_path: Path) -> None:
     assert problems == ["trainer.offload_param needs trainer.zero_stage: 3"]
 
 
+def test_tiny_model_heads_must_split_the_hidden_size(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, "")
+    (p,) = problems_of(recipe, "model.tiny.hidden_size=64", "model.tiny.num_heads=6")
+    assert p == (
+        "model.tiny.num_heads: 6 heads do not divide hidden_size 64; pick a divisor of it (e.g. 4)"
+    )
+    (p,) = problems_of(recipe, "model.tiny.num_heads=4", "model.tiny.num_kv_heads=3")
+    assert p.startswith("model.tiny.num_kv_heads: 3 key/value heads do not divide num_heads 4")
+
+
 def test_unknown_algorithm_name(tmp_path: Path) -> None:
     (p,) = problems_of(write_recipe(tmp_path, "algorithm: {advantage_estimator: gpro}"))
     assert p.startswith("algorithm.advantage_estimator") and "grpo" in p

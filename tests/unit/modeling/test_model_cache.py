@@ -5,6 +5,7 @@ is rebuilt, never copied; a cache that cannot be written costs only the build.""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -61,9 +62,16 @@ def test_what_the_build_depends_on_keys_the_entry(tmp_path: Path, cache: Path) -
     a, _ = prepare_model(_cfg(tmp_path / "a"), tmp_path / "a")
     b, _ = prepare_model(_cfg(tmp_path / "b", "model.tiny.seed=7"), tmp_path / "b")
     c, _ = prepare_model(_cfg(tmp_path / "c", "model.tiny.hidden_size=32"), tmp_path / "c")
-    assert len(list(cache.iterdir())) == 3
+    d, _ = prepare_model(
+        _cfg(tmp_path / "d", "model.tiny.intermediate_size=96", "model.tiny.num_kv_heads=1"),
+        tmp_path / "d",
+    )
+    assert len(list(cache.iterdir())) == 4
     assert _bytes(a)["model.safetensors"] != _bytes(b)["model.safetensors"]
     assert (a / "config.json").read_text() != (c / "config.json").read_text()
+    shape = json.loads((d / "config.json").read_text())
+    assert (shape["intermediate_size"], shape["num_key_value_heads"]) == (96, 1)
+    assert json.loads((a / "config.json").read_text())["intermediate_size"] == 128
 
 
 def test_a_damaged_entry_is_rebuilt_not_copied(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from nexrl.weights.snapshot import (
     list_snapshots,
     prepare_state_dict,
     read_version,
+    verify_snapshot,
     write_safetensors,
 )
 
@@ -108,6 +111,22 @@ def test_sharded_snapshot_loads(tiny_model_dir: Path, tmp_path: Path) -> None:
     loaded = AutoModelForCausalLM.from_pretrained(snap.path)
     x = torch.tensor([[5, 6, 7]])
     assert torch.equal(loaded(x).logits, model(x).logits)
+    # checksums.json: the shards were hashed while written; every entry is what a
+    # fresh read of the file gives, and the snapshot verifies
+    manifest = json.loads((snap.path / "checksums.json").read_text())
+    files = sorted(p.name for p in snap.path.iterdir() if p.name not in ("checksums.json",))
+    assert sorted(manifest) == [f for f in files if f != "version"]
+    for name, entry in manifest.items():
+        data = (snap.path / name).read_bytes()
+        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name
+    assert verify_snapshot(snap.path) is None
+    shard = next(snap.path.glob("model-00002-of-*.safetensors"))
+    data = bytearray(shard.read_bytes())
+    data[-3] ^= 0x01
+    shard.write_bytes(bytes(data))
+    assert verify_snapshot(snap.path) == (
+        f"{shard} does not match its sha256 checksum (its bytes changed)"
+    )
 
 
 def test_tied_and_flat_buffer_tensors_round_trip(tmp_path: Path) -> None:

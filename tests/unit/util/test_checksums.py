@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from nexrl.util.checksums import check_tree, tree_checksums
+import pytest
+
+from nexrl.util import checksums
+from nexrl.util.checksums import check_tree, tree_checksums, write_hashed
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -41,3 +44,32 @@ def test_missing_truncated_and_altered_files_are_named(tmp_path: Path) -> None:
     assert check_tree(root, sums) == f"{b} has 10 bytes, 1280000 were written (truncated?)"
     (root / "a.bin").unlink()
     assert check_tree(root, sums) == f"{root / 'a.bin'} is missing"
+
+
+def test_write_hashed_writes_and_hashes_every_byte_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Buffers larger and smaller than a piece, empty ones, several kinds of bytes-like:
+    the file holds them in order and the digest is the file's sha256."""
+    monkeypatch.setattr(checksums, "WRITE_CHUNK", 1000)  # many pieces per buffer
+    import numpy as np
+
+    buffers = [b"head", bytes(range(256)) * 20, b"", bytearray(b"x" * 999),
+               memoryview(np.arange(3000, dtype=np.int16)), b"tail"]  # fmt: skip
+    path = tmp_path / "f.bin"
+    with path.open("wb") as fh:
+        digest = write_hashed(fh, buffers)
+    expected = b"".join(bytes(memoryview(b).cast("B")) for b in buffers)
+    assert path.read_bytes() == expected
+    assert digest == hashlib.sha256(expected).hexdigest()
+
+
+def test_write_hashed_stops_its_thread_when_a_write_fails() -> None:
+    """A full disk (Linux's /dev/full answers every write with ENOSPC): the error
+    reaches the caller and the hashing thread is gone."""
+    import threading
+
+    with open("/dev/full", "wb", buffering=0) as fh, pytest.raises(OSError) as info:
+        write_hashed(fh, [b"a" * 10, b"b" * 10])
+    assert info.value.errno == 28  # ENOSPC
+    assert not [t for t in threading.enumerate() if t.name == "write-hashed"]

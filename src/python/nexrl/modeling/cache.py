@@ -75,6 +75,8 @@ def tiny_model_key(tiny: Any, demos: Sequence[Path]) -> str:
         "hidden_size": int(tiny.hidden_size),
         "num_layers": int(tiny.num_layers),
         "num_heads": int(tiny.num_heads),
+        "num_kv_heads": int(tiny.num_kv_heads),
+        "intermediate_size": int(tiny.intermediate_size),
         "warm_start": None
         if not demos
         else {

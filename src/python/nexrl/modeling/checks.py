@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from nexrl.config.checks import register_check
 from nexrl.config.paths import resolve_path
 
-__all__ = ["model_source", "warm_start_demos"]
+__all__ = ["model_source", "tiny_model_shape", "warm_start_demos"]
 
 
 @register_check
@@ -17,6 +17,28 @@ def model_source(cfg: DictConfig, roots: list[Path]) -> list[str]:
     if cfg.model.path is None and not cfg.model.tiny.vocab:
         return ["model.path: set a model directory, or model.tiny.vocab to build a tiny model"]
     return []
+
+
+@register_check
+def tiny_model_shape(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """Attention heads must split the hidden size, key/value heads the heads."""
+    if cfg.model.path is not None:
+        return []
+    tiny = cfg.model.tiny
+    hidden, heads, kv = int(tiny.hidden_size), int(tiny.num_heads), int(tiny.num_kv_heads)
+    problems = []
+    if hidden % heads:
+        problems.append(
+            f"model.tiny.num_heads: {heads} heads do not divide hidden_size {hidden}; "
+            "pick a divisor of it (e.g. "
+            f"{max(d for d in range(1, min(heads, hidden) + 1) if hidden % d == 0)})"
+        )
+    if heads % kv:
+        problems.append(
+            f"model.tiny.num_kv_heads: {kv} key/value heads do not divide num_heads {heads}; "
+            "pick a divisor of it (1 always works)"
+        )
+    return problems
 
 
 @register_check

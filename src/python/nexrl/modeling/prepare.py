@@ -91,6 +91,8 @@ def _build_tiny(
         hidden_size=int(tiny.hidden_size),
         num_layers=int(tiny.num_layers),
         num_heads=int(tiny.num_heads),
+        num_kv_heads=int(tiny.num_kv_heads),
+        intermediate_size=int(tiny.intermediate_size),
     )
     if not demos:
         return

@@ -6,21 +6,26 @@ A manifest maps each file's path (relative to the folder, ``/``-separated) to
 file that is missing, of another size (a truncated write) or of other content
 (a flipped byte); files absent from the manifest are not checked. sha256 from
 ``hashlib`` (no extra dependency), files read in 1 MiB chunks, several files in
-parallel (``hashlib`` releases the GIL on large buffers).
+parallel (``hashlib`` releases the GIL on large buffers). A writer that has the
+bytes in memory can hash them as it writes them (:func:`write_hashed`) instead of
+reading the file back.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Collection, Mapping
+import queue
+import threading
+from collections.abc import Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-__all__ = ["check_tree", "file_sha256", "tree_checksums"]
+__all__ = ["check_tree", "file_sha256", "tree_checksums", "write_hashed"]
 
 CHUNK = 1 << 20
+WRITE_CHUNK = 16 << 20  # pieces handed to the hashing thread while the next one is written
 
 
 def file_sha256(path: str | Path) -> str:
@@ -30,6 +35,37 @@ def file_sha256(path: str | Path) -> str:
         while chunk := fh.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+def write_hashed(fh: Any, buffers: Iterable[Any]) -> str:
+    """Write ``buffers`` (bytes-like) to the binary file ``fh`` in order; the sha256 hex
+    digest of everything written.
+
+    The hash runs on a second thread, a piece behind the writes (both release the GIL
+    on large buffers), so hashing costs about max(write, hash) instead of their sum,
+    and the file is never read back: for a 716 MB snapshot on 2 cores, 1.39 s -> 0.85 s
+    (docs/benchmarks.md). The buffers must not change until this returns.
+    """
+    digest = hashlib.sha256()
+    pieces: queue.Queue[memoryview | None] = queue.Queue(maxsize=4)
+
+    def consume() -> None:
+        while (piece := pieces.get()) is not None:
+            digest.update(piece)
+
+    worker = threading.Thread(target=consume, name="write-hashed", daemon=True)
+    worker.start()
+    try:
+        for buf in buffers:
+            view = memoryview(buf).cast("B")
+            for start in range(0, len(view), WRITE_CHUNK):
+                piece = view[start : start + WRITE_CHUNK]
+                pieces.put(piece)
+                fh.write(piece)
+    finally:
+        pieces.put(None)
+        worker.join()
+    return digest.hexdigest()
 
 
 def _files(root: Path, exclude: Collection[str]) -> list[str]:

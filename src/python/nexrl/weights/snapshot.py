@@ -60,7 +60,7 @@ import torch
 
 from nexrl.errors import NexrlError
 from nexrl.util.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS
-from nexrl.util.checksums import check_tree, tree_checksums
+from nexrl.util.checksums import check_tree, tree_checksums, write_hashed
 from nexrl.util.files import (
     atomic_symlink,
     fsync_dir,
@@ -231,10 +231,14 @@ def _byte_view(t: torch.Tensor) -> memoryview:
     return memoryview(array).cast("B")
 
 
-def _write_safetensors_file(path: Path, tensors: Mapping[str, torch.Tensor]) -> int:
+def _write_safetensors_file(
+    path: Path, tensors: Mapping[str, torch.Tensor], digests: dict[str, str] | None = None
+) -> int:
     """One safetensors file: 8-byte header size, JSON header (8-byte aligned), raw data.
 
-    Written tensor by tensor straight from memory; returns the data bytes.
+    Written tensor by tensor straight from memory, hashed while written
+    (``digests[path.name]``: its sha256, for ``checksums.json`` without reading the
+    file back); returns the data bytes.
     """
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
@@ -250,12 +254,12 @@ def _write_safetensors_file(path: Path, tensors: Mapping[str, torch.Tensor]) -> 
         offset += n
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
+    buffers = [struct.pack("<Q", len(raw)), raw]
+    buffers += [_byte_view(t) for t in tensors.values() if t.numel() > 0]
     with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)))
-        fh.write(raw)
-        for t in tensors.values():
-            if t.numel() > 0:
-                fh.write(_byte_view(t))
+        digest = write_hashed(fh, buffers)
+    if digests is not None:
+        digests[path.name] = digest
     return offset
 
 
@@ -264,11 +268,13 @@ def write_safetensors(
     out_dir: str | Path,
     *,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    digests: dict[str, str] | None = None,
 ) -> int:
     """Write ``model.safetensors`` (or shards + ``model.safetensors.index.json``); returns bytes.
 
     Tensors must be on the CPU (:func:`prepare_state_dict`). Shards follow the
-    Hugging Face naming; each tensor's bytes are written without a copy.
+    Hugging Face naming; each tensor's bytes are written without a copy, and each
+    file's sha256 goes into ``digests`` (file name -> hex digest) when given.
     """
     out = Path(out_dir)
     shards: list[dict[str, torch.Tensor]] = [{}]
@@ -281,12 +287,12 @@ def write_safetensors(
         shards[-1][name] = t
         size += nbytes
     if len(shards) == 1:
-        return _write_safetensors_file(out / "model.safetensors", shards[0])
+        return _write_safetensors_file(out / "model.safetensors", shards[0], digests)
     total = 0
     weight_map = {}
     for i, shard in enumerate(shards, start=1):
         fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        total += _write_safetensors_file(out / fname, shard)
+        total += _write_safetensors_file(out / fname, shard, digests)
         weight_map.update(dict.fromkeys(shard, fname))
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
@@ -348,15 +354,19 @@ class SnapshotPublisher:
         untouched and raises.
         """
 
-        def write(tmp: Path) -> None:
+        def write(tmp: Path) -> dict[str, str]:
             tied = bool(getattr(config, "tie_word_embeddings", False))
             tensors = prepare_state_dict(state_dict, tie_word_embeddings=tied)
-            write_safetensors(tensors, tmp, max_shard_bytes=self.max_shard_bytes)
+            digests: dict[str, str] = {}
+            write_safetensors(
+                tensors, tmp, max_shard_bytes=self.max_shard_bytes, digests=digests
+            )
             cfg = copy.deepcopy(config)
             dtypes = {t.dtype for t in tensors.values() if t.is_floating_point()}
             if len(dtypes) == 1:
                 cfg.dtype = next(iter(dtypes))
             cfg.save_pretrained(str(tmp))
+            return digests
 
         return self._publish(version, write)
 
@@ -369,10 +379,12 @@ class SnapshotPublisher:
         """Write a LoRA snapshot ``v{version}`` (``adapter_model.safetensors`` +
         ``adapter_config.json``, PEFT's layout) the same atomic way as :meth:`publish`."""
 
-        def write(tmp: Path) -> None:
+        def write(tmp: Path) -> dict[str, str]:
             tensors = prepare_state_dict(adapter_state)
-            _write_safetensors_file(tmp / ADAPTER_WEIGHTS, tensors)
+            digests: dict[str, str] = {}
+            _write_safetensors_file(tmp / ADAPTER_WEIGHTS, tensors, digests)
             (tmp / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2, default=str))
+            return digests
 
         return self._publish(version, write)
 
@@ -384,10 +396,12 @@ class SnapshotPublisher:
         tmp = self.root / f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
-            write(tmp)
+            hashed: dict[str, str] = write(tmp)  # weight files hashed as they were written
             if self.tokenizer_dir is not None:
                 _copy_tokenizer_files(self.tokenizer_dir, tmp)
-            sums = tree_checksums(tmp)
+            sums = tree_checksums(tmp, exclude=hashed)
+            for name, digest in hashed.items():
+                sums[name] = {"bytes": (tmp / name).stat().st_size, "sha256": digest}
             (tmp / CHECKSUMS_FILE).write_text(json.dumps(sums, indent=1, sort_keys=True))
             # the version file is written last: a folder without it is incomplete
             (tmp / VERSION_FILE).write_text(f"{version}\n")

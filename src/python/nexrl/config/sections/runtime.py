@@ -173,7 +173,21 @@ class TinyModelConfig:
     )
     hidden_size: int = cfg_field(64, help="Hidden size.", minimum=8)
     num_layers: int = cfg_field(2, help="Decoder layers.", minimum=1)
-    num_heads: int = cfg_field(4, help="Attention heads.", minimum=1)
+    num_heads: int = cfg_field(
+        4, help="Attention heads (must divide hidden_size).", minimum=1
+    )
+    num_kv_heads: int = cfg_field(
+        2,
+        help="Key/value heads (grouped-query attention; must divide num_heads).",
+        minimum=1,
+    )
+    intermediate_size: int = cfg_field(
+        128,
+        help="Width of the MLP's hidden layer. The default keeps the tiny model tiny; "
+        "about 5.4x hidden_size is a real Qwen2's shape (Qwen2.5-0.5B: hidden 896, "
+        "24 layers, 14 heads, 2 key/value heads, 4864: docs/trainer.md's GPU check).",
+        minimum=1,
+    )
     seed: int = cfg_field(0, help="Initialisation seed.")
     init_std: float = cfg_field(
         0.2,

@@ -1,0 +1,108 @@
+"""Generation-heavy on the GPU: TRL vs ours (sync) vs ours one step off, one run each.
+
+The CPU benchmark's workload (tests/benchmarks/test_bench_generation_heavy.py: 16
+prompts x 8 samples per step, 64-token answers on every side, the same prepared
+model folder, prompts in file order, lr, loss settings) with a model of a few
+hundred million parameters, bf16 on every side: TRL 1.16's ``GRPOTrainer``
+(``tests/benchmarks/_trl_grpo.py --device cuda``: HF ``generate`` and the update
+in one process) and ``nexrl train`` (the embedded server and the DeepSpeed trainer
+sharing the GPU) in ``weight.sync_mode=sync`` and one step off
+(``batch-async``, ``staleness_threshold=1``). Samples/s: 128 over the median gap
+between consecutive steps' metrics rows. Prints a table; writes ``gen_heavy.json``
+into the folder given (argv[1]).
+
+    python build-support/gpu/gen_heavy.py OUT [--small]   # --small: a CPU dry run
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from nexrl.modeling.prepare import prepare_model
+from nexrl.recipe import load_recipe_checked
+from tests.benchmarks.test_bench_generation_heavy import RESPONSE, WORKER, n_params
+from tests.benchmarks.test_bench_vs_trl import (
+    EVALUATOR,
+    GROUP,
+    LR,
+    N_PROMPTS,
+    PROMPTS,
+    ours_command,
+    ours_summary,
+    ratio,
+    run_command,
+    summarize,
+)
+from tests.e2e._recipe import DATA, RECIPE, read_rows
+
+# Qwen2.5-0.5B's shape with the task's vocabulary (build-support/gpu/check.sh)
+QWEN05 = {"hidden_size": 896, "num_layers": 24, "num_heads": 14, "intermediate_size": 4864}
+SMALL = {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "intermediate_size": 256}
+
+
+def main(out: Path, small: bool) -> None:
+    steps = 3 if small else 6
+    shape = SMALL if small else QWEN05
+    work = Path("/tmp/nexrl-gen-heavy")
+    overrides = [f"model.tiny.{k}={v}" for k, v in shape.items()]
+    recipe = load_recipe_checked(RECIPE, [f"output_dir={work / 'prep'}", *overrides])
+    model_dir, _ = prepare_model(recipe.cfg, work / "prep")
+    params = n_params(model_dir)
+    entropy = float(recipe.cfg.algorithm.entropy_coeff)
+    results: dict[str, Any] = {"params": params, "steps": steps, "response_tokens": RESPONSE}
+
+    trl_out = work / "trl"
+    cmd = [
+        sys.executable, "-m", "tests.benchmarks._trl_grpo", f"--model={model_dir}",
+        f"--data={DATA}", f"--max-samples={N_PROMPTS}", f"--evaluator={EVALUATOR}",
+        f"--out={trl_out}", f"--steps={steps}", f"--prompts={PROMPTS}",
+        f"--group-size={GROUP}", f"--lr={LR}", f"--entropy-coef={entropy}",
+        f"--max-new-tokens={RESPONSE}", f"--min-new-tokens={RESPONSE}", "--threads=0",
+        "--device=cpu" if small else "--device=cuda",
+    ]  # fmt: skip
+    start = run_command(cmd, work / "trl.log")
+    rows = [json.loads(line) for line in (trl_out / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["completion_min_length"] == RESPONSE for r in rows), rows
+    results["trl"] = summarize(rows, start, float(rows[0]["train_start"]), steps)
+
+    bf16 = [] if small else ["trainer.bf16=true"]
+    for name, mode in (
+        ("ours_sync", ["weight.sync_mode=sync"]),
+        ("ours_one_step_off", ["weight.sync_mode=batch-async", "weight.staleness_threshold=1"]),
+    ):
+        run = work / name
+        cmd = ours_command(
+            run, model_dir, steps,
+            f"rollout_worker.max_response_length={RESPONSE}",
+            f"rollout_worker.custom_worker={WORKER}",
+            *bf16, *mode,
+        )  # fmt: skip
+        start = run_command(cmd, work / f"{name}.log")
+        rows = [r for r in read_rows(run) if "reward/mean" in r]
+        results[name] = ours_summary(rows, start, steps)
+        results[name]["lags"] = sorted({r.get("version/lag_max") for r in rows}, key=str)
+        results[name]["median_wait_batch_s"] = sorted(
+            r["timing/wait_batch"] for r in rows[1:]
+        )[len(rows[1:]) // 2]
+
+    for side in ("trl", "ours_sync", "ours_one_step_off"):
+        results[side].pop("curve", None)
+    sync, off, trl = results["ours_sync"], results["ours_one_step_off"], results["trl"]
+    results["ratio_sync_over_trl"] = ratio(sync["samples_per_s"], trl["samples_per_s"])
+    results["ratio_one_step_off_over_trl"] = ratio(off["samples_per_s"], trl["samples_per_s"])
+    results["ratio_one_step_off_over_sync"] = ratio(off["samples_per_s"], sync["samples_per_s"])
+    (out / "gen_heavy.json").write_text(json.dumps(results, indent=1, default=str))
+    print(f"model: {params:,} parameters; {steps} steps of 16 x 8 samples, {RESPONSE} tokens")
+    print(f"{'':24} {'TRL':>10} {'ours sync':>10} {'one off':>10}")
+    for key in ("median_step_s", "samples_per_s", "command_to_first_row_s"):
+        print(f"{key:24} {trl[key]:>10.3f} {sync[key]:>10.3f} {off[key]:>10.3f}")
+    for key in [k for k in results if k.startswith("ratio_")]:
+        print(f"{key}: {results[key]:.3f}")
+    print(f"one step off lags: {off['lags']}; sync lags: {sync['lags']}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), "--small" in sys.argv[2:])
