@@ -43,7 +43,18 @@ QWEN05 = {"hidden_size": 896, "num_layers": 24, "num_heads": 14, "intermediate_s
 SMALL = {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "intermediate_size": 256}
 
 
+def _gpu_env() -> None:
+    """The CPU benchmark's runs force DeepSpeed onto the CPU (``DS_ACCELERATOR=cpu`` in
+    tests/e2e/_recipe.subprocess_env); here our trainer must get the GPU like TRL."""
+    import tests.benchmarks.test_bench_vs_trl as vs_trl
+
+    base = vs_trl.subprocess_env
+    vs_trl.subprocess_env = lambda: {k: v for k, v in base().items() if k != "DS_ACCELERATOR"}
+
+
 def main(out: Path, small: bool) -> None:
+    if not small:
+        _gpu_env()
     steps = 3 if small else 6
     shape = SMALL if small else QWEN05
     work = Path("/tmp/nexrl-gen-heavy")
@@ -84,9 +95,9 @@ def main(out: Path, small: bool) -> None:
         rows = [r for r in read_rows(run) if "reward/mean" in r]
         results[name] = ours_summary(rows, start, steps)
         results[name]["lags"] = sorted({r.get("version/lag_max") for r in rows}, key=str)
-        results[name]["median_wait_batch_s"] = sorted(
-            r["timing/wait_batch"] for r in rows[1:]
-        )[len(rows[1:]) // 2]
+        results[name]["median_wait_batch_s"] = sorted(r["timing/wait_batch"] for r in rows[1:])[
+            len(rows[1:]) // 2
+        ]
 
     for side in ("trl", "ours_sync", "ours_one_step_off"):
         results[side].pop("curve", None)

@@ -48,17 +48,24 @@ def main(out: Path) -> None:
     for line in (out / "summary.txt").read_text().splitlines():
         name, *fields = line.split()
         summary[name] = dict(f.split("=", 1) for f in fields)
-    print("| run | rc | wall s | GPU mem peak MiB | steps | "
-          + " | ".join(COLUMNS.values())
-          + " | reward first 5 | reward last 5 | validation | trainer/server ppl |")
+    print(
+        "| run | rc | wall s | GPU mem peak MiB | steps | "
+        + " | ".join(COLUMNS.values())
+        + " | reward first 5 | reward last 5 | validation | trainer/server ppl |"
+    )
     print("|" + " --- |" * (10 + len(COLUMNS)))
     for name, info in summary.items():
         path = out / "metrics" / f"{name}.jsonl"
         rows = [r for r in _rows(path) if "timing/step" in r] if path.exists() else []
         all_rows = _rows(path) if path.exists() else []
         ppl = _median(rows, "rollout_corr/ppl_ratio")
-        cells = [name, info.get("rc", "?"), info.get("wall_s", "?"),
-                 info.get("gpu_mem_peak_mib", "?"), str(len(rows))]
+        cells = [
+            name,
+            info.get("rc", "?"),
+            info.get("wall_s", "?"),
+            info.get("gpu_mem_peak_mib", "?"),
+            str(len(rows)),
+        ]
         cells += [_median(rows, k) for k in COLUMNS]
         cells += [_reward(rows, True), _reward(rows, False), _validation(all_rows), ppl]
         print("| " + " | ".join(cells) + " |")

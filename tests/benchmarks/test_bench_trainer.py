@@ -24,7 +24,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -42,7 +42,7 @@ STEP_MODEL = {"hidden_size": 128, "intermediate_size": 256, "num_layers": 2, "nu
 PUBLISH_MODEL = {"hidden_size": 512, "intermediate_size": 1376, "num_layers": 2, "num_heads": 8}
 TRAIN = {"lr": 1e-4, "grad_clip": 1.0, "micro_batch_size": 32, "zero_stage": 1}
 ALGO = {"do_old_log_prob_compute": False}
-_results: dict[str, float] = {}
+_results: dict[str, Any] = {}
 
 
 def _save(path: Path, **model: Any) -> Path:
@@ -205,7 +205,9 @@ def test_snapshot_publish(benchmark: Any, publish_setup: dict[str, Any]) -> None
 
 @pytest.mark.benchmark(group="snapshot-publish")
 def test_snapshot_checksums(benchmark: Any, publish_setup: dict[str, Any]) -> None:
-    """The part of a publish that the sha256 manifest (checksums.json) costs."""
+    """What checking a snapshot's sha256 manifest costs (``verify_snapshot``, on resume):
+    the files read back and hashed. A publish no longer does this: it hashes the
+    weights while writing them (the two benchmarks below)."""
     from nexrl.util.checksums import tree_checksums
     from nexrl.weights.snapshot import CHECKSUMS_FILE, VERSION_FILE, latest_snapshot
 
@@ -220,3 +222,60 @@ def test_snapshot_checksums(benchmark: Any, publish_setup: dict[str, Any]) -> No
     if "publish_s" in _results:
         info["share_of_publish"] = benchmark.stats.stats.mean / _results["publish_s"]
     benchmark.extra_info.update(info)
+
+
+HASHED_MB = 256  # ~a third of the 358M-parameter bf16 snapshot of docs/trainer.md
+
+
+@pytest.fixture(scope="module")
+def hash_payload() -> list[memoryview]:
+    """Weights-like bytes: HASHED_MB of random bf16 in 8 tensors."""
+    gen = torch.Generator().manual_seed(0)
+    n = HASHED_MB * 1024 * 1024 // 2 // 8
+    return [
+        memoryview(
+            cast(Any, torch.randn(n, generator=gen).to(torch.bfloat16).view(torch.int16).numpy())
+        )
+        for _ in range(8)
+    ]
+
+
+@pytest.mark.benchmark(group="snapshot-hash")
+def test_write_then_read_back_and_hash(
+    benchmark: Any, hash_payload: list[memoryview], tmp_path: Path
+) -> None:
+    """Baseline: write the bytes, then sha256 the file (a publish before write_hashed)."""
+    from nexrl.util.checksums import file_sha256
+
+    path = tmp_path / "w.bin"
+
+    def run() -> str:
+        with open(path, "wb") as fh:
+            for buf in hash_payload:
+                fh.write(buf)
+        return file_sha256(path)
+
+    _results["read_back_digest"] = benchmark.pedantic(run, rounds=5, warmup_rounds=1)
+    _results["read_back_s"] = benchmark.stats.stats.mean
+    benchmark.extra_info.update(mb=HASHED_MB, load_avg_1m=os.getloadavg()[0])
+
+
+@pytest.mark.benchmark(group="snapshot-hash")
+def test_write_hashed(benchmark: Any, hash_payload: list[memoryview], tmp_path: Path) -> None:
+    """``write_hashed``: the same bytes hashed on a second thread while they are written."""
+    from nexrl.util.checksums import write_hashed
+
+    path = tmp_path / "w.bin"
+
+    def run() -> str:
+        with open(path, "wb") as fh:
+            return write_hashed(fh, hash_payload)
+
+    digest = benchmark.pedantic(run, rounds=5, warmup_rounds=1)
+    if "read_back_digest" in _results:
+        assert digest == _results["read_back_digest"]
+    info: dict[str, float] = {"mb": HASHED_MB, "load_avg_1m": os.getloadavg()[0]}
+    if "read_back_s" in _results:
+        info["speedup_over_read_back"] = _results["read_back_s"] / benchmark.stats.stats.mean
+    benchmark.extra_info.update(info)
+    print(f"\nwrite_hashed {HASHED_MB} MB: {benchmark.stats.stats.mean:.3f} s, {info}")

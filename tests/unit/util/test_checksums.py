@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_write_hashed_writes_and_hashes_every_byte_in_order(
     import numpy as np
 
     buffers = [b"head", bytes(range(256)) * 20, b"", bytearray(b"x" * 999),
-               memoryview(np.arange(3000, dtype=np.int16)), b"tail"]  # fmt: skip
+               memoryview(cast(Any, np.arange(3000, dtype=np.int16))), b"tail"]  # fmt: skip
     path = tmp_path / "f.bin"
     with path.open("wb") as fh:
         digest = write_hashed(fh, buffers)

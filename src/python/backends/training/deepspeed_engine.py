@@ -19,7 +19,9 @@ with ``set_gradient_accumulation_boundary``; losses are never rescaled here
 (``scale_wrt_gas=False``). DeepSpeed averages gradients over ranks.
 
 Verified on CPU (gloo): ZeRO 0-3 at world size 1, ZeRO 1/2 at world size 2.
-Not run here: NCCL, bf16, offload, ZeRO-3 on several GPUs.
+Run on one GPU (docs/trainer.md, "On a GPU"): NCCL at world size 1, bf16, fused
+AdamW, ZeRO-1 with gradient checkpointing, ZeRO-3 with CPU offload. Not run:
+several GPUs.
 """
 
 from __future__ import annotations

@@ -358,9 +358,7 @@ class SnapshotPublisher:
             tied = bool(getattr(config, "tie_word_embeddings", False))
             tensors = prepare_state_dict(state_dict, tie_word_embeddings=tied)
             digests: dict[str, str] = {}
-            write_safetensors(
-                tensors, tmp, max_shard_bytes=self.max_shard_bytes, digests=digests
-            )
+            write_safetensors(tensors, tmp, max_shard_bytes=self.max_shard_bytes, digests=digests)
             cfg = copy.deepcopy(config)
             dtypes = {t.dtype for t in tensors.values() if t.is_floating_point()}
             if len(dtypes) == 1:

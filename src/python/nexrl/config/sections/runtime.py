@@ -173,9 +173,7 @@ class TinyModelConfig:
     )
     hidden_size: int = cfg_field(64, help="Hidden size.", minimum=8)
     num_layers: int = cfg_field(2, help="Decoder layers.", minimum=1)
-    num_heads: int = cfg_field(
-        4, help="Attention heads (must divide hidden_size).", minimum=1
-    )
+    num_heads: int = cfg_field(4, help="Attention heads (must divide hidden_size).", minimum=1)
     num_kv_heads: int = cfg_field(
         2,
         help="Key/value heads (grouped-query attention; must divide num_heads).",
