@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from backends.inference.embedded.weights import (
     SnapshotError,
     _load_into_copy,
+    all_finite,
     load_snapshot,
     resolve_dtype,
 )
@@ -119,6 +120,37 @@ def test_a_reload_chain_checks_each_config_it_has_not_seen(
     shutil.copytree(snapshots["b"], bad)
     (bad / "config.json").write_text(json.dumps({**config, "hidden_size": 32}))
     assert _load_into_copy(bad, again) is None
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_one_non_finite_value_anywhere_stops_the_fast_path(
+    value: float, snapshots: dict[str, Path], served: Any, tmp_path: Path
+) -> None:
+    """One NaN or infinity among a matrix's values (the sum-based check must see it)."""
+    snap = tmp_path / "snap"
+    shutil.copytree(snapshots["b"], snap)
+    _edit_weights(lambda t: t[UP].__setitem__((3, 5), value))(snap)
+    assert _load_into_copy(snap, served) is None
+
+
+def test_finite_values_whose_sum_overflows_still_load(
+    snapshots: dict[str, Path], served: Any, tmp_path: Path
+) -> None:
+    """3e38 + 3e38 overflows float32, but every value is finite: accepted, as
+    ``isfinite`` would, for every floating dtype."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        big = 6e4 if dtype == torch.float16 else 3e38
+        t = torch.full((4, 4), big, dtype=dtype)
+        assert bool(torch.isfinite(t).all()) and all_finite([t]), dtype
+        t[1, 2] = float("nan")
+        assert not all_finite([torch.zeros(3), t]), dtype
+    assert all_finite([torch.empty(0), torch.arange(5)])  # empty and integer: nothing to check
+    snap = tmp_path / "snap"
+    shutil.copytree(snapshots["b"], snap)
+    _edit_weights(lambda t: t[UP][0, :2].fill_(3e38))(snap)
+    model = _load_into_copy(snap, served)
+    assert model is not None
+    assert model.state_dict()[UP][0, :2].tolist() == [pytest.approx(3e38, rel=1e-6)] * 2
 
 
 @pytest.mark.parametrize("case", sorted(BROKEN))

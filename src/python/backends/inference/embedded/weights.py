@@ -19,6 +19,7 @@ goes the full way, which names the problem.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,7 +193,7 @@ def _load_into_copy(snap: Path, reference: Any, spare: Any | None = None) -> Any
         return None
     if any(tuple(t.shape) != expected[k] for k, t in state.items()):
         return None
-    if not all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point()):
+    if not all_finite(state.values()):
         return None
     model: Any
     if (
@@ -206,6 +207,27 @@ def _load_into_copy(snap: Path, reference: Any, spare: Any | None = None) -> Any
     model.load_state_dict(state, strict=False)
     setattr(model, _ACCEPTED_CONFIG, raw)
     return model.eval()
+
+
+def all_finite(tensors: Iterable[torch.Tensor]) -> bool:
+    """True when no floating-point tensor holds a NaN or an infinity.
+
+    Checked through each tensor's sum, accumulated in float32 (float64 for float64
+    tensors): a NaN or an infinity anywhere makes the sum non-finite, and a sum is one
+    vectorised pass without the boolean copy ``isfinite(t).all()`` makes: for a
+    358M-parameter bf16 snapshot on 2 cores 0.08-0.10 s instead of 0.65-0.82 s
+    (docs/benchmarks.md). Finite values can also overflow a sum; only then is the
+    tensor checked element by element, so the answer is exactly ``isfinite``'s.
+    """
+    for t in tensors:
+        if not t.is_floating_point() or t.numel() == 0:
+            continue
+        acc = torch.float64 if t.dtype == torch.float64 else torch.float32
+        if bool(torch.isfinite(t.sum(dtype=acc))):
+            continue
+        if not bool(torch.isfinite(t).all()):
+            return False
+    return True
 
 
 def _check_shapes(model: Any, reference: Any, snap: Path) -> None:
