@@ -205,9 +205,14 @@ class DeepSpeedEngine:
         self.bf16 = bool(cfg.bf16) and self.on_gpu
         hf_model: Any = model
         if cfg.gradient_checkpointing:
-            hf_model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+            # transformers >= 5.2x names it activation checkpointing (the old name warns)
+            enable = getattr(hf_model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                hf_model.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False}
+                )
         if hasattr(hf_model, "config"):
             hf_model.config.use_cache = False
         config = ds_config(cfg, world_size=self.world_size, on_gpu=self.on_gpu)
