@@ -102,7 +102,7 @@ def test_gradient_checkpointing_recomputes_and_gives_the_same_update(
         # the MLP inside the first decoder layer: the recompute runs the layer's forward
         # body (transformers checkpoints inside forward), which calls its submodules; a
         # pre-hook, as torch's recompute may stop once it has what backward needs
-        hook = module.model.layers[0].mlp.register_forward_pre_hook(lambda *_: calls.append(1))
+        hook = module.model.layers[0].mlp.register_forward_pre_hook(lambda *_, c=calls: c.append(1))
         metrics = trainer.train_step(batch)
         hook.remove()
         results[on] = (len(calls), metrics["actor/grad_norm"], trainer.full_state_dict())
