@@ -42,6 +42,7 @@ gathers ZeRO-3 partitions on rank 0; stages 0-2 keep full parameters).
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import logging
 import os
@@ -254,8 +255,11 @@ def _write_safetensors_file(
         offset += n
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
-    buffers = [struct.pack("<Q", len(raw)), raw]
-    buffers += [_byte_view(t) for t in tensors.values() if t.numel() > 0]
+    # lazily: a tensor that must be made contiguous is copied only when its turn comes
+    buffers = itertools.chain(
+        (struct.pack("<Q", len(raw)), raw),
+        (_byte_view(t) for t in tensors.values() if t.numel() > 0),
+    )
     with open(path, "wb") as fh:
         digest = write_hashed(fh, buffers)
     if digests is not None:
