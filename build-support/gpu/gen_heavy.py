@@ -17,26 +17,16 @@ into the folder given (argv[1]).
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import load_recipe_checked
-from tests.benchmarks.test_bench_generation_heavy import RESPONSE, WORKER, n_params
-from tests.benchmarks.test_bench_vs_trl import (
-    EVALUATOR,
-    GROUP,
-    LR,
-    N_PROMPTS,
-    PROMPTS,
-    ours_command,
-    ours_summary,
-    ratio,
-    run_command,
-    summarize,
-)
-from tests.e2e._recipe import DATA, RECIPE, read_rows
+from tests.benchmarks.test_bench_generation_heavy import RESPONSE, n_params, run_ours, run_trl
+from tests.benchmarks.test_bench_vs_trl import ratio
+from tests.e2e._recipe import RECIPE
 
 # Qwen2.5-0.5B's shape with the task's vocabulary (build-support/gpu/check.sh)
 QWEN05 = {"hidden_size": 896, "num_layers": 24, "num_heads": 14, "intermediate_size": 4864}
@@ -58,6 +48,7 @@ def main(out: Path, small: bool) -> None:
     steps = 3 if small else 6
     shape = SMALL if small else QWEN05
     work = Path("/tmp/nexrl-gen-heavy")
+    shutil.rmtree(work, ignore_errors=True)  # run folders of an earlier call would resume
     overrides = [f"model.tiny.{k}={v}" for k, v in shape.items()]
     recipe = load_recipe_checked(RECIPE, [f"output_dir={work / 'prep'}", *overrides])
     model_dir, _ = prepare_model(recipe.cfg, work / "prep")
@@ -65,39 +56,15 @@ def main(out: Path, small: bool) -> None:
     entropy = float(recipe.cfg.algorithm.entropy_coeff)
     results: dict[str, Any] = {"params": params, "steps": steps, "response_tokens": RESPONSE}
 
-    trl_out = work / "trl"
-    cmd = [
-        sys.executable, "-m", "tests.benchmarks._trl_grpo", f"--model={model_dir}",
-        f"--data={DATA}", f"--max-samples={N_PROMPTS}", f"--evaluator={EVALUATOR}",
-        f"--out={trl_out}", f"--steps={steps}", f"--prompts={PROMPTS}",
-        f"--group-size={GROUP}", f"--lr={LR}", f"--entropy-coef={entropy}",
-        f"--max-new-tokens={RESPONSE}", f"--min-new-tokens={RESPONSE}", "--threads=0",
-        "--device=cpu" if small else "--device=cuda",
-    ]  # fmt: skip
-    start = run_command(cmd, work / "trl.log")
-    rows = [json.loads(line) for line in (trl_out / "metrics.jsonl").read_text().splitlines()]
-    assert all(r["completion_min_length"] == RESPONSE for r in rows), rows
-    results["trl"] = summarize(rows, start, float(rows[0]["train_start"]), steps)
-
+    # each side asserts every answer is 64 tokens (TRL's logged lengths, our pool)
+    device = "cpu" if small else "cuda"
+    results["trl"] = run_trl(work, model_dir, entropy, threads=0, steps=steps, device=device)
     bf16 = [] if small else ["trainer.bf16=true"]
     for name, mode in (
         ("ours_sync", ["weight.sync_mode=sync"]),
         ("ours_one_step_off", ["weight.sync_mode=batch-async", "weight.staleness_threshold=1"]),
     ):
-        run = work / name
-        cmd = ours_command(
-            run, model_dir, steps,
-            f"rollout_worker.max_response_length={RESPONSE}",
-            f"rollout_worker.custom_worker={WORKER}",
-            *bf16, *mode,
-        )  # fmt: skip
-        start = run_command(cmd, work / f"{name}.log")
-        rows = [r for r in read_rows(run) if "reward/mean" in r]
-        results[name] = ours_summary(rows, start, steps)
-        results[name]["lags"] = sorted({r.get("version/lag_max") for r in rows}, key=str)
-        results[name]["median_wait_batch_s"] = sorted(r["timing/wait_batch"] for r in rows[1:])[
-            len(rows[1:]) // 2
-        ]
+        results[name] = run_ours(work, name, model_dir, [*bf16, *mode], steps=steps)
 
     for side in ("trl", "ours_sync", "ours_one_step_off"):
         results[side].pop("curve", None)

@@ -93,29 +93,39 @@ def prepare(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     return model_dir, size
 
 
-def run_ours(tmp_path: Path, name: str, model_dir: Path, extra: list[str]) -> dict[str, Any]:
+def run_ours(
+    tmp_path: Path, name: str, model_dir: Path, extra: list[str], steps: int = STEPS
+) -> dict[str, Any]:
     out = tmp_path / name
     cmd = ours_command(
         out,
         model_dir,
-        STEPS,
+        steps,
         f"rollout_worker.max_response_length={RESPONSE}",
         f"rollout_worker.custom_worker={WORKER}",
         *extra,
     )
     start = run_command(cmd, tmp_path / f"{name}.log")
     rows = [r for r in read_rows(out) if "reward/mean" in r]
-    s = ours_summary(rows, start, STEPS)
+    s = ours_summary(rows, start, steps)
     trajs = pool_trajectories(out, consumer=f"{name}-check")
-    assert len(trajs) >= STEPS * PROMPTS * GROUP
+    assert len(trajs) >= steps * PROMPTS * GROUP
     lengths = {len(t.response_ids) for t in trajs}
     assert lengths == {RESPONSE}, lengths  # every answer really is 64 tokens
     s["lags"] = sorted({r.get("version/lag_max") for r in rows}, key=str)
     return s
 
 
-def run_trl(tmp_path: Path, model_dir: Path, entropy: float, threads: int = 1) -> dict[str, Any]:
-    """TRL with ``threads`` torch threads (0: torch's default, one per core)."""
+def run_trl(
+    tmp_path: Path,
+    model_dir: Path,
+    entropy: float,
+    threads: int = 1,
+    steps: int = STEPS,
+    device: str = "cpu",
+) -> dict[str, Any]:
+    """TRL with ``threads`` torch threads (0: torch's default, one per core) on
+    ``device`` (cuda: bf16, build-support/gpu/gen_heavy.py)."""
     out = tmp_path / f"trl-{threads}"
     cmd = [
         sys.executable,
@@ -126,7 +136,7 @@ def run_trl(tmp_path: Path, model_dir: Path, entropy: float, threads: int = 1) -
         f"--max-samples={N_PROMPTS}",
         f"--evaluator={EVALUATOR}",
         f"--out={out}",
-        f"--steps={STEPS}",
+        f"--steps={steps}",
         f"--prompts={PROMPTS}",
         f"--group-size={GROUP}",
         f"--lr={LR}",
@@ -134,12 +144,13 @@ def run_trl(tmp_path: Path, model_dir: Path, entropy: float, threads: int = 1) -
         f"--max-new-tokens={RESPONSE}",
         f"--min-new-tokens={RESPONSE}",
         f"--threads={threads}",
+        f"--device={device}",
     ]
     start = run_command(cmd, tmp_path / f"trl-{threads}.log")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     for r in rows:  # every completion of every step really is 64 tokens
         assert r["completion_min_length"] == r["completion_max_length"] == RESPONSE, r
-    s = summarize(rows, start, float(rows[0]["train_start"]), STEPS)
+    s = summarize(rows, start, float(rows[0]["train_start"]), steps)
     s["torch_threads"] = json.loads((out / "setup.json").read_text())["torch_threads"]
     return s
 

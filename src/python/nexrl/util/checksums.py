@@ -49,10 +49,15 @@ def write_hashed(fh: Any, buffers: Iterable[Any]) -> str:
     """
     digest = hashlib.sha256()
     pieces: queue.Queue[memoryview | None] = queue.Queue(maxsize=4)
+    failed: list[BaseException] = []
 
-    def consume() -> None:
+    def consume() -> None:  # drains to the end even after a failure: put() never blocks
         while (piece := pieces.get()) is not None:
-            digest.update(piece)
+            if not failed:
+                try:
+                    digest.update(piece)
+                except BaseException as exc:
+                    failed.append(exc)
 
     worker = threading.Thread(target=consume, name="write-hashed", daemon=True)
     worker.start()
@@ -62,10 +67,15 @@ def write_hashed(fh: Any, buffers: Iterable[Any]) -> str:
             for start in range(0, len(view), WRITE_CHUNK):
                 piece = view[start : start + WRITE_CHUNK]
                 pieces.put(piece)
-                fh.write(piece)
+                written = fh.write(piece)
+                while written is not None and written < len(piece):  # a raw file's short write
+                    piece = piece[written:]
+                    written = fh.write(piece)
     finally:
         pieces.put(None)
         worker.join()
+    if failed:
+        raise failed[0]
     return digest.hexdigest()
 
 
