@@ -56,8 +56,8 @@ def main(out: Path) -> None:
     print("|" + " --- |" * (10 + len(COLUMNS)))
     for name, info in summary.items():
         path = out / "metrics" / f"{name}.jsonl"
-        rows = [r for r in _rows(path) if "timing/step" in r] if path.exists() else []
         all_rows = _rows(path) if path.exists() else []
+        rows = [r for r in all_rows if "timing/step" in r]  # the training steps
         ppl = _median(rows, "rollout_corr/ppl_ratio")
         cells = [
             name,
@@ -72,7 +72,7 @@ def main(out: Path) -> None:
         log = out / "logs" / f"{name}.log"
         if info.get("rc") != "0" and log.exists():
             tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-            errors = [ln for ln in tail if re.search(r"error|Error|rror:", ln)]
+            errors = [ln for ln in tail if re.search(r"error", ln, re.IGNORECASE)]
             print(f"\n{name}: " + " / ".join((errors or tail)[-3:])[:600] + "\n")
 
 
