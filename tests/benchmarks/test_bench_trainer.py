@@ -279,3 +279,64 @@ def test_write_hashed(benchmark: Any, hash_payload: list[memoryview], tmp_path: 
         info["speedup_over_read_back"] = _results["read_back_s"] / benchmark.stats.stats.mean
     benchmark.extra_info.update(info)
     print(f"\nwrite_hashed {HASHED_MB} MB: {benchmark.stats.stats.mean:.3f} s, {info}")
+
+
+SHARDED_MB = 256
+
+
+@pytest.fixture(scope="module")
+def shard_state() -> dict[str, torch.Tensor]:
+    """SHARDED_MB of random bf16 weights in 32 tensors (a model's layers, roughly)."""
+    gen = torch.Generator().manual_seed(0)
+    n = SHARDED_MB * 1024 * 1024 // 2 // 32
+    return {f"layers.{i}.w": torch.randn(n, generator=gen).to(torch.bfloat16) for i in range(32)}
+
+
+def _publish_rounds(benchmark: Any, state: dict[str, torch.Tensor], root: Path, shard: int) -> Any:
+    from transformers import Qwen2Config
+
+    from nexrl.weights.snapshot import SnapshotPublisher
+
+    publisher = SnapshotPublisher(root, keep=1, max_shard_bytes=shard)
+    versions = iter(range(1, 1000))
+    snap = benchmark.pedantic(
+        lambda: publisher.publish(state, Qwen2Config(), next(versions)), rounds=5, warmup_rounds=1
+    )
+    publisher.wait()
+    return snap
+
+
+@pytest.mark.benchmark(group="snapshot-shards")
+def test_publish_one_file(
+    benchmark: Any, shard_state: dict[str, torch.Tensor], tmp_path: Path
+) -> None:
+    """Baseline: the whole snapshot as one safetensors file (one writer, one hasher)."""
+    snap = _publish_rounds(benchmark, shard_state, tmp_path, shard=1 << 40)
+    assert (snap.path / "model.safetensors").is_file()
+    _results["one_file_s"] = benchmark.stats.stats.mean
+    benchmark.extra_info.update(mb=SHARDED_MB, load_avg_1m=os.getloadavg()[0])
+
+
+@pytest.mark.benchmark(group="snapshot-shards")
+def test_publish_parallel_shards(
+    benchmark: Any, shard_state: dict[str, torch.Tensor], tmp_path: Path
+) -> None:
+    """The same snapshot in 64 MiB shards, written, hashed and fsynced by up to
+    ``MAX_SHARD_WRITERS`` threads (one per core); every shard verifies."""
+    from safetensors.torch import load_file
+
+    from nexrl.weights.snapshot import verify_snapshot
+
+    snap = _publish_rounds(benchmark, shard_state, tmp_path, shard=64 << 20)
+    shards = sorted(snap.path.glob("model-*-of-*.safetensors"))
+    assert len(shards) == 4 and verify_snapshot(snap.path) is None
+    loaded: dict[str, torch.Tensor] = {}
+    for f in shards:
+        loaded.update(load_file(f))
+    assert loaded.keys() == shard_state.keys()
+    assert all(torch.equal(loaded[k], v) for k, v in shard_state.items())
+    info: dict[str, float] = {"mb": SHARDED_MB, "load_avg_1m": os.getloadavg()[0]}
+    if "one_file_s" in _results:
+        info["speedup_over_one_file"] = _results["one_file_s"] / benchmark.stats.stats.mean
+    benchmark.extra_info.update(info)
+    print(f"\nparallel shards {SHARDED_MB} MB: {benchmark.stats.stats.mean:.3f} s, {info}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backends.inference.embedded.weights import load_snapshot
 from nexrl.weights.snapshot import (
+    SnapshotError,
     SnapshotPublisher,
     latest_snapshot,
     list_snapshots,
@@ -127,6 +129,26 @@ def test_sharded_snapshot_loads(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert verify_snapshot(snap.path) == (
         f"{shard} does not match its sha256 checksum (its bytes changed)"
     )
+
+
+def test_a_shard_that_fails_fails_the_publish_and_keeps_the_last_good_one(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Shards are written by several threads: one failing (here a tensor safetensors
+    cannot store, in a middle shard) fails the publish, names the tensor, and leaves
+    ``latest`` on the previous snapshot with no partial folder."""
+    model = _model(tiny_model_dir)
+    pub = SnapshotPublisher(tmp_path, max_shard_bytes=40_000)
+    pub.publish(model.state_dict(), model.config, version=1)
+    state = dict(model.state_dict())
+    names = list(state)
+    bad = names[len(names) // 2]
+    state[bad] = torch.zeros(3, dtype=torch.complex64)
+    with pytest.raises(SnapshotError, match=re.escape(repr(bad))):
+        pub.publish(state, model.config, version=2)
+    assert latest_snapshot(tmp_path) == (1, tmp_path / "v1")
+    assert sorted(os.listdir(tmp_path)) == ["latest", "v1"]
+    assert verify_snapshot(tmp_path / "v1") is None
 
 
 def test_tied_and_flat_buffer_tensors_round_trip(tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,12 @@ _TOKENIZER_PREFIXES = (
     "generation_config",
     "preprocessor_config",
 )
-DEFAULT_MAX_SHARD_BYTES = 5 * 1024**3
+# Shards of at most 256 MiB: a snapshot's shards are written (and hashed, fsynced) in
+# parallel, so a few hundred million parameters are written by several threads
+# (docs/benchmarks.md, "Snapshot shards written in parallel"); small models stay one file.
+DEFAULT_MAX_SHARD_BYTES = 256 * 1024**2
+# Threads writing a snapshot's shards at once (each with its own hashing thread).
+MAX_SHARD_WRITERS = 8
 
 
 class SnapshotError(RuntimeError, NexrlError):
@@ -180,12 +186,14 @@ def latest_snapshot(root: str | Path) -> tuple[int, Path] | None:
 def prepare_state_dict(
     state_dict: Mapping[str, torch.Tensor], *, tie_word_embeddings: bool = False
 ) -> dict[str, torch.Tensor]:
-    """CPU tensors to write, in order.
+    """The tensors to write, in order, detached where they are.
 
     A name that aliases an earlier tensor exactly (tied embeddings) is dropped
     with ``tie_word_embeddings`` (``from_pretrained`` re-ties it) and written
-    as its own copy of the bytes otherwise. CPU tensors are not copied: views
-    into a flat buffer (ZeRO-1/2 parameters) are written straight from it.
+    as its own copy of the bytes otherwise. Nothing is copied here: CPU views into
+    a flat buffer (ZeRO-1/2 parameters) are written straight from it, and a GPU
+    tensor is copied to the host one at a time by the thread writing its shard
+    (overlapping the other shards' writes; no host copy of the whole model).
     """
     out: dict[str, torch.Tensor] = {}
     seen: set[tuple[Any, ...]] = set()
@@ -201,7 +209,7 @@ def prepare_state_dict(
         if tie_word_embeddings and t.numel() > 0 and alias in seen:
             continue
         seen.add(alias)
-        out[name] = t.to("cpu")
+        out[name] = t
     return out
 
 
@@ -222,8 +230,9 @@ _ST_DTYPES = {
 
 
 def _byte_view(t: torch.Tensor) -> memoryview:
-    """The tensor's bytes without a copy (little-endian, as safetensors stores them)."""
-    t = t.contiguous()
+    """The tensor's bytes (little-endian, as safetensors stores them): a contiguous CPU
+    tensor's without a copy, another's from its contiguous host copy."""
+    t = t.to("cpu").contiguous()
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
     elif t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
@@ -233,13 +242,17 @@ def _byte_view(t: torch.Tensor) -> memoryview:
 
 
 def _write_safetensors_file(
-    path: Path, tensors: Mapping[str, torch.Tensor], digests: dict[str, str] | None = None
+    path: Path,
+    tensors: Mapping[str, torch.Tensor],
+    digests: dict[str, str] | None = None,
+    *,
+    fsync: bool = False,
 ) -> int:
     """One safetensors file: 8-byte header size, JSON header (8-byte aligned), raw data.
 
     Written tensor by tensor straight from memory, hashed while written
     (``digests[path.name]``: its sha256, for ``checksums.json`` without reading the
-    file back); returns the data bytes.
+    file back), ``fsync``ed before it is closed with ``fsync``; returns the data bytes.
     """
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
@@ -262,6 +275,8 @@ def _write_safetensors_file(
     )
     with open(path, "wb") as fh:
         digest = write_hashed(fh, buffers)
+        if fsync:  # here, while other shards are still being written
+            os.fsync(fh.fileno())
     if digests is not None:
         digests[path.name] = digest
     return offset
@@ -273,12 +288,17 @@ def write_safetensors(
     *,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     digests: dict[str, str] | None = None,
+    fsync: bool = False,
 ) -> int:
     """Write ``model.safetensors`` (or shards + ``model.safetensors.index.json``); returns bytes.
 
-    Tensors must be on the CPU (:func:`prepare_state_dict`). Shards follow the
-    Hugging Face naming; each tensor's bytes are written without a copy, and each
-    file's sha256 goes into ``digests`` (file name -> hex digest) when given.
+    Tensors come from :func:`prepare_state_dict` (on the CPU or a GPU). Shards follow the
+    Hugging Face naming and are written by up to ``MAX_SHARD_WRITERS`` threads at once
+    (file writes and sha256 release the GIL: a 716 MB snapshot in three shards is
+    written and hashed by three threads instead of one). Each tensor's bytes are
+    written without a copy, each file's sha256 goes into ``digests`` (file name ->
+    hex digest) when given, and each file is fsynced as soon as it is written with
+    ``fsync``. The first failure (disk full, ...) is raised after every writer stopped.
     """
     out = Path(out_dir)
     shards: list[dict[str, torch.Tensor]] = [{}]
@@ -291,13 +311,17 @@ def write_safetensors(
         shards[-1][name] = t
         size += nbytes
     if len(shards) == 1:
-        return _write_safetensors_file(out / "model.safetensors", shards[0], digests)
-    total = 0
-    weight_map = {}
-    for i, shard in enumerate(shards, start=1):
-        fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        total += _write_safetensors_file(out / fname, shard, digests)
-        weight_map.update(dict.fromkeys(shard, fname))
+        return _write_safetensors_file(out / "model.safetensors", shards[0], digests, fsync=fsync)
+    names = [f"model-{i:05d}-of-{len(shards):05d}.safetensors" for i in range(1, len(shards) + 1)]
+    workers = min(len(shards), MAX_SHARD_WRITERS, os.cpu_count() or 1)
+
+    def write(i: int) -> int:
+        return _write_safetensors_file(out / names[i], shards[i], digests, fsync=fsync)
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="nexrl-shard-writer") as pool:
+        futures = [pool.submit(write, i) for i in range(len(shards))]
+    total = sum(f.result() for f in futures)  # (all done: the pool was shut down)
+    weight_map = {name: fname for fname, shard in zip(names, shards) for name in shard}
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     return total
@@ -362,7 +386,9 @@ class SnapshotPublisher:
             tied = bool(getattr(config, "tie_word_embeddings", False))
             tensors = prepare_state_dict(state_dict, tie_word_embeddings=tied)
             digests: dict[str, str] = {}
-            write_safetensors(tensors, tmp, max_shard_bytes=self.max_shard_bytes, digests=digests)
+            write_safetensors(
+                tensors, tmp, max_shard_bytes=self.max_shard_bytes, digests=digests, fsync=True
+            )
             cfg = copy.deepcopy(config)
             dtypes = {t.dtype for t in tensors.values() if t.is_floating_point()}
             if len(dtypes) == 1:
@@ -384,7 +410,7 @@ class SnapshotPublisher:
         def write(tmp: Path) -> dict[str, str]:
             tensors = prepare_state_dict(adapter_state)
             digests: dict[str, str] = {}
-            _write_safetensors_file(tmp / ADAPTER_WEIGHTS, tensors, digests)
+            _write_safetensors_file(tmp / ADAPTER_WEIGHTS, tensors, digests, fsync=True)
             (tmp / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2, default=str))
             return digests
 

@@ -1,0 +1,150 @@
+"""Where a weight handoff's time goes on one GPU: the trainer's publish and the server's
+reload of a 358M-parameter bf16 snapshot, phase by phase, each with its alternative
+timed in the same run (medians of ``--repeats``). Prints a table; writes
+``handoff.json`` into the folder given (argv[1]).
+
+    python build-support/gpu/handoff.py OUT [--small] [--repeats N]
+
+Publish: the device-to-host copy (tensor by tensor) vs one copy into pinned
+buffers; writing the safetensors (hashed while written); fsync; the whole
+``SnapshotPublisher.publish`` (shards written in parallel) vs the same publish as
+one file. Reload: ``load_file`` to the CPU vs
+straight to the GPU, the finiteness check on each, ``load_state_dict`` from each,
+and the whole ``load_snapshot`` the server runs (into a spare model).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from backends.inference.embedded.weights import all_finite, load_snapshot
+from nexrl.modeling.prepare import prepare_model
+from nexrl.recipe import load_recipe_checked
+from nexrl.util.files import fsync_tree
+from nexrl.weights.snapshot import SnapshotPublisher, prepare_state_dict, write_safetensors
+from tests.e2e._recipe import RECIPE
+
+QWEN05 = {"hidden_size": 896, "num_layers": 24, "num_heads": 14, "intermediate_size": 4864}
+SMALL = {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "intermediate_size": 256}
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(repeats):
+        _sync()
+        t = time.perf_counter()
+        out = fn()
+        _sync()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def main(out: Path, small: bool, repeats: int) -> None:
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    work = Path("/tmp/nexrl-handoff")
+    shutil.rmtree(work, ignore_errors=True)
+    shape = SMALL if small else QWEN05
+    overrides = [f"model.tiny.{k}={v}" for k, v in shape.items()]
+    recipe = load_recipe_checked(RECIPE, [f"output_dir={work / 'prep'}", *overrides])
+    model_dir, _ = prepare_model(recipe.cfg, work / "prep")
+
+    def build() -> Any:
+        m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
+        return m.to(device).eval()
+
+    trainer, served, spare = build(), build(), build()
+    state = trainer.state_dict()
+    nbytes = sum(t.numel() * t.element_size() for t in state.values())
+    r: dict[str, Any] = {"device": str(device), "bytes": nbytes, "repeats": repeats}
+
+    # -- publish ------------------------------------------------------------------
+    r["d2h_per_tensor_s"], cpu_state = timed(
+        lambda: {k: v.to("cpu") for k, v in prepare_state_dict(state).items()}, repeats
+    )
+    pinned = {
+        k: torch.empty(v.shape, dtype=v.dtype, pin_memory=device.type == "cuda")
+        for k, v in state.items()
+    }
+
+    def d2h_pinned() -> None:
+        for k, v in state.items():
+            pinned[k].copy_(v, non_blocking=True)
+
+    r["d2h_pinned_s"], _ = timed(d2h_pinned, repeats)
+    n = iter(range(10**6))
+
+    def write() -> None:
+        d = work / f"w{next(n)}"
+        d.mkdir()
+        write_safetensors(cpu_state, d, digests={})
+
+    r["write_hashed_s"], _ = timed(write, repeats)
+    r["fsync_s"], _ = timed(lambda: fsync_tree(work / "w0"), 1)
+    publisher = SnapshotPublisher(work / "snaps", tokenizer_dir=model_dir, keep=2)
+    versions = iter(range(1, 10**6))
+    r["publish_s"], pub = timed(
+        lambda: publisher.publish(state, trainer.config, next(versions)), repeats
+    )
+    one_file = SnapshotPublisher(
+        work / "one", tokenizer_dir=model_dir, keep=2, max_shard_bytes=1 << 40
+    )  # the baseline: one file
+    r["publish_one_file_s"], _ = timed(
+        lambda: one_file.publish(state, trainer.config, next(versions)), repeats
+    )
+    snap = pub.path
+    r["shards"] = len(list(snap.glob("model*.safetensors")))
+    st = snap / "model.safetensors"
+    if not st.is_file():  # sharded
+        st = sorted(snap.glob("model-*.safetensors"))[0]
+
+    # -- reload -------------------------------------------------------------------
+    r["load_file_cpu_s"], cpu_t = timed(lambda: load_file(str(st)), repeats)
+    r["load_file_gpu_s"], gpu_t = timed(lambda: load_file(str(st), device=str(device)), repeats)
+    r["all_finite_cpu_s"], _ = timed(lambda: all_finite(cpu_t.values()), repeats)
+    r["all_finite_gpu_s"], _ = timed(lambda: all_finite(gpu_t.values()), repeats)
+    r["load_state_dict_from_cpu_s"], _ = timed(
+        lambda: spare.load_state_dict(cpu_t, strict=False), repeats
+    )
+    r["load_state_dict_from_gpu_s"], _ = timed(
+        lambda: spare.load_state_dict(gpu_t, strict=False), repeats
+    )
+    r["load_snapshot_spare_s"], _ = timed(
+        lambda: load_snapshot(
+            snap, device=device, dtype=torch.bfloat16, reference=served, spare=spare
+        ),
+        repeats,
+    )
+    r["load_snapshot_copy_s"], _ = timed(
+        lambda: load_snapshot(snap, device=device, dtype=torch.bfloat16, reference=served),
+        repeats,
+    )
+    r["files_in_snapshot"] = sorted(p.name for p in snap.iterdir())
+    (out / "handoff.json").write_text(json.dumps(r, indent=1, default=str))
+    print(f"{nbytes / 1e6:.0f} MB of weights on {device}; medians of {repeats}")
+    for k, v in r.items():
+        if k.endswith("_s"):
+            print(f"  {k:32} {v:8.3f} s")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    reps = int(args[args.index("--repeats") + 1]) if "--repeats" in args else 5
+    main(Path(args[0]), "--small" in args, reps)
