@@ -7,8 +7,8 @@ timed in the same run (medians of ``--repeats``). Prints a table; writes
 
 Publish: the device-to-host copy (tensor by tensor) vs one copy into pinned
 buffers; writing the safetensors (hashed while written); fsync; the whole
-``SnapshotPublisher.publish`` (shards written in parallel) vs the same publish as
-one file. Reload: ``load_file`` to the CPU vs
+``SnapshotPublisher.publish`` (shards written in parallel, each piece sent to disk
+as written) vs the same publish as one file, and both without the early writeback. Reload: ``load_file`` to the CPU vs
 straight to the GPU, the finiteness check on each, ``load_state_dict`` from each,
 and the whole ``load_snapshot`` the server runs (into a spare model).
 """
@@ -108,6 +108,19 @@ def main(out: Path, small: bool, repeats: int) -> None:
     r["publish_one_file_s"], _ = timed(
         lambda: one_file.publish(state, trainer.config, next(versions)), repeats
     )
+    import nexrl.util.checksums as checksums
+
+    real = checksums.start_writeback
+    checksums.start_writeback = lambda fd, offset, nbytes: None  # the fsync at the end only
+    try:
+        r["publish_one_file_no_writeback_s"], _ = timed(
+            lambda: one_file.publish(state, trainer.config, next(versions)), repeats
+        )
+        r["publish_no_writeback_s"], pub = timed(
+            lambda: publisher.publish(state, trainer.config, next(versions)), repeats
+        )
+    finally:
+        checksums.start_writeback = real
     snap = pub.path
     r["shards"] = len(list(snap.glob("model*.safetensors")))
     st = snap / "model.safetensors"

@@ -340,3 +340,44 @@ def test_publish_parallel_shards(
         info["speedup_over_one_file"] = _results["one_file_s"] / benchmark.stats.stats.mean
     benchmark.extra_info.update(info)
     print(f"\nparallel shards {SHARDED_MB} MB: {benchmark.stats.stats.mean:.3f} s, {info}")
+
+
+def _write_and_fsync(path: Path, payload: list[memoryview], writeback: bool) -> str:
+    from nexrl.util.checksums import write_hashed
+
+    with open(path, "wb") as fh:
+        digest = write_hashed(fh, payload, writeback=writeback)
+        os.fsync(fh.fileno())
+    return digest
+
+
+@pytest.mark.benchmark(group="snapshot-writeback")
+def test_write_hashed_then_fsync(
+    benchmark: Any, hash_payload: list[memoryview], tmp_path: Path
+) -> None:
+    """Baseline: write (hashed while written), then fsync the whole file."""
+    path = tmp_path / "w.bin"
+    _results["fsync_digest"] = benchmark.pedantic(
+        lambda: _write_and_fsync(path, hash_payload, False), rounds=5, warmup_rounds=1
+    )
+    _results["fsync_s"] = benchmark.stats.stats.mean
+    benchmark.extra_info.update(mb=HASHED_MB, load_avg_1m=os.getloadavg()[0])
+
+
+@pytest.mark.benchmark(group="snapshot-writeback")
+def test_write_hashed_with_writeback_then_fsync(
+    benchmark: Any, hash_payload: list[memoryview], tmp_path: Path
+) -> None:
+    """The same with each 16 MiB piece sent to disk as it is written
+    (``sync_file_range``): the final fsync waits for the last pieces only."""
+    path = tmp_path / "w.bin"
+    digest = benchmark.pedantic(
+        lambda: _write_and_fsync(path, hash_payload, True), rounds=5, warmup_rounds=1
+    )
+    if "fsync_digest" in _results:
+        assert digest == _results["fsync_digest"]
+    info: dict[str, float] = {"mb": HASHED_MB, "load_avg_1m": os.getloadavg()[0]}
+    if "fsync_s" in _results:
+        info["speedup_over_fsync_at_end"] = _results["fsync_s"] / benchmark.stats.stats.mean
+    benchmark.extra_info.update(info)
+    print(f"\nwriteback {HASHED_MB} MB: {benchmark.stats.stats.mean:.3f} s, {info}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 from pathlib import Path
 from typing import Any, cast
 
@@ -10,6 +11,7 @@ import pytest
 
 from nexrl.util import checksums
 from nexrl.util.checksums import check_tree, tree_checksums, write_hashed
+from nexrl.util.files import start_writeback
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -47,22 +49,60 @@ def test_missing_truncated_and_altered_files_are_named(tmp_path: Path) -> None:
     assert check_tree(root, sums) == f"{root / 'a.bin'} is missing"
 
 
+@pytest.mark.parametrize("writeback", [False, True])
+@pytest.mark.parametrize("buffering", [-1, 0])
 def test_write_hashed_writes_and_hashes_every_byte_in_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writeback: bool, buffering: int
 ) -> None:
-    """Buffers larger and smaller than a piece, empty ones, several kinds of bytes-like:
-    the file holds them in order and the digest is the file's sha256."""
+    """Buffers larger and smaller than a piece, empty ones, several kinds of bytes-like,
+    a buffered and a raw file: the file holds them in order and the digest is the
+    file's sha256. With ``writeback`` the kernel is asked to start writing each piece
+    as it is written: the ranges asked for cover the file exactly, in order."""
     monkeypatch.setattr(checksums, "WRITE_CHUNK", 1000)  # many pieces per buffer
+    ranges: list[tuple[int, int]] = []
+
+    def recording(fd: int, offset: int, nbytes: int) -> None:
+        ranges.append((offset, nbytes))
+        start_writeback(fd, offset, nbytes)  # the real call, on the real file
+
+    monkeypatch.setattr(checksums, "start_writeback", recording)
     import numpy as np
 
     buffers = [b"head", bytes(range(256)) * 20, b"", bytearray(b"x" * 999),
                memoryview(cast(Any, np.arange(3000, dtype=np.int16))), b"tail"]  # fmt: skip
     path = tmp_path / "f.bin"
-    with path.open("wb") as fh:
-        digest = write_hashed(fh, buffers)
+    with path.open("wb", buffering=buffering) as fh:
+        digest = write_hashed(fh, buffers, writeback=writeback)
     expected = b"".join(bytes(memoryview(b).cast("B")) for b in buffers)
     assert path.read_bytes() == expected
     assert digest == hashlib.sha256(expected).hexdigest()
+    if writeback:
+        assert ranges[0][0] == 0 and max(n for _, n in ranges) <= 1000
+        assert all(a + n == b for (a, n), (b, _) in itertools.pairwise(ranges))
+        assert sum(n for _, n in ranges) == len(expected)
+    else:
+        assert ranges == []
+
+
+def test_writeback_on_what_cannot_take_it_is_a_no_op(tmp_path: Path) -> None:
+    """A pipe (the kernel refuses sync_file_range there) and an in-memory file (no
+    descriptor): the bytes and the digest are as without writeback."""
+    import io
+    import os
+    import threading
+
+    read, write = os.pipe()
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(os.fdopen(read, "rb").read()))
+    reader.start()
+    with os.fdopen(write, "wb") as fh:
+        digest = write_hashed(fh, [b"abc" * 1000], writeback=True)
+    reader.join()
+    assert got == [b"abc" * 1000] and digest == hashlib.sha256(b"abc" * 1000).hexdigest()
+    start_writeback(-1, 0, 10)  # a bad descriptor: refused quietly
+    mem = io.BytesIO()
+    assert write_hashed(mem, [b"xyz"], writeback=True) == hashlib.sha256(b"xyz").hexdigest()
+    assert mem.getvalue() == b"xyz"
 
 
 def test_write_hashed_stops_its_thread_when_a_write_fails() -> None:

@@ -17,13 +17,16 @@ pays for them.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import shutil
+import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "atomic_path",
@@ -36,6 +39,7 @@ __all__ = [
     "is_temp_name",
     "remove_tree",
     "replace_dir",
+    "start_writeback",
 ]
 
 
@@ -46,6 +50,34 @@ def fsync_file(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_SYNC_FILE_RANGE_WRITE = 2  # <linux/fs.h>: start writeback of the range, do not wait
+_libc_sync_file_range: Any = None
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Ask the kernel to start writing ``nbytes`` at ``offset`` of ``fd`` to disk now,
+    without waiting (Linux ``sync_file_range(..., SYNC_FILE_RANGE_WRITE)``; the os
+    module has no binding), so that a later ``fsync`` waits only for the last pieces
+    instead of the whole file: a 268 MB write + fsync on this project's 2-core VM
+    0.26 s -> 0.19 s (docs/benchmarks.md). Durability still comes from ``fsync``
+    alone; where the call is missing or refused (another OS, a pipe) nothing happens.
+    """
+    global _libc_sync_file_range
+    if _libc_sync_file_range is None:
+        _libc_sync_file_range = False
+        if sys.platform.startswith("linux"):
+            try:
+                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+            except (AttributeError, OSError):
+                pass
+            else:
+                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+                fn.restype = ctypes.c_int
+                _libc_sync_file_range = fn
+    if _libc_sync_file_range:
+        _libc_sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # advisory: -1 is fine
 
 
 def fsync_dir(path: str | Path) -> None:

@@ -274,7 +274,7 @@ def _write_safetensors_file(
         (_byte_view(t) for t in tensors.values() if t.numel() > 0),
     )
     with open(path, "wb") as fh:
-        digest = write_hashed(fh, buffers)
+        digest = write_hashed(fh, buffers, writeback=fsync)  # to disk while written
         if fsync:  # here, while other shards are still being written
             os.fsync(fh.fileno())
     if digests is not None:
@@ -321,7 +321,7 @@ def write_safetensors(
     with ThreadPoolExecutor(workers, thread_name_prefix="nexrl-shard-writer") as pool:
         futures = [pool.submit(write, i) for i in range(len(shards))]
     total = sum(f.result() for f in futures)  # (all done: the pool was shut down)
-    weight_map = {name: fname for fname, shard in zip(names, shards) for name in shard}
+    weight_map = {name: fname for fname, shard in zip(names, shards, strict=True) for name in shard}
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     return total

@@ -28,6 +28,7 @@ import contextlib
 import logging
 import random
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -277,6 +278,7 @@ class InferenceService:
                     param="version",
                     code="stale_version",
                 )
+            start = time.perf_counter()
             try:
                 if is_adapter_snapshot(path):
                     model = await asyncio.to_thread(
@@ -296,7 +298,12 @@ class InferenceService:
                 raise OpenAIError(400, str(exc), param="model_path", code="bad_snapshot") from None
             self._spare = current if _small(current.model) else None
             self._loaded = LoadedModel(model=model, version=version, path=str(path))
-            log.info("serving %s as policy version %d", path, version)
+            log.info(
+                "serving %s as policy version %d (loaded and checked in %.3f s)",
+                path,
+                version,
+                time.perf_counter() - start,
+            )
             return version
 
     def _take_spare(self, current: LoadedModel) -> Any | None:
