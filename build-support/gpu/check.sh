@@ -75,6 +75,12 @@ fi
 SHORT="validate.every=0 trainer.save_every=0"
 
 step probe 180 $PY build-support/gpu/probe.py "$OUT/probe.json"
+# the tests that need CUDA (skipped on CI), where pytest is importable
+if $PY -c "import pytest" 2>/dev/null; then
+  step cuda_tests 90 $PY -m pytest -q -p no:cacheprovider tests/unit/types/test_batch.py -k cuda
+fi
+# a weight handoff's phases: the 358M model's publish (and its one-file baseline), reload
+step handoff 120 $PY build-support/gpu/handoff.py "$OUT" ${GPU_CHECK_SMALL:+--small}
 # the default recipe in bf16, and in fp32 (its baseline: the same seeds)
 train tiny_bf16 150 trainer.total_train_steps=$STEPS trainer.bf16=true validate.every=20
 train tiny_fp32 150 trainer.total_train_steps=$STEPS trainer.bf16=false validate.every=20
@@ -86,6 +92,9 @@ train qwen05_shape_bf16 200 $BIG $SHORT trainer.total_train_steps=12 trainer.bf1
 step gen_heavy 300 $PY build-support/gpu/gen_heavy.py "$OUT" ${GPU_CHECK_SMALL:+--small}
 tail -8 "$OUT/logs/gen_heavy.log"
 for f in /tmp/nexrl-gen-heavy/*.log; do [ -f "$f" ] && cp "$f" "$OUT/logs/gen_heavy_$(basename "$f")"; done
+for f in /tmp/nexrl-gen-heavy/*/metrics.jsonl; do  # each run's phase timings
+  [ -f "$f" ] && cp "$f" "$OUT/metrics/gen_heavy_$(basename "$(dirname "$f")").jsonl"
+done
 # ZeRO-3 with optimizer and parameter offload (DeepSpeed's CPU Adam: a JIT build)
 train zero3_offload 200 $MID $SHORT trainer.total_train_steps=6 trainer.bf16=true \
   trainer.zero_stage=3 trainer.offload_optimizer=true trainer.offload_param=true \
