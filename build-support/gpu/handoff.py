@@ -10,7 +10,8 @@ buffers; writing the safetensors (hashed while written); fsync; the whole
 ``SnapshotPublisher.publish`` (shards written in parallel, each piece sent to disk
 as written) vs the same publish as one file, and both without the early writeback. Reload: ``load_file`` to the CPU vs
 straight to the GPU, the finiteness check on each, ``load_state_dict`` from each,
-and the whole ``load_snapshot`` the server runs (into a spare model).
+and the whole ``load_snapshot`` the server runs (into a spare model); then reloads
+through a real embedded server over HTTP, next to the server's own timing of them.
 """
 
 from __future__ import annotations
@@ -138,23 +139,58 @@ def main(out: Path, small: bool, repeats: int) -> None:
     r["load_state_dict_from_gpu_s"], _ = timed(
         lambda: spare.load_state_dict(gpu_t, strict=False), repeats
     )
+    # as in the server after its first reloads: the served model and the spare each came
+    # out of a reload (so the config bytes are known and the spare is reused, not copied)
+    kw: dict[str, Any] = {"device": device, "dtype": torch.bfloat16}
+    served = load_snapshot(snap, reference=served, **kw)
+    spare = load_snapshot(snap, reference=served, **kw)
     r["load_snapshot_spare_s"], _ = timed(
-        lambda: load_snapshot(
-            snap, device=device, dtype=torch.bfloat16, reference=served, spare=spare
-        ),
-        repeats,
+        lambda: load_snapshot(snap, reference=served, spare=spare, **kw), repeats
     )
     r["load_snapshot_copy_s"], _ = timed(
         lambda: load_snapshot(snap, device=device, dtype=torch.bfloat16, reference=served),
         repeats,
     )
     r["files_in_snapshot"] = sorted(p.name for p in snap.iterdir())
+    r.update(_http_reloads(model_dir, publisher, device, repeats))
     (out / "handoff.json").write_text(json.dumps(r, indent=1, default=str))
     print(f"{nbytes / 1e6:.0f} MB of weights on {device}; medians of {repeats}")
     for k, v in r.items():
-        if k.endswith("_s"):
+        if k.endswith("_s") and isinstance(v, float):
             print(f"  {k:32} {v:8.3f} s")
     shutil.rmtree(work, ignore_errors=True)
+
+
+def _http_reloads(model_dir: Path, publisher: Any, device: Any, repeats: int) -> dict[str, Any]:
+    """Reloads through a real embedded server on ``device`` (``/update_weights_from_disk``,
+    alternating two snapshots), timed by the caller and by the server's own log line."""
+    import re
+
+    import httpx
+
+    from backends.inference.embedded import EmbeddedServer
+
+    snaps = sorted(publisher.root.glob("v*"), key=lambda p: int(p.name[1:]))[-2:]
+    log = Path("/tmp/nexrl-handoff-server.log")
+    args = ["--device", str(device), "--dtype", "bfloat16", "--log-level", "info"]
+    times = []
+    server = EmbeddedServer(model_dir, extra_args=args, log_path=log, startup_timeout_s=300)
+    with server as srv, httpx.Client(timeout=120) as client:
+        for i in range(repeats + 2):  # the first two: the spare is made, then reused
+            t = time.perf_counter()
+            resp = client.post(
+                f"{srv.base_url}/update_weights_from_disk",
+                json={"model_path": str(snaps[i % 2]), "version": 100 + i},
+            )
+            times.append(time.perf_counter() - t)
+            resp.raise_for_status()
+    own = [float(x) for x in re.findall(r"loaded and checked in ([0-9.]+) s", log.read_text())]
+    return {
+        "http_reload_s": statistics.median(times[2:]),
+        "http_reload_all_s": times,
+        "server_side_reload_s": statistics.median(own[2:]) if len(own) > 2 else None,
+        "server_side_all_s": own,
+    }
 
 
 if __name__ == "__main__":
