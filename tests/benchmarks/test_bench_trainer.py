@@ -240,6 +240,17 @@ def hash_payload() -> list[memoryview]:
     ]
 
 
+def _record_speedup(benchmark: Any, name: str, mb: int, baseline: str) -> None:
+    """extra_info (size, load, and the speedup over the baseline test's mean, kept in
+    ``_results[f"{baseline}_s"]`` when that test ran first in this run), printed."""
+    mean = benchmark.stats.stats.mean
+    info: dict[str, float] = {"mb": mb, "load_avg_1m": os.getloadavg()[0]}
+    if f"{baseline}_s" in _results:
+        info[f"speedup_over_{baseline}"] = _results[f"{baseline}_s"] / mean
+    benchmark.extra_info.update(info)
+    print(f"\n{name} {mb} MB: {mean:.3f} s, {info}")
+
+
 @pytest.mark.benchmark(group="snapshot-hash")
 def test_write_then_read_back_and_hash(
     benchmark: Any, hash_payload: list[memoryview], tmp_path: Path
@@ -274,11 +285,7 @@ def test_write_hashed(benchmark: Any, hash_payload: list[memoryview], tmp_path: 
     digest = benchmark.pedantic(run, rounds=5, warmup_rounds=1)
     if "read_back_digest" in _results:
         assert digest == _results["read_back_digest"]
-    info: dict[str, float] = {"mb": HASHED_MB, "load_avg_1m": os.getloadavg()[0]}
-    if "read_back_s" in _results:
-        info["speedup_over_read_back"] = _results["read_back_s"] / benchmark.stats.stats.mean
-    benchmark.extra_info.update(info)
-    print(f"\nwrite_hashed {HASHED_MB} MB: {benchmark.stats.stats.mean:.3f} s, {info}")
+    _record_speedup(benchmark, "write_hashed", HASHED_MB, "read_back")
 
 
 SHARDED_MB = 256
@@ -335,11 +342,7 @@ def test_publish_parallel_shards(
         loaded.update(load_file(f))
     assert loaded.keys() == shard_state.keys()
     assert all(torch.equal(loaded[k], v) for k, v in shard_state.items())
-    info: dict[str, float] = {"mb": SHARDED_MB, "load_avg_1m": os.getloadavg()[0]}
-    if "one_file_s" in _results:
-        info["speedup_over_one_file"] = _results["one_file_s"] / benchmark.stats.stats.mean
-    benchmark.extra_info.update(info)
-    print(f"\nparallel shards {SHARDED_MB} MB: {benchmark.stats.stats.mean:.3f} s, {info}")
+    _record_speedup(benchmark, "parallel shards", SHARDED_MB, "one_file")
 
 
 def _write_and_fsync(path: Path, payload: list[memoryview], writeback: bool) -> str:
@@ -376,8 +379,4 @@ def test_write_hashed_with_writeback_then_fsync(
     )
     if "fsync_digest" in _results:
         assert digest == _results["fsync_digest"]
-    info: dict[str, float] = {"mb": HASHED_MB, "load_avg_1m": os.getloadavg()[0]}
-    if "fsync_s" in _results:
-        info["speedup_over_fsync_at_end"] = _results["fsync_s"] / benchmark.stats.stats.mean
-    benchmark.extra_info.update(info)
-    print(f"\nwriteback {HASHED_MB} MB: {benchmark.stats.stats.mean:.3f} s, {info}")
+    _record_speedup(benchmark, "writeback", HASHED_MB, "fsync")

@@ -84,7 +84,7 @@ def test_write_hashed_writes_and_hashes_every_byte_in_order(
         assert ranges == []
 
 
-def test_writeback_on_what_cannot_take_it_is_a_no_op(tmp_path: Path) -> None:
+def test_writeback_on_what_cannot_take_it_is_a_no_op() -> None:
     """A pipe (the kernel refuses sync_file_range there) and an in-memory file (no
     descriptor): the bytes and the digest are as without writeback."""
     import io
@@ -93,7 +93,12 @@ def test_writeback_on_what_cannot_take_it_is_a_no_op(tmp_path: Path) -> None:
 
     read, write = os.pipe()
     got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(os.fdopen(read, "rb").read()))
+
+    def drain() -> None:
+        with os.fdopen(read, "rb") as fh:
+            got.append(fh.read())
+
+    reader = threading.Thread(target=drain)
     reader.start()
     with os.fdopen(write, "wb") as fh:
         digest = write_hashed(fh, [b"abc" * 1000], writeback=True)

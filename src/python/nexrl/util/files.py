@@ -60,8 +60,9 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
     """Ask the kernel to start writing ``nbytes`` at ``offset`` of ``fd`` to disk now,
     without waiting (Linux ``sync_file_range(..., SYNC_FILE_RANGE_WRITE)``; the os
     module has no binding), so that a later ``fsync`` waits only for the last pieces
-    instead of the whole file: a 268 MB write + fsync on this project's 2-core VM
-    0.26 s -> 0.19 s (docs/benchmarks.md). Durability still comes from ``fsync``
+    instead of the whole file: 256 MiB written, hashed and fsynced on this project's
+    2-core VM in a median 0.24-0.27 s instead of 0.35-0.40 s (docs/benchmarks.md).
+    Durability still comes from ``fsync``
     alone; where the call is missing or refused (another OS, a pipe) nothing happens.
     """
     global _libc_sync_file_range

@@ -109,7 +109,8 @@ _TOKENIZER_PREFIXES = (
 )
 # Shards of at most 256 MiB: a snapshot's shards are written (and hashed, fsynced) in
 # parallel, so a few hundred million parameters are written by several threads
-# (docs/benchmarks.md, "Snapshot shards written in parallel"); small models stay one file.
+# (docs/benchmarks.md, "Shards written in parallel, sent to disk while written": a 716 MB
+# publish from a GPU 0.76 s -> 0.34 s on a 16-core machine); small models stay one file.
 DEFAULT_MAX_SHARD_BYTES = 256 * 1024**2
 # Threads writing a snapshot's shards at once (each with its own hashing thread).
 MAX_SHARD_WRITERS = 8
