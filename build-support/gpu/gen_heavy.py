@@ -42,18 +42,24 @@ def _gpu_env() -> None:
     vs_trl.subprocess_env = lambda: {k: v for k, v in base().items() if k != "DS_ACCELERATOR"}
 
 
+def prepared_model(work: Path, small: bool) -> tuple[Path, Any]:
+    """An empty ``work`` folder (run folders of an earlier call would resume) and the
+    model of Qwen2.5-0.5B's shape (``small``: SMALL's) prepared in it; ``(folder, cfg)``."""
+    shutil.rmtree(work, ignore_errors=True)
+    overrides = [f"model.tiny.{k}={v}" for k, v in (SMALL if small else QWEN05).items()]
+    recipe = load_recipe_checked(RECIPE, [f"output_dir={work / 'prep'}", *overrides])
+    model_dir, _ = prepare_model(recipe.cfg, work / "prep")
+    return model_dir, recipe.cfg
+
+
 def main(out: Path, small: bool) -> None:
     if not small:
         _gpu_env()
     steps = 3 if small else 6
-    shape = SMALL if small else QWEN05
     work = Path("/tmp/nexrl-gen-heavy")
-    shutil.rmtree(work, ignore_errors=True)  # run folders of an earlier call would resume
-    overrides = [f"model.tiny.{k}={v}" for k, v in shape.items()]
-    recipe = load_recipe_checked(RECIPE, [f"output_dir={work / 'prep'}", *overrides])
-    model_dir, _ = prepare_model(recipe.cfg, work / "prep")
+    model_dir, cfg = prepared_model(work, small)
     params = n_params(model_dir)
-    entropy = float(recipe.cfg.algorithm.entropy_coeff)
+    entropy = float(cfg.algorithm.entropy_coeff)
     results: dict[str, Any] = {"params": params, "steps": steps, "response_tokens": RESPONSE}
 
     # each side asserts every answer is 64 tokens (TRL's logged lengths, our pool)

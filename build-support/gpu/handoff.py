@@ -26,16 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gen_heavy import prepared_model  # (this folder: the same model as the gen-heavy runs)
 
 from backends.inference.embedded.weights import all_finite, load_snapshot
-from nexrl.modeling.prepare import prepare_model
-from nexrl.recipe import load_recipe_checked
 from nexrl.util.files import fsync_tree
 from nexrl.weights.snapshot import SnapshotPublisher, prepare_state_dict, write_safetensors
-from tests.e2e._recipe import RECIPE
-
-QWEN05 = {"hidden_size": 896, "num_layers": 24, "num_heads": 14, "intermediate_size": 4864}
-SMALL = {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "intermediate_size": 256}
 
 
 def _sync() -> None:
@@ -60,11 +55,7 @@ def main(out: Path, small: bool, repeats: int) -> None:
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     work = Path("/tmp/nexrl-handoff")
-    shutil.rmtree(work, ignore_errors=True)
-    shape = SMALL if small else QWEN05
-    overrides = [f"model.tiny.{k}={v}" for k, v in shape.items()]
-    recipe = load_recipe_checked(RECIPE, [f"output_dir={work / 'prep'}", *overrides])
-    model_dir, _ = prepare_model(recipe.cfg, work / "prep")
+    model_dir, _ = prepared_model(work, small)
 
     def build() -> Any:
         m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16)
