@@ -8,8 +8,9 @@ does not pile up.
 The kill is exact: ``tests/e2e/_killpoint/sitecustomize.py`` (first on the run's
 ``PYTHONPATH``) makes the process that reaches the chosen call (the N-th ``os.rename``
 of a checkpoint's temporary folder, the ``torch.save`` of one of its files, the
-``open`` of a file of a snapshot, the ``os.link`` of a pool commit marker, ...) SIGKILL itself right before it. The code
-that writes is the product's, unchanged, in the run's own processes: the trainer
+``open`` of a file of a snapshot, the ``os.link`` of a pool commit marker, the driver's
+write of a metrics row, ...) SIGKILL itself right before it. The code
+that writes is the product's, unchanged, in the run's own processes: the driver, the trainer
 actor's Dask worker (checkpoints, snapshots) or a rollout worker (the pool).
 """
 
@@ -21,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -54,6 +56,10 @@ CASES = {
         "open", "/snapshots/.tmp-v3-*/config.json", 1, "trainer"),
     "snapshot: complete, not yet renamed": ("rename", "/snapshots/.tmp-v3-*", 1, "trainer"),
     "snapshot: renamed, 'latest' not yet moved": ("replace", "/snapshots/latest", 3, "trainer"),
+    # the driver, after checkpoint step_2 is complete, before step 2's metrics row is
+    # written: the resume logs the row the checkpoint carries
+    "driver: checkpoint complete, its step's metrics row not written": (
+        "jsonl", "/metrics.jsonl#step=2", 1, "driver"),
     # the first block a rollout worker appends
     "pool: a chunk of a block written, no commit marker": (
         "replace", "/pool.zarr/segments/*/c/*", 2, "rollout"),
@@ -120,6 +126,18 @@ def test_killed_mid_write_resumes_from_the_last_complete_one(tmp_path: Path, cas
         assert second.returncode == 0, second.stderr[-3000:]
         driver_log = (out / "logs" / "driver.log").read_text()
         assert "resumed from" in driver_log and "at step 2" in driver_log
+    elif victim == "driver":
+        assert first.returncode == -9, first.stderr[-3000:]  # the driver itself, SIGKILL
+        # its workers and inference server notice and exit by themselves
+        _, alive = psutil.wait_procs(processes_using(out), timeout=60)
+        assert alive == []
+        assert ck.latest_verified() == out / "checkpoints" / "step_2"
+        assert [r["step"] for r in train_rows(out)] == [1]  # row 2 was never written
+        second = _run(out, subprocess_env())
+        assert second.returncode == 0, second.stderr[-3000:]
+        driver_log = (out / "logs" / "driver.log").read_text()
+        assert "resumed from" in driver_log and "at step 2" in driver_log
+        assert "no row for step 2: logged from its checkpoint" in driver_log
     else:
         # A rollout worker died mid-append: its block was never committed; the run went
         # on (the block's groups rolled out again elsewhere) and finished.

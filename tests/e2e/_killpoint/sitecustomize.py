@@ -4,7 +4,8 @@ Put this folder first on ``PYTHONPATH`` and set ``NEXRL_KILLPOINT`` to
 ``CALL|NEEDLE|N|FIRED[|SKIP]``: the ``N``-th call in a process of ``CALL`` (``replace``:
 ``os.replace``, ``rename``: ``os.rename``, ``link``: ``os.link``, ``open``: the
 builtin ``open`` for writing, ``torch.save``: ``torch.save`` to a path, patched when
-``torch.serialization`` is first imported) whose path argument (any of them) contains ``NEEDLE``
+``torch.serialization`` is first imported, ``jsonl``: the driver's write of a metrics
+row, whose path is ``<run>/metrics.jsonl#step=S``) whose path argument (any of them) contains ``NEEDLE``
 (``*`` in it matches any run of characters) kills the process with ``SIGKILL``
 before the call runs (not in a process that imported the module ``SKIP``: e.g.
 ``deepspeed`` spares the trainer's process): nothing after that point happens, as with a real ``kill -9``,
@@ -73,6 +74,18 @@ def _install(call: str, needle: str, nth: int, fired: str, skip: str) -> None:
             module.save = wrapped_save
 
         sys.meta_path.insert(0, _AfterImport("torch.serialization", patch))
+    elif call == "jsonl":
+
+        def patch_sink(module: Any) -> None:
+            original_log = module.JsonlSink.log
+
+            def wrapped_log(self: Any, step: int, metrics: Any) -> Any:
+                hit(f"{self.path}#step={int(step)}")
+                return original_log(self, step, metrics)
+
+            module.JsonlSink.log = wrapped_log
+
+        sys.meta_path.insert(0, _AfterImport("nexrl.metrics.sinks", patch_sink))
     elif call == "open":
         original_open = builtins.open
 

@@ -133,3 +133,20 @@ def test_wall_time_counts_only_time_running_across_a_resume(tmp_path: Path) -> N
     summary = summarize(rows)
     assert summary["wall_time_s"] == running[-1]
     assert 0.4 <= summary["wall_time_s"] < 1.5 < rows[-1]["time"] - rows[0]["time"]
+
+
+def test_a_resume_logs_the_checkpoints_row_only_when_the_file_lacks_it(tmp_path: Path) -> None:
+    # The killed run logged steps 1 and 3; its checkpoint at step 2 carries step 2's row.
+    with MetricsTracker([], tmp_path, run_name="r") as first:
+        first.log(1, {"reward/mean": 0.1})
+        first.log(3, {"reward/mean": 0.3})
+    with MetricsTracker([], tmp_path, run_name="r", resume_step=2) as resumed:
+        assert resumed.restore(2, {"reward/mean": 0.2}) is True
+        assert resumed.restore(1, {"reward/mean": 9.0}) is False  # step 1's row is kept
+        resumed.log(3, {"reward/mean": 0.35})
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [(r["step"], r["reward/mean"]) for r in rows] == [(1, 0.1), (2, 0.2), (3, 0.35)]
+    # a second resume from the same checkpoint finds the row and does not log it twice
+    with MetricsTracker([], tmp_path, run_name="r", resume_step=2) as again:
+        assert again.restore(2, {"reward/mean": 0.2}) is False
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]

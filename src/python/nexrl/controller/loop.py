@@ -196,6 +196,8 @@ class Controller:
             parts.pool.load_state_dict(state.pool)
         self.counters.update(state.counters)
         self.scheduler.restore(state.pending, state.trained, committed_group_ids(parts.pool))
+        if state.row is not None:  # killed after the checkpoint, before its row was logged
+            parts.tracker.restore(self.step, state.row)
         self._last_ckpt_step = self.step
         if info.get("resume_note"):  # a corrupted checkpoint or snapshot was passed over
             logger.warning("%s", info["resume_note"])
@@ -382,22 +384,27 @@ class Controller:
         every = int(self.cfg.validate.every)
         if parts.val_groups and every and self.step % every == 0:
             row.update(self._validate())
-        save_every = int(self.cfg.trainer.save_every)
-        if save_every and self.step % save_every == 0:
-            t = time.perf_counter()
-            self._checkpoint()
-            row["timing/checkpoint"] = time.perf_counter() - t
-        end = time.perf_counter()
         row.update(
             {
                 "timing/wait_batch": t_batch - t0,
                 "timing/train": t_train - t_batch,
                 "timing/weight_sync": t_sync - t_train,
-                "timing/step": end - t0,
-                "perf/trajectories_per_s": len(trained) / max(end - t0, 1e-9),
             }
         )
+        save_every = int(self.cfg.trainer.save_every)
+        if save_every and self.step % save_every == 0:
+            t = time.perf_counter()
+            self._timed(row, t0, len(trained), t)
+            self._checkpoint(row)  # carries the row: a kill before it is logged loses nothing
+            row["timing/checkpoint"] = time.perf_counter() - t
+        self._timed(row, t0, len(trained), time.perf_counter())
         return row
+
+    @staticmethod
+    def _timed(row: dict[str, Any], t0: float, samples: int, end: float) -> None:
+        """The step's total time and throughput, from ``t0`` to ``end``."""
+        row["timing/step"] = end - t0
+        row["perf/trajectories_per_s"] = samples / max(end - t0, 1e-9)
 
     def _step_row(
         self, batch: Any, trained: Any, result: StepResult, version_before: int
@@ -631,7 +638,9 @@ class Controller:
         )
         return out
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self, row: dict[str, Any] | None = None) -> None:
+        """A trainer checkpoint at this step with the controller's state; ``row``: the
+        step's metrics row when it is not logged yet (a resume logs it if it is missing)."""
         from nexrl.trainer.actor import TrainerGroupError
 
         parts = self.parts
@@ -643,6 +652,7 @@ class Controller:
             pending=pending,
             counters=dict(self.counters),
             trained=dict(self.scheduler.trained),
+            row=None if row is None else {str(k): float(v) for k, v in row.items()},
         )
         try:
             parts.trainer.save_checkpoint(state.to_extra_state())

@@ -178,10 +178,10 @@ class SftRun:
             row = self._train_one_step()
             if self.val and every and self.step % every == 0:
                 row.update(self._validate())
+            self.tracker.log(self.step, row)  # before the checkpoint: a resume keeps it
             save_every = int(cfg.trainer.save_every)
             if save_every and self.step % save_every == 0:
                 self._checkpoint()
-            self.tracker.log(self.step, row)
             self.progress.update(self.step, row)
         if self.val and every and self.step > 0 and self.step % every and not self.should_stop():
             self.tracker.log(self.step, self._validate())  # the final weights are validated

@@ -6,7 +6,9 @@ A checkpoint at step ``s`` holds, next to the trainer's weights and optimizer:
 * ``pool``: the pool consumer's cursor generation after batch ``s``;
 * ``pending``: the groups handed out but not yet in the pool (in flight);
 * ``counters``: failure and throughput counters;
-* ``trained``: for each group trained so far, the pool commit it came from.
+* ``trained``: for each group trained so far, the pool commit it came from;
+* ``row``: step ``s``'s metrics row (the checkpoint is written before the row is
+  logged: a run killed in between gets the row back from its checkpoint on resume).
 
 Dask runs a future *at least* once: when a worker dies after an evaluator
 future committed its group but before its result reached the scheduler, the
@@ -44,6 +46,7 @@ class ControllerState:
     pending: list[list[dict[str, Any]]] = field(default_factory=list)
     counters: dict[str, float] = field(default_factory=dict)
     trained: dict[int, str] = field(default_factory=dict)  # group_id -> commit trained on
+    row: dict[str, float] | None = None  # step's metrics row (older checkpoints: None)
 
     def to_extra_state(self) -> dict[str, Any]:
         return {STATE_KEY: asdict(self)}

@@ -188,6 +188,7 @@ class JsonlSink(MetricSink):
     def _repair(self, resume_step: int | None) -> float:
         """Drop the rows a resume redoes (and a torn last line); the running time the
         rows kept reached."""
+        self.steps: set[int] = set()  # the steps with a row in the file
         if not self.path.exists():
             return 0.0
         text = self.path.read_text(encoding="utf-8")
@@ -207,6 +208,7 @@ class JsonlSink(MetricSink):
                 " and a torn last line" if torn else "",
             )
             self._rewrite(kept)
+        self.steps = {r["step"] for r in kept if isinstance(r.get("step"), int)}
         running = [row.get(RUNNING_KEY) for row in kept]
         return max(
             (float(v) for v in running if isinstance(v, int | float) and math.isfinite(v)),
@@ -231,6 +233,7 @@ class JsonlSink(MetricSink):
                 row[key] = _finite_or_none(float(value))
         self._file.write(json.dumps(row, allow_nan=False) + "\n")
         self._file.flush()
+        self.steps.add(int(step))
 
     def close(self) -> None:
         if self._file is not None:

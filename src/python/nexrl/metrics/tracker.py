@@ -90,6 +90,18 @@ class MetricsTracker:
                     raise
                 self._disable(sink, exc)
 
+    def restore(self, step: int, metrics: Mapping[str, Any]) -> bool:
+        """Log ``metrics`` for ``step`` unless metrics.jsonl already has a row for it: a
+        resumed run gives back the row of the checkpoint it resumes from when the killed
+        run was stopped after that checkpoint but before its row was logged. True if
+        logged."""
+        jsonl = next(s for s in self.sinks if isinstance(s, JsonlSink))
+        if step in jsonl.steps:
+            return False
+        log.info("metrics.jsonl has no row for step %d: logged from its checkpoint", step)
+        self.log(step, metrics)
+        return True
+
     def _disable(self, sink: MetricSink, exc: Exception) -> None:
         reason = f"{type(exc).__name__}: {exc}"
         log.warning("metric sink '%s' failed (%s); it is disabled for this run", sink.name, reason)
