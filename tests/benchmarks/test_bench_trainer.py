@@ -380,3 +380,84 @@ def test_write_hashed_with_writeback_then_fsync(
     if "fsync_digest" in _results:
         assert digest == _results["fsync_digest"]
     _record_speedup(benchmark, "writeback", HASHED_MB, "fsync")
+
+
+SMALL_MODEL = {"hidden_size": 64, "intermediate_size": 128, "num_layers": 2, "num_heads": 4}
+
+
+@pytest.fixture(scope="module")
+def small_publish(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The default recipe's model shapes (a ~330 KB snapshot): what the sync step of
+    ``nexrl train`` publishes after every update, with a trainer publishing it."""
+    root = tmp_path_factory.mktemp("small")
+    model_dir = _save(root / "model", **SMALL_MODEL)
+    trainer = create_trainer(
+        spec(model_dir, trainer=TRAIN, snapshot_dir=str(root / "snaps"), keep_snapshots=3)
+    )
+    snap = trainer.publish_snapshot()
+    assert snap is not None
+    files = {p.name: p.read_bytes() for p in snap.path.iterdir() if p.is_file()}
+    return {"root": root, "trainer": trainer, "files": files}
+
+
+def _write_folder_floor(folder: Path, files: dict[str, bytes]) -> None:
+    """The least a durable folder of these files costs: each file written and
+    fsynced, then the folder fsynced (no hashing, no rename, no other folder)."""
+    folder.mkdir()
+    for name, data in files.items():
+        with open(folder / name, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.benchmark(group="snapshot-small")
+def test_small_snapshot_floor(benchmark: Any, small_publish: dict[str, Any]) -> None:
+    """Baseline: the same files as a published snapshot of the default recipe's model,
+    written and fsynced one by one into a new folder."""
+    import shutil
+
+    folders = iter(range(1000))
+    root = small_publish["root"]
+
+    def setup() -> tuple[tuple[Path, dict[str, bytes]], dict[str, Any]]:
+        folder = root / f"floor{next(folders)}"
+        shutil.rmtree(folder, ignore_errors=True)
+        return (folder, small_publish["files"]), {}
+
+    benchmark.pedantic(_write_folder_floor, setup=setup, rounds=20, warmup_rounds=2)
+    _results["small_floor_s"] = benchmark.stats.stats.mean
+    benchmark.extra_info.update(files=len(small_publish["files"]), load_avg_1m=os.getloadavg()[0])
+
+
+@pytest.mark.benchmark(group="snapshot-small")
+def test_small_snapshot_publish(benchmark: Any, small_publish: dict[str, Any]) -> None:
+    """``publish_snapshot`` of the default recipe's model, as the trainer does after each
+    update (write and hash, checksums.json, fsyncs, rename, ``latest``, prune); the
+    published weights are the trainer's. extra_info ``x_floor``: its mean time over the
+    floor's (1.0 = at the floor)."""
+    from safetensors.torch import load_file
+
+    from nexrl.weights.snapshot import verify_snapshot
+
+    trainer = small_publish["trainer"]
+
+    def publish() -> Any:
+        trainer.policy_version += 1
+        return trainer.publish_snapshot()
+
+    snap = benchmark.pedantic(publish, rounds=20, warmup_rounds=2)
+    assert verify_snapshot(snap.path) is None
+    weights = load_file(snap.path / "model.safetensors")
+    params = dict(trainer.engine.module.named_parameters())
+    assert all(torch.equal(weights[k], params[k].detach()) for k in weights)
+    info: dict[str, float] = {"load_avg_1m": os.getloadavg()[0]}
+    if "small_floor_s" in _results:
+        info["x_floor"] = benchmark.stats.stats.mean / _results["small_floor_s"]
+        print(f"\nsmall snapshot publish: {info['x_floor']:.2f}x the floor's time")
+    benchmark.extra_info.update(info)

@@ -51,14 +51,18 @@ def test_missing_truncated_and_altered_files_are_named(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("writeback", [False, True])
 @pytest.mark.parametrize("buffering", [-1, 0])
+@pytest.mark.parametrize("inline", [0, 2500, 1 << 20])
 def test_write_hashed_writes_and_hashes_every_byte_in_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writeback: bool, buffering: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writeback: bool, buffering: int, inline: int
 ) -> None:
     """Buffers larger and smaller than a piece, empty ones, several kinds of bytes-like,
-    a buffered and a raw file: the file holds them in order and the digest is the
-    file's sha256. With ``writeback`` the kernel is asked to start writing each piece
-    as it is written: the ranges asked for cover the file exactly, in order."""
+    a buffered and a raw file, hashed all on the hashing thread, first on the caller's
+    thread then on the hashing thread, or all on the caller's: the file holds them in
+    order and the digest is the file's sha256. With ``writeback`` the kernel is asked
+    to start writing the bytes as they are written, in ranges of at most a piece: the
+    ranges asked for cover the file exactly, in order."""
     monkeypatch.setattr(checksums, "WRITE_CHUNK", 1000)  # many pieces per buffer
+    monkeypatch.setattr(checksums, "INLINE_HASH_BYTES", inline)
     ranges: list[tuple[int, int]] = []
 
     def recording(fd: int, offset: int, nbytes: int) -> None:
@@ -110,11 +114,14 @@ def test_writeback_on_what_cannot_take_it_is_a_no_op() -> None:
     assert mem.getvalue() == b"xyz"
 
 
-def test_write_hashed_stops_its_thread_when_a_write_fails() -> None:
+def test_write_hashed_stops_its_thread_when_a_write_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A full disk (Linux's /dev/full answers every write with ENOSPC): the error
     reaches the caller and the hashing thread is gone."""
     import threading
 
+    monkeypatch.setattr(checksums, "INLINE_HASH_BYTES", 0)  # the thread starts at once
     with open("/dev/full", "wb", buffering=0) as fh, pytest.raises(OSError) as info:
         write_hashed(fh, [b"a" * 10, b"b" * 10])
     assert info.value.errno == 28  # ENOSPC

@@ -6,7 +6,7 @@ A manifest maps each file's path (relative to the folder, ``/``-separated) to
 file that is missing, of another size (a truncated write) or of other content
 (a flipped byte); files absent from the manifest are not checked. sha256 from
 ``hashlib`` (no extra dependency), files read in 1 MiB chunks, several files in
-parallel (``hashlib`` releases the GIL on large buffers). A writer that has the
+parallel (``hashlib`` releases the GIL on large buffers; the process's shared I/O threads). A writer that has the
 bytes in memory can hash them as it writes them (:func:`write_hashed`) instead of
 reading the file back.
 """
@@ -18,16 +18,16 @@ import os
 import queue
 import threading
 from collections.abc import Collection, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from nexrl.util.files import start_writeback
+from nexrl.util.files import io_pool, start_writeback
 
 __all__ = ["check_tree", "file_sha256", "tree_checksums", "write_hashed"]
 
 CHUNK = 1 << 20
 WRITE_CHUNK = 16 << 20  # pieces handed to the hashing thread while the next one is written
+INLINE_HASH_BYTES = 1 << 20  # a file's first bytes, hashed without the thread
 
 
 def file_sha256(path: str | Path) -> str:
@@ -46,8 +46,10 @@ def write_hashed(fh: Any, buffers: Iterable[Any], *, writeback: bool = False) ->
     The hash runs on a second thread, a piece behind the writes (both release the GIL
     on large buffers), so hashing costs about max(write, hash) instead of their sum,
     and the file is never read back: writing and hashing a 716 MB bf16 snapshot on 2
-    cores, 0.76 s -> 0.50 s (docs/benchmarks.md). The buffers must not change until
-    this returns. ``writeback``: each written piece goes to disk in the background
+    cores, 0.76 s -> 0.50 s (docs/benchmarks.md). The first ``INLINE_HASH_BYTES`` are
+    hashed on the caller's thread: a small file (the default recipe's 330 KB model)
+    never starts one. The buffers must not change until this returns. ``writeback``:
+    the written bytes go to disk in the background in ranges of up to ``WRITE_CHUNK``
     (:func:`nexrl.util.files.start_writeback`), for a caller that fsyncs the file next.
     """
     digest = hashlib.sha256()
@@ -62,28 +64,44 @@ def write_hashed(fh: Any, buffers: Iterable[Any], *, writeback: bool = False) ->
                 except BaseException as exc:
                     failed.append(exc)
 
-    worker = threading.Thread(target=consume, name="write-hashed", daemon=True)
-    worker.start()
+    worker: threading.Thread | None = None
     fd = _fileno(fh) if writeback else None
-    offset = 0
+    offset = pending = 0  # bytes written; of them, not yet handed to the writeback
+
+    def hand_over() -> None:
+        nonlocal pending
+        assert fd is not None
+        fh.flush()  # (a buffered file: the bytes must be in the kernel's hands)
+        start_writeback(fd, offset - pending, pending)
+        pending = 0
+
     try:
         for buf in buffers:
             view = memoryview(buf).cast("B")
             for start in range(0, len(view), WRITE_CHUNK):
                 piece = view[start : start + WRITE_CHUNK]
-                pieces.put(piece)
                 size = len(piece)
+                if worker is None and offset + size <= INLINE_HASH_BYTES:
+                    digest.update(piece)
+                else:
+                    if worker is None:
+                        worker = threading.Thread(target=consume, name="write-hashed", daemon=True)
+                        worker.start()
+                    pieces.put(piece)
+                if fd is not None and pending + size > WRITE_CHUNK:
+                    hand_over()
                 written = fh.write(piece)
                 while written is not None and written < len(piece):  # a raw file's short write
                     piece = piece[written:]
                     written = fh.write(piece)
-                if fd is not None:
-                    fh.flush()  # (a buffered file: the piece must be in the kernel's hands)
-                    start_writeback(fd, offset, size)
                 offset += size
+                pending += size
+        if fd is not None and pending:
+            hand_over()
     finally:
-        pieces.put(None)
-        worker.join()
+        if worker is not None:
+            pieces.put(None)
+            worker.join()
     if failed:
         raise failed[0]
     return digest.hexdigest()
@@ -111,8 +129,7 @@ def _digests(root: Path, rels: list[str]) -> list[str]:
     paths = [root / rel for rel in rels]
     if len(paths) <= 1:
         return [file_sha256(p) for p in paths]
-    with ThreadPoolExecutor(max_workers=min(8, len(paths))) as pool:
-        return list(pool.map(file_sha256, paths))
+    return list(io_pool().map(file_sha256, paths))
 
 
 def tree_checksums(root: str | Path, *, exclude: Collection[str] = ()) -> dict[str, Any]:
