@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -72,9 +73,11 @@ class Components:
     groups_per_batch: int
     group_size: int  # trajectories per group (rollout_worker.group_size)
     plot_every: int
+    plot_min_interval_s: float
     _closers: list[Any] = field(default_factory=list)
     _plot_pool: Any = None  # the background redraw's thread (plot_in_background)
     _plotting: Any = None  # its future
+    _plotted_at: float | None = None  # time.monotonic() when the last redraw started
     tokenizer: Any = None  # decodes the trajectories the dashboard shows
     dashboard_url: str = ""  # the run's /nexrl page ("" when the scheduler cannot serve it)
 
@@ -85,9 +88,14 @@ class Components:
     def plot_in_background(self) -> None:
         """Redraw the reward curve on a thread of its own, so a step never waits for
         matplotlib (~0.1 s a redraw on a 2-core machine); skipped while the previous
-        redraw is still running. ``finish`` waits for it and draws the final one."""
+        redraw is still running or the last one started less than
+        ``plot_min_interval_s`` ago. ``finish`` waits for it and draws the final one."""
         if self._plotting is not None and not self._plotting.done():
             return
+        now = time.monotonic()
+        if self._plotted_at is not None and now - self._plotted_at < self.plot_min_interval_s:
+            return
+        self._plotted_at = now
         if self._plot_pool is None:
             self._plot_pool = ThreadPoolExecutor(1, thread_name_prefix="nexrl-plot")
             self._closers.append(lambda: self._plot_pool.shutdown(wait=False, cancel_futures=True))
@@ -325,6 +333,7 @@ def _build(
         groups_per_batch=max(1, math.ceil(batch_size / group_size)),
         group_size=group_size,
         plot_every=int(cfg.logger.plot_every),
+        plot_min_interval_s=float(cfg.logger.plot_min_interval_s),
         _closers=closers,
         tokenizer=tokenizer,
         dashboard_url=dashboard_url,

