@@ -12,6 +12,7 @@ from nexrl.util.files import (
     atomic_symlink,
     atomic_write_bytes,
     atomic_write_text,
+    fsync_tree,
     replace_dir,
 )
 
@@ -135,3 +136,31 @@ def test_a_write_that_fails_names_the_file_it_was_for(
     monkeypatch.undo()
     assert err.value.errno == errno.ENOSPC and err.value.filename == str(tmp_path / "cursor.json")
     assert not (tmp_path / "cursor.json").exists()
+
+
+def _fsync_and_hash_in_child(root: str) -> None:
+    from nexrl.util.checksums import tree_checksums
+
+    fsync_tree(root)
+    assert len(tree_checksums(root)) == 3
+
+
+def test_a_forked_child_fsyncs_and_hashes_on_its_own_threads(tmp_path: Path) -> None:
+    """The shared I/O pool used in the parent, then a fork (as a multiprocessing
+    ``fork`` start or an evaluator's sandbox does): the child's fsyncs and file hashes
+    finish instead of waiting on the parent's threads, which the child does not have."""
+    import multiprocessing
+
+    from nexrl.util.checksums import tree_checksums
+
+    for name in ("a", "b", "c"):
+        (tmp_path / name).write_bytes(name.encode() * 1000)
+    assert fsync_tree(tmp_path) == 3000 and len(tree_checksums(tmp_path)) == 3  # parent's pool
+    child = multiprocessing.get_context("fork").Process(
+        target=_fsync_and_hash_in_child, args=(str(tmp_path),)
+    )
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0

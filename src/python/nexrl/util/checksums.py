@@ -6,9 +6,9 @@ A manifest maps each file's path (relative to the folder, ``/``-separated) to
 file that is missing, of another size (a truncated write) or of other content
 (a flipped byte); files absent from the manifest are not checked. sha256 from
 ``hashlib`` (no extra dependency), files read in 1 MiB chunks, several files in
-parallel (``hashlib`` releases the GIL on large buffers; the process's shared I/O threads). A writer that has the
-bytes in memory can hash them as it writes them (:func:`write_hashed`) instead of
-reading the file back.
+parallel on the process's shared I/O threads (``hashlib`` releases the GIL on large
+buffers). A writer that has the bytes in memory can hash them as it writes them
+(:func:`write_hashed`) instead of reading the file back.
 """
 
 from __future__ import annotations

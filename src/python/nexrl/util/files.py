@@ -61,6 +61,17 @@ def io_pool() -> ThreadPoolExecutor:
         return _IO_POOL
 
 
+def _forget_io_pool() -> None:
+    """In a forked child: the parent's I/O threads do not exist there, and its pool
+    would queue work for them forever; the child starts its own on first use."""
+    global _IO_POOL, _IO_POOL_LOCK
+    _IO_POOL, _IO_POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_io_pool)
+
+
 def fsync_file(path: str | Path) -> None:
     """Flush ``path``'s data to stable storage."""
     fd = os.open(path, os.O_RDONLY)
