@@ -130,15 +130,22 @@ def test_train_step_deepspeed(benchmark: Any, step_setup: dict[str, Any]) -> Non
     trainer.close()
 
 
-@pytest.fixture(scope="module")
-def publish_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("publish")
-    model_dir = _save(root / "model", **PUBLISH_MODEL)
+def _publishing_trainer(root: Path, model: dict[str, Any], keep: int) -> tuple[Any, Any]:
+    """A trainer of a tiny model of these shapes publishing under ``root / "snaps"``,
+    and its first snapshot."""
+    model_dir = _save(root / "model", **model)
     trainer = create_trainer(
-        spec(model_dir, trainer=TRAIN, snapshot_dir=str(root / "snaps"), keep_snapshots=2)
+        spec(model_dir, trainer=TRAIN, snapshot_dir=str(root / "snaps"), keep_snapshots=keep)
     )
     snap = trainer.publish_snapshot()
     assert snap is not None
+    return trainer, snap
+
+
+@pytest.fixture(scope="module")
+def publish_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("publish")
+    trainer, snap = _publishing_trainer(root, PUBLISH_MODEL, keep=2)
     return {"root": root, "trainer": trainer, "bytes": snap.num_bytes}
 
 
@@ -390,12 +397,7 @@ def small_publish(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The default recipe's model shapes (a ~330 KB snapshot): what the sync step of
     ``nexrl train`` publishes after every update, with a trainer publishing it."""
     root = tmp_path_factory.mktemp("small")
-    model_dir = _save(root / "model", **SMALL_MODEL)
-    trainer = create_trainer(
-        spec(model_dir, trainer=TRAIN, snapshot_dir=str(root / "snaps"), keep_snapshots=3)
-    )
-    snap = trainer.publish_snapshot()
-    assert snap is not None
+    trainer, snap = _publishing_trainer(root, SMALL_MODEL, keep=3)
     files = {p.name: p.read_bytes() for p in snap.path.iterdir() if p.is_file()}
     return {"root": root, "trainer": trainer, "files": files}
 

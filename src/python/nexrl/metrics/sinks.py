@@ -181,6 +181,7 @@ class JsonlSink(MetricSink):
         super().__init__(output_dir, run_name=run_name, config=config, resume_step=resume_step)
         self.path = self.output_dir / METRICS_FILE
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.steps: set[int] = set()  # the steps with a row in the file (_repair, log)
         self._running_before = self._repair(resume_step)
         self._started = time.monotonic()
         self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
@@ -188,7 +189,6 @@ class JsonlSink(MetricSink):
     def _repair(self, resume_step: int | None) -> float:
         """Drop the rows a resume redoes (and a torn last line); the running time the
         rows kept reached."""
-        self.steps: set[int] = set()  # the steps with a row in the file
         if not self.path.exists():
             return 0.0
         text = self.path.read_text(encoding="utf-8")

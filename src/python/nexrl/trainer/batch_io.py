@@ -20,7 +20,6 @@ from nexrl.util.files import atomic_write_bytes
 __all__ = ["load_batch", "save_batch"]
 
 _FORMAT = "nexrl.batch/2"  # /2: meta pickled into one bytes value
-_READS = ("nexrl.batch/1", _FORMAT)
 
 
 def save_batch(batch: Batch, path: str | Path) -> Path:
@@ -45,9 +44,6 @@ def load_batch(path: str | Path) -> Batch:
         payload = torch.load(path, weights_only=False, map_location="cpu")
     except (OSError, RuntimeError, EOFError) as exc:
         raise ValueError(f"cannot read batch file {str(path)!r}: {exc}") from None
-    if not isinstance(payload, dict) or payload.get("format") not in _READS:
+    if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
         raise ValueError(f"{str(path)!r} is not a batch written by nexrl.trainer.save_batch")
-    meta = payload["meta"]
-    if isinstance(meta, bytes):
-        meta = pickle.loads(meta)
-    return Batch(payload["tensors"], meta, payload["pad_token_id"])
+    return Batch(payload["tensors"], pickle.loads(payload["meta"]), payload["pad_token_id"])
