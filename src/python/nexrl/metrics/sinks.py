@@ -181,7 +181,6 @@ class JsonlSink(MetricSink):
         super().__init__(output_dir, run_name=run_name, config=config, resume_step=resume_step)
         self.path = self.output_dir / METRICS_FILE
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        self.steps: set[int] = set()  # the steps with a row in the file (_repair, log)
         self._running_before = self._repair(resume_step)
         self._started = time.monotonic()
         self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
@@ -208,7 +207,6 @@ class JsonlSink(MetricSink):
                 " and a torn last line" if torn else "",
             )
             self._rewrite(kept)
-        self.steps = {r["step"] for r in kept if isinstance(r.get("step"), int)}
         running = [row.get(RUNNING_KEY) for row in kept]
         return max(
             (float(v) for v in running if isinstance(v, int | float) and math.isfinite(v)),
@@ -233,7 +231,6 @@ class JsonlSink(MetricSink):
                 row[key] = _finite_or_none(float(value))
         self._file.write(json.dumps(row, allow_nan=False) + "\n")
         self._file.flush()
-        self.steps.add(int(step))
 
     def close(self) -> None:
         if self._file is not None:

@@ -96,8 +96,8 @@ class MetricsTracker:
         run was stopped after that checkpoint but before its row was logged. True if
         logged."""
         jsonl = next(s for s in self.sinks if isinstance(s, JsonlSink))
-        if step in jsonl.steps:
-            return False
+        if any(row.get("step") == step for row in read_metrics(jsonl.path)):
+            return False  # (read once, at the resume: every row is flushed as it is logged)
         log.info("metrics.jsonl has no row for step %d: logged from its checkpoint", step)
         self.log(step, metrics)
         return True
