@@ -6,16 +6,46 @@ The package never imports ``backends`` (the engines): rollouts only speak HTTP.
 starts, health-checks, reloads and restarts the service.
 """
 
-from nexrl.inference.balance import RoundRobin, normalize_base_url, normalize_base_urls
-from nexrl.inference.client import (
-    Generation,
-    InferenceClient,
-    InferenceError,
-    make_async_client,
-    make_client,
-    parse_chat_completion,
-    parse_completion,
-)
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nexrl.inference.balance import RoundRobin, normalize_base_url, normalize_base_urls
+    from nexrl.inference.client import (
+        Generation,
+        InferenceClient,
+        InferenceError,
+        make_async_client,
+        make_client,
+        parse_chat_completion,
+        parse_completion,
+    )
+
+# Imported on first use (PEP 562): the client pulls in ``openai`` (~1 s on a slow
+# 2-core machine), which the recipe checks (``nexrl.inference.checks``) and the
+# trainer (``nexrl.inference.lora``) import this package for and never use.
+_HOME = {
+    "RoundRobin": "balance",
+    "normalize_base_url": "balance",
+    "normalize_base_urls": "balance",
+    "Generation": "client",
+    "InferenceClient": "client",
+    "InferenceError": "client",
+    "make_async_client": "client",
+    "make_client": "client",
+    "parse_chat_completion": "client",
+    "parse_completion": "client",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Generation",

@@ -73,9 +73,11 @@ def agent_config(cfg: DictConfig, roots: list[Path]) -> list[str]:
 @register_check
 def openai_agent_entrypoint(cfg: DictConfig, roots: list[Path]) -> list[str]:
     """Type 'openai_agent' needs an agent function that loads and has the right signature."""
+    rw = cfg.rollout_worker
+    if rw.type != "openai_agent" and not rw.agent_entrypoint:
+        return []  # (the agent package imports openai: ~1 s a recipe check need not pay)
     from nexrl.rollout_worker.openai_agent.entrypoint import ENTRYPOINT_FIELD, load_entrypoint
 
-    rw = cfg.rollout_worker
     if rw.type != "openai_agent":
         if rw.agent_entrypoint and not rw.custom_worker:
             return [
