@@ -123,6 +123,37 @@ def test_tools_are_rendered_and_the_reply_is_a_valid_message(
     assert "<tools>" not in tok.decode((none.model_extra or {})["prompt_token_ids"])
 
 
+def test_a_prompt_sent_again_gets_the_templates_ids_each_time(
+    client: openai.OpenAI, snapshots: dict[str, Path]
+) -> None:
+    """The server renders a chat prompt once and reuses its ids (PromptCache): a
+    prompt sent again, alone or with tools, without the generation prompt, or with
+    other content, must still get exactly what the chat template renders for it."""
+    tok = AutoTokenizer.from_pretrained(snapshots["a"])
+    other = [{"role": "user", "content": "What is the largest of 1 2 4?"}]
+
+    def ask(messages: list[dict[str, str]], **kwargs: Any) -> list[int]:
+        resp = client.chat.completions.create(
+            model=SERVED_NAME, messages=cast(Any, messages), max_tokens=1, **kwargs
+        )
+        return list((resp.model_extra or {})["prompt_token_ids"])
+
+    def rendered(messages: list[dict[str, str]], **kwargs: Any) -> list[int]:
+        kwargs.setdefault("add_generation_prompt", True)
+        return list(tok.apply_chat_template(messages, return_dict=False, **kwargs))
+
+    plain = rendered(MESSAGES)
+    no_gen = rendered(MESSAGES, add_generation_prompt=False)
+    with_tools = rendered(MESSAGES, tools=TOOLS)
+    assert len({tuple(plain), tuple(no_gen), tuple(with_tools), tuple(rendered(other))}) == 4
+    for _ in range(2):  # the second round is answered from the cache
+        assert ask(MESSAGES) == plain
+        assert ask(MESSAGES, extra_body={"add_generation_prompt": False}) == no_gen
+        assert ask(MESSAGES, tools=cast(Any, TOOLS)) == with_tools
+        assert ask(other) == rendered(other)
+        assert ask(MESSAGES, tools=cast(Any, TOOLS), tool_choice="none") == plain
+
+
 @pytest.mark.parametrize(
     ("payload", "status", "param"),
     [

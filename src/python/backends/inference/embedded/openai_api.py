@@ -102,18 +102,24 @@ def chat_prompt_ids(service: InferenceService, req: ChatCompletionRequest) -> li
         {**m, "content": _text_content(m.get("content"), i)} for i, m in enumerate(req.messages)
     ]
     tools = req.tools if req.tool_choice != "none" else None
-    try:
-        ids = service.tokenizer.apply_chat_template(
-            messages,
-            tools=tools or None,
-            add_generation_prompt=req.add_generation_prompt,
-            tokenize=True,
-            return_dict=False,
-            **(req.chat_template_kwargs or {}),
-        )
-    except Exception as exc:  # jinja errors on odd message shapes
-        raise invalid(f"chat template failed: {exc}", "messages") from None
-    return [int(t) for t in ids]
+    kwargs = req.chat_template_kwargs or {}
+
+    def render() -> list[int]:
+        try:
+            ids = service.tokenizer.apply_chat_template(
+                messages,
+                tools=tools or None,
+                add_generation_prompt=req.add_generation_prompt,
+                tokenize=True,
+                return_dict=False,
+                **kwargs,
+            )
+        except Exception as exc:  # jinja errors on odd message shapes
+            raise invalid(f"chat template failed: {exc}", "messages") from None
+        return [int(t) for t in ids]
+
+    key = [messages, tools or None, bool(req.add_generation_prompt), kwargs]
+    return service.prompt_cache.ids(key, render)
 
 
 def completion_prompts(service: InferenceService, req: CompletionRequest) -> list[list[int]]:

@@ -1,0 +1,63 @@
+"""Token ids of chat prompts rendered before.
+
+An RL run sends the same prompts again and again (every epoch, every validation,
+and in a group request once per group): rendering the chat template (Jinja, then
+the tokenizer) cost ~0.3-0.6 ms a prompt on a 2-core machine, ~5-9 ms of the
+embedded server's critical path in each step of the default recipe. Each distinct
+prompt is rendered once; later requests copy its ids.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["PromptCache"]
+
+
+class PromptCache:
+    """Least recently used prompts' token ids, at most ``max_tokens`` ids in all.
+
+    Safe to use from several threads (the server renders requests on a pool).
+    A prompt longer than ``max_tokens // 64`` ids is rendered every time (a long
+    agent conversation is rarely sent twice and would push out many short ones).
+    """
+
+    def __init__(self, max_tokens: int = 1 << 20) -> None:
+        self.max_tokens = max_tokens
+        self._ids: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._held = 0  # token ids in _ids
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def ids(self, key_parts: Any, render: Callable[[], list[int]]) -> list[int]:
+        """The ids of the prompt described by ``key_parts`` (JSON data: the messages,
+        tools and template arguments), from ``render()`` the first time."""
+        try:
+            key = json.dumps(key_parts, sort_keys=True, separators=(",", ":"))
+        except (TypeError, ValueError):  # not JSON: render, do not cache
+            return render()
+        with self._lock:
+            hit = self._ids.get(key)
+            if hit is not None:
+                self._ids.move_to_end(key)
+                self.hits += 1
+                return list(hit)
+            self.misses += 1
+        ids = render()
+        if len(ids) <= self.max_tokens // 64:
+            with self._lock:
+                if key not in self._ids:
+                    self._ids[key] = tuple(ids)
+                    self._held += len(ids)
+                while self._held > self.max_tokens:
+                    _, old = self._ids.popitem(last=False)
+                    self._held -= len(old)
+        return ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
