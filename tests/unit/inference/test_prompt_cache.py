@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -10,7 +12,7 @@ from backends.inference.embedded.openai_api import invalid
 from backends.inference.embedded.prompt_cache import PromptCache
 
 
-def _renderer(calls: list[str], ids: list[int], name: str):  # type: ignore[no-untyped-def]
+def _renderer(calls: list[str], ids: list[int], name: str) -> Callable[[], list[int]]:
     def render() -> list[int]:
         calls.append(name)
         return list(ids)
@@ -19,19 +21,20 @@ def _renderer(calls: list[str], ids: list[int], name: str):  # type: ignore[no-u
 
 
 def test_a_prompt_is_rendered_once_and_its_ids_copied() -> None:
-    cache, calls = PromptCache(), []
-    key = [[{"role": "user", "content": "hi"}], None, True, {}]
+    cache, calls = PromptCache(), list[str]()
+    key: Any = [[{"role": "user", "content": "hi"}], None, True, {}]
     first = cache.ids(key, _renderer(calls, [1, 2, 3], "a"))
     first.append(99)  # a caller changing its list must not change the cached ids
-    same_order_other_dict = [[{"content": "hi", "role": "user"}], None, True, {}]
+    same_order_other_dict: Any = [[{"content": "hi", "role": "user"}], None, True, {}]
     assert cache.ids(same_order_other_dict, _renderer(calls, [7], "b")) == [1, 2, 3]
     assert calls == ["a"] and (cache.hits, cache.misses) == (1, 1)
     # every part of the key counts: the generation prompt, the tools, the template args
-    for other in (
+    others: list[Any] = [
         [[{"role": "user", "content": "hi"}], None, False, {}],
         [[{"role": "user", "content": "hi"}], [{"type": "function"}], True, {}],
         [[{"role": "user", "content": "hi"}], None, True, {"enable_thinking": False}],
-    ):
+    ]
+    for other in others:
         assert cache.ids(other, _renderer(calls, [4], "c")) == [4]
     assert calls == ["a", "c", "c", "c"]
 
@@ -53,7 +56,7 @@ def test_least_recently_used_prompts_go_first_within_the_token_budget() -> None:
 
 
 def test_long_prompts_and_keys_that_are_not_json_are_rendered_every_time() -> None:
-    cache, calls = PromptCache(max_tokens=64 * 4), []
+    cache, calls = PromptCache(max_tokens=64 * 4), list[str]()
     for _ in range(2):
         assert cache.ids("long", _renderer(calls, [1, 2, 3, 4, 5], "long")) == [1, 2, 3, 4, 5]
         assert cache.ids([object()], _renderer(calls, [6], "odd")) == [6]
@@ -80,7 +83,7 @@ def test_threads_rendering_at_once_get_their_own_prompts_ids() -> None:
     def worker(t: int) -> None:
         for i in range(300):
             key = f"{(t * 7 + i) % 50}"
-            ids = cache.ids(key, lambda k=key: [int(k)] * 3)
+            ids = cache.ids(key, _renderer([], [int(key)] * 3, key))
             if ids != [int(key)] * 3:
                 errors.append(f"{key}: {ids}")
 
