@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from backends.inference.embedded.openai_api import invalid
-from backends.inference.embedded.prompt_cache import PromptCache
+from backends.inference.embedded.prompt_cache import PromptCache, prompt_cache_for
 
 
 def _renderer(calls: list[str], ids: list[int], name: str) -> Callable[[], list[int]]:
@@ -94,3 +95,38 @@ def test_threads_rendering_at_once_get_their_own_prompts_ids() -> None:
         th.join()
     assert errors == [] and cache._held <= cache.max_tokens
     assert cache._held == sum(len(v) for v in cache._ids.values())
+
+
+def test_a_template_that_reads_the_clock_is_rendered_every_time(
+    tiny_model_dir: Path,
+) -> None:
+    """A "Today Date:" line (``strftime_now``) changes the prompt over time: such a
+    tokenizer's server cache is off; the default tiny model's (Qwen2) is on."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    messages = [{"role": "user", "content": "hi"}]
+
+    def render_with(t: Any, calls: list[str]) -> Callable[[], list[int]]:
+        def render() -> list[int]:
+            calls.append("render")
+            return list(t.apply_chat_template(messages, return_dict=False))
+
+        return render
+
+    calls: list[str] = []
+    cache = prompt_cache_for(tok)
+    for _ in range(2):
+        cache.ids([messages], render_with(tok, calls))
+    assert calls == ["render"]
+
+    tok.chat_template = (
+        "Today Date: {{ strftime_now('%d %b %Y') }}\n"
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    )
+    calls = []
+    cache = prompt_cache_for(tok)
+    first = cache.ids([messages], render_with(tok, calls))
+    assert str(tok.decode(first)).startswith("Today Date: ")
+    cache.ids([messages], render_with(tok, calls))
+    assert calls == ["render", "render"] and len(cache) == 0

@@ -15,7 +15,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PromptCache"]
+__all__ = ["PromptCache", "prompt_cache_for"]
+
+MAX_TOKENS = 1 << 20  # token ids held by a server's cache (4-8 MiB as tuples of ints)
 
 
 class PromptCache:
@@ -26,7 +28,7 @@ class PromptCache:
     agent conversation is rarely sent twice and would push out many short ones).
     """
 
-    def __init__(self, max_tokens: int = 1 << 20) -> None:
+    def __init__(self, max_tokens: int = MAX_TOKENS) -> None:
         self.max_tokens = max_tokens
         self._ids: OrderedDict[str, tuple[int, ...]] = OrderedDict()
         self._held = 0  # token ids in _ids
@@ -37,6 +39,8 @@ class PromptCache:
     def ids(self, key_parts: Any, render: Callable[[], list[int]]) -> list[int]:
         """The ids of the prompt described by ``key_parts`` (JSON data: the messages,
         tools and template arguments), from ``render()`` the first time."""
+        if self.max_tokens <= 0:  # off
+            return render()
         try:
             key = json.dumps(key_parts, sort_keys=True, separators=(",", ":"))
         except (TypeError, ValueError):  # not JSON: render, do not cache
@@ -61,3 +65,10 @@ class PromptCache:
 
     def __len__(self) -> int:
         return len(self._ids)
+
+
+def prompt_cache_for(tokenizer: Any) -> PromptCache:
+    """The cache for a server's tokenizer: off when its chat template reads the clock
+    (``strftime_now``, e.g. a "Today Date:" line), whose prompts change over time."""
+    template = str(getattr(tokenizer, "chat_template", "") or "")
+    return PromptCache(max_tokens=0 if "strftime_now" in template else MAX_TOKENS)

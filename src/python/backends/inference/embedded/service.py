@@ -41,7 +41,7 @@ from backends.inference.embedded.generation import (
     SamplingParams,
     SequenceOutput,
 )
-from backends.inference.embedded.prompt_cache import PromptCache
+from backends.inference.embedded.prompt_cache import prompt_cache_for
 from backends.inference.embedded.protocol import OpenAIError
 from backends.inference.embedded.weights import (
     LoadedModel,
@@ -92,7 +92,7 @@ class InferenceService:
         # LoRA snapshots are merged into this (default: the model the server started with)
         self._base = base_model if base_model is not None else loaded.model
         self.tokenizer = tokenizer
-        self.prompt_cache = PromptCache()  # chat prompts' ids (openai_api.chat_prompt_ids)
+        self.prompt_cache = prompt_cache_for(tokenizer)  # openai_api.chat_prompt_ids
         self.device, self.dtype = device, dtype
         self.batching = batching or BatchingConfig()
         self.logprobs_mode: LogprobsMode = logprobs_mode
