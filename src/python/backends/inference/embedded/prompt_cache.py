@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["PromptCache", "prompt_cache_for"]
 
-MAX_TOKENS = 1 << 20  # token ids held by a server's cache (4-8 MiB as tuples of ints)
+MAX_TOKENS = 1 << 20  # token ids held by a server's cache (4 bytes each: 4 MiB)
 
 
 class PromptCache:
@@ -30,11 +31,9 @@ class PromptCache:
 
     def __init__(self, max_tokens: int = MAX_TOKENS) -> None:
         self.max_tokens = max_tokens
-        self._ids: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._ids: OrderedDict[str, array[int]] = OrderedDict()
         self._held = 0  # token ids in _ids
         self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
 
     def ids(self, key_parts: Any, render: Callable[[], list[int]]) -> list[int]:
         """The ids of the prompt described by ``key_parts`` (JSON data: the messages,
@@ -49,14 +48,12 @@ class PromptCache:
             hit = self._ids.get(key)
             if hit is not None:
                 self._ids.move_to_end(key)
-                self.hits += 1
-                return list(hit)
-            self.misses += 1
+                return hit.tolist()
         ids = render()
         if len(ids) <= self.max_tokens // 64:
             with self._lock:
                 if key not in self._ids:
-                    self._ids[key] = tuple(ids)
+                    self._ids[key] = array("i", ids)
                     self._held += len(ids)
                 while self._held > self.max_tokens:
                     _, old = self._ids.popitem(last=False)
