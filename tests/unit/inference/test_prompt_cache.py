@@ -11,6 +11,7 @@ import pytest
 
 from backends.inference.embedded.openai_api import invalid
 from backends.inference.embedded.prompt_cache import PromptCache, prompt_cache_for
+from backends.inference.embedded.protocol import OpenAIError
 
 
 def _renderer(calls: list[str], ids: list[int], name: str) -> Callable[[], list[int]]:
@@ -72,7 +73,7 @@ def test_a_failed_render_is_not_cached() -> None:
         raise invalid("chat template failed: boom", "messages")
 
     for _ in range(2):
-        with pytest.raises(Exception, match="chat template failed"):
+        with pytest.raises(OpenAIError, match="chat template failed"):
             cache.ids("k", bad)
     assert len(attempts) == 2 and len(cache) == 0
 
