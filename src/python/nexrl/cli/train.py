@@ -76,15 +76,26 @@ def main(argv: list[str] | None = None) -> int:
     quiet = logging.getLogger("nexrl.recipe")
     if not quiet.handlers:
         quiet.addHandler(logging.NullHandler())
+    if not (args.print_config or args.check or args.sbatch or args.dry_run):
+        # On a local cluster the trainer's worker and the embedded server fork from a
+        # parent that imports torch and transformers now, while this process checks
+        # the recipe (nexrl.runtime.forkserver). Dask's INFO chatter stays off the
+        # screen in every worker (they get the warm parent's environment).
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+        from nexrl.runtime.forkserver import warm_parent_for
+
+        warm_parent_for(args.recipe, args.overrides)
     from nexrl.recipe import load_recipe_checked
 
     try:
         recipe = load_recipe_checked(args.recipe, args.overrides)
     except RecipeError as exc:
+        stop_warm_parent()
         warn(args.recipe, exc.deprecations)
         print(f"error: {args.recipe}: {exc.render()}", file=sys.stderr)
         return 2
     except NexrlError as exc:
+        stop_warm_parent()
         logging.getLogger(__name__).debug("recipe check failed", exc_info=True)
         print(f"error: {args.recipe}: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -105,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         return kubernetes_manifests(recipe)
     if args.sbatch or args.dry_run:
         return sbatch(recipe, args.overrides, dry_run=args.dry_run)
-    return run(recipe)
+    try:
+        return run(recipe)
+    finally:
+        stop_warm_parent()  # its processes are closed by now (main may run in-process)
 
 
 def sbatch(recipe: Recipe, overrides: list[str], *, dry_run: bool) -> int:
@@ -189,6 +203,13 @@ def scaffold(folder: str) -> int:
     return 0
 
 
+def stop_warm_parent() -> None:
+    """Stop the warm parent if ``main`` started one (the recipe failed, or the run is over)."""
+    from nexrl.runtime.forkserver import stop_warm_parent as stop
+
+    stop()
+
+
 def warn(recipe: str, lines: tuple[str, ...]) -> None:
     """One ``warning:`` line on stderr per line (a renamed key the recipe still uses, an
     override's side effect)."""
@@ -213,7 +234,8 @@ def run(recipe: Recipe) -> int:
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("nexrl").setLevel(logging.INFO)
-    # Dask's own INFO chatter (workers starting/closing) goes to the log file, not the screen.
+    # Dask's own INFO chatter (workers starting/closing) goes to the log file, not the
+    # screen; set in main() too, before a warm parent (whose environment workers get)
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
     logging.getLogger("distributed").setLevel(logging.WARNING)
     try:

@@ -7,8 +7,26 @@
 * ``nexrl.recipe.checks``: the run-wide checks no one component owns.
 
 User classes and functions named in a recipe are loaded by ``nexrl.plugins``.
+
+``Recipe`` and ``load_recipe_checked`` are imported on first use (PEP 562): the
+checks import every component's registry (torch among them), and ``nexrl train``
+composes a recipe first, without them, to see what it starts
+(``nexrl.runtime.forkserver``).
 """
 
-from nexrl.recipe.load import Recipe, load_recipe_checked
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nexrl.recipe.load import Recipe, load_recipe_checked
 
 __all__ = ["Recipe", "load_recipe_checked"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from nexrl.recipe import load
+
+        return getattr(load, name)
+    raise AttributeError(f"module 'nexrl.recipe' has no attribute {name!r}")

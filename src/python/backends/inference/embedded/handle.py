@@ -71,6 +71,12 @@ _LAUNCHER: ThreadPoolExecutor | None = None
 _LAUNCHER_LOCK = threading.Lock()
 
 
+def _warm_context() -> Any:
+    from nexrl.runtime.forkserver import warm_context
+
+    return warm_context()
+
+
 def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     """``Popen`` on a thread that lives as long as this process. ``PR_SET_PDEATHSIG``
     fires when the *thread* that forked the child ends, not the process: a command
@@ -85,6 +91,71 @@ def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         return subprocess.Popen(cmd, **kwargs)
 
     return _LAUNCHER.submit(popen).result()
+
+
+class ForkedProcess:
+    """What ``EmbeddedServer`` uses of ``subprocess.Popen`` (``pid``, ``poll``, ``wait``,
+    ``returncode``) for a server forked from the warm parent
+    (``nexrl.runtime.forkserver``): a ``multiprocessing`` process."""
+
+    def __init__(self, process: Any) -> None:
+        self._process = process
+        self.pid: int = process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode  # negative: killed by that signal, as Popen's
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        code = self._process.exitcode
+        if code is None:
+            raise subprocess.TimeoutExpired(f"embedded server (pid {self.pid})", timeout or 0.0)
+        return int(code)
+
+
+def _serve_forked(
+    args: list[str], sock: socket.socket, env: dict[str, str], log_path: str, watch: bool
+) -> None:  # pragma: no cover - runs in the forked child
+    """The server's process when forked from the warm parent: what ``Popen`` gives the
+    spawned one (its own session, output to the log, the handle's environment), then
+    the server's ``main``. Its parent is the warm parent, which exits with the driver:
+    that is the parent it watches."""
+    os.setsid()
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.environ.clear()
+    os.environ.update(env)
+    import multiprocessing
+
+    # a spawned server's default: a lock it makes (tqdm's) is not the warm parent's
+    # resource tracker's to clean up when the server is stopped
+    multiprocessing.set_start_method("fork", force=True)
+    from nexrl.runtime.forkserver import detach_from_warm_parent
+
+    detach_from_warm_parent()  # so that the warm parent exits with the driver
+    from backends.inference.embedded.cli import main
+
+    fd = os.dup(sock.fileno())  # the server owns this copy; ``sock`` may be collected
+    main([*args, "--fd", str(fd), *(["--parent-pid", str(os.getppid())] if watch else [])])
+
+
+def _fork_warm(
+    context: Any, args: list[str], sock: socket.socket, env: dict[str, str], log: Path, watch: bool
+) -> ForkedProcess:
+    process = context.Process(
+        target=_serve_forked,
+        args=(args, sock, env, str(log), watch),
+        name="nexrl-embedded-server",
+        daemon=False,
+    )
+    process.start()
+    return ForkedProcess(process)
 
 
 def fill_command(command: str, **fields: str) -> list[str]:
@@ -208,23 +279,15 @@ class EmbeddedServer(LocalService):
             sock.close()  # the command binds the port itself
             cmd, preexec = self._command_argv(), _die_with_parent
         else:
+            args = self._server_args()
             cmd = [
                 sys.executable,
                 "-m",
                 "backends.inference.embedded",
-                "--model",
-                self.model,
-                "--served-model-name",
-                self.served_model_name,
-                "--host",
-                self.host,
-                "--port",
-                str(self.port),
+                *args,
                 "--fd",
                 str(sock.fileno()),
                 *(["--parent-pid", str(os.getpid())] if self.exit_with_parent else []),
-                *(["--snapshot-root", self.snapshot_root] if self.snapshot_root else []),
-                *self.extra_args,
             ]
             fds, preexec = (sock.fileno(),), None
         env = {**os.environ, **self.env, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -233,6 +296,36 @@ class EmbeddedServer(LocalService):
             env[INFERENCE_TOKEN_ENV] = self.token
             if self.command is not None:
                 env["VLLM_API_KEY"] = self.token
+        warm = None if self.command is not None else _warm_context()
+        if warm is not None:
+            try:
+                self._proc = _fork_warm(  # type: ignore[assignment]
+                    warm, args, sock, env, self.log_path, self.exit_with_parent
+                )
+            except OSError as exc:
+                raise ServerStartError(f"could not fork the server: {exc}") from exc
+            finally:
+                sock.close()
+        else:
+            self._spawn_process(cmd, env, fds, preexec, sock)
+        assert self._proc is not None
+        self._finalizer = weakref.finalize(self, _terminate, self._proc, 5.0)
+        try:
+            self.wait_healthy(self.startup_timeout_s)
+        except BaseException:
+            self.stop()  # the error message already carries the log tail
+            raise
+        return self
+
+    def _spawn_process(
+        self,
+        cmd: list[str],
+        env: dict[str, str],
+        fds: tuple[int, ...],
+        preexec: Any,
+        sock: socket.socket,
+    ) -> None:
+        assert self.log_path is not None
         with open(self.log_path, "ab") as log:
             try:
                 self._proc = _spawn(
@@ -249,13 +342,21 @@ class EmbeddedServer(LocalService):
                 raise ServerStartError(f"could not run {cmd[0]!r}: {exc}") from exc
             finally:
                 sock.close()  # the child owns the listening socket now
-        self._finalizer = weakref.finalize(self, _terminate, self._proc, 5.0)
-        try:
-            self.wait_healthy(self.startup_timeout_s)
-        except BaseException:
-            self.stop()  # the error message already carries the log tail
-            raise
-        return self
+
+    def _server_args(self) -> list[str]:
+        """The embedded server's flags but ``--fd`` and ``--parent-pid``."""
+        return [
+            "--model",
+            self.model,
+            "--served-model-name",
+            self.served_model_name,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            *(["--snapshot-root", self.snapshot_root] if self.snapshot_root else []),
+            *self.extra_args,
+        ]
 
     def _command_argv(self) -> list[str]:
         assert self.command is not None

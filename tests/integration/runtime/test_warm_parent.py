@@ -1,0 +1,167 @@
+"""A local run's workers and embedded server fork from the warm parent.
+
+``nexrl.runtime.forkserver``: a driver script (its own process, so that it can be
+killed) starts the warm parent, a real ``LocalCluster`` through ``start_cluster``
+and the embedded server through ``EmbeddedServer`` on a tiny model, and reports
+what each process has; the test then talks to the server with the real ``openai``
+client and kills the driver with SIGKILL: nothing it started may outlive it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+# what the driver script (a string) imports, for dependency inference
+import backends.inference.embedded  # noqa: F401
+import nexrl.runtime.cluster  # noqa: F401
+from nexrl.cli.train import main
+from nexrl.runtime.forkserver import PRELOAD
+
+DRIVER = r"""
+import json, os, sys, time
+from nexrl.runtime.forkserver import PRELOAD, warm_parent_for
+from nexrl.config.sections.cluster import ClusterConfig
+
+def what_i_have():
+    return {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "preloaded": [m for m in PRELOAD if m in sys.modules],
+        "malloc_var": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
+        "hash_seed": os.environ.get("PYTHONHASHSEED"),
+    }
+
+if __name__ == "__main__":  # a worker imports this file again (as spawn does)
+    # what `nexrl train RECIPE OVERRIDES...` does first
+    warm = warm_parent_for("recipes/max_digit/max_digit_tiny.yaml", sys.argv[3:])
+    from nexrl.runtime.cluster import start_cluster
+    from backends.inference.embedded import EmbeddedServer
+
+    handle = start_cluster(ClusterConfig(n_workers=2, dashboard_address=":0"), "t")
+    workers = list(handle.client.run(what_i_have).values())
+    server = EmbeddedServer(sys.argv[1], log_path=sys.argv[2]).start()
+    print(json.dumps({
+        "warm": warm, "driver": os.getpid(), "workers": workers,
+        "server": server.pid, "url": server.openai_base_url,
+    }), flush=True)
+    time.sleep(600)
+"""
+
+
+def ppid_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def start_driver(
+    model: Path, tmp_path: Path, *overrides: str
+) -> tuple[subprocess.Popen[str], dict]:
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(model), str(tmp_path / "inference.log"), *overrides],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(timeout=60)
+        pytest.fail(f"the driver script exited with {proc.returncode} before reporting")
+    return proc, json.loads(line)
+
+
+def test_workers_and_server_fork_from_the_warm_parent_and_die_with_the_driver(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    proc, seen = start_driver(tiny_model_dir, tmp_path)
+    try:
+        assert seen["warm"] is True
+        parents = {w["ppid"] for w in seen["workers"]}
+        assert len(parents) == 1, seen["workers"]  # one warm parent for both workers
+        warm = parents.pop()
+        assert warm != seen["driver"]
+        assert ppid_of(warm) == seen["driver"]
+        assert ppid_of(seen["server"]) == warm
+        for worker in seen["workers"]:
+            # torch and transformers were imported before the worker existed
+            assert worker["preloaded"] == list(PRELOAD)
+            # what Dask's nanny gives a spawned worker, with nexrl's change
+            assert worker["malloc_var"] is None
+            assert worker["hash_seed"] == "6640"
+        client = openai.OpenAI(base_url=seen["url"], api_key="x", max_retries=0, timeout=60)
+        reply = client.chat.completions.create(
+            model=str(tiny_model_dir),
+            messages=[{"role": "user", "content": "max 1 2 3"}],
+            max_tokens=3,
+        )
+        assert reply.choices[0].message.content is not None
+        assert "Traceback" not in (tmp_path / "inference.log").read_text()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    started = [warm, seen["server"], *(w["pid"] for w in seen["workers"])]
+    deadline = time.monotonic() + 60
+    while any(alive(pid) for pid in started) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert [pid for pid in started if alive(pid)] == []
+
+
+@pytest.mark.parametrize("override", ["cluster.warm_parent=false", "cluster.type=address"])
+def test_turned_off_or_not_local_every_process_is_spawned_fresh(
+    override: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    proc, seen = start_driver(tiny_model_dir, tmp_path, override)
+    try:
+        assert seen["warm"] is False
+        for worker in seen["workers"]:
+            assert worker["ppid"] == seen["driver"]  # the nanny, in the driver, spawned it
+            assert "transformers.modeling_utils" not in worker["preloaded"]
+        assert ppid_of(seen["server"]) == seen["driver"]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def forkservers_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            if ppid_of(int(entry.name)) == pid and b"multiprocessing.forkserver" in cmdline:
+                found.append(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
+def test_a_recipe_that_fails_its_check_leaves_no_warm_parent(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from nexrl.runtime.forkserver import warm_context
+
+    assert forkservers_of(os.getpid()) == []
+    code = main(["recipes/max_digit/max_digit_tiny.yaml", "trainer.lr=-1"])
+    assert code == 2
+    assert "trainer.lr" in capsys.readouterr().err
+    assert warm_context() is None
+    assert forkservers_of(os.getpid()) == []
