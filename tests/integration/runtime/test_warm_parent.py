@@ -28,7 +28,8 @@ from nexrl.runtime.forkserver import PRELOAD
 
 DRIVER = r"""
 import json, os, sys, time
-from nexrl.runtime.forkserver import PRELOAD, warm_parent_for
+from nexrl.cli.train import warm_parent_for
+from nexrl.runtime.forkserver import PRELOAD
 from nexrl.config.sections.cluster import ClusterConfig
 
 def what_i_have():

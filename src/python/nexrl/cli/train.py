@@ -82,8 +82,6 @@ def main(argv: list[str] | None = None) -> int:
         # the recipe (nexrl.runtime.forkserver). Dask's INFO chatter stays off the
         # screen in every worker (they get the warm parent's environment).
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-        from nexrl.runtime.forkserver import warm_parent_for
-
         warm_parent_for(args.recipe, args.overrides)
     from nexrl.recipe import load_recipe_checked
 
@@ -201,6 +199,29 @@ def scaffold(folder: str) -> int:
         f"./pants run src/python/nexrl:train -- {recipe} --check"
     )
     return 0
+
+
+def warm_parent_for(recipe: str, overrides: list[str]) -> bool:
+    """Start the warm parent (``nexrl.runtime.forkserver``) when the recipe, composed
+    but not yet checked (the checks import torch, which the warm parent should be
+    doing meanwhile), runs on a local cluster with ``cluster.warm_parent`` on. A
+    recipe that does not compose starts nothing: its check says why."""
+    try:
+        from omegaconf import OmegaConf
+
+        from nexrl.recipe.compose import load_recipe
+
+        cluster = load_recipe(recipe, list(overrides)).cluster
+        wanted = str(cluster.type) == "local" and bool(
+            OmegaConf.select(cluster, "warm_parent", default=True)
+        )
+    except Exception:
+        return False
+    if not wanted:
+        return False
+    from nexrl.runtime.forkserver import start_warm_parent
+
+    return start_warm_parent()
 
 
 def stop_warm_parent() -> None:

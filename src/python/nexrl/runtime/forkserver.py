@@ -8,7 +8,8 @@ other's core is free, while the first seconds of a run (the driver importing,
 checking the recipe, loading data) leave the second core idle.
 
 ``start_warm_parent`` starts Python's ``forkserver`` (``multiprocessing``) at the
-start of ``nexrl train``, with the heavy modules in its preload list: it imports
+start of ``nexrl train`` (``nexrl.cli.train.warm_parent_for``: a recipe that runs
+on a local cluster with ``cluster.warm_parent`` on), with the heavy modules in its preload list: it imports
 them on the idle core while the driver does its own work. Every local Dask worker
 (``distributed.worker.multiprocessing-method: forkserver``, set here) and the
 embedded server (``backends.inference.embedded.handle``, through
@@ -49,7 +50,6 @@ __all__ = [
     "start_warm_parent",
     "stop_warm_parent",
     "warm_context",
-    "warm_parent_for",
 ]
 
 logger = logging.getLogger(__name__)
@@ -135,24 +135,6 @@ def warm_context() -> Any:
     """The ``multiprocessing`` forkserver context when this process started the warm
     parent, else None."""
     return _context
-
-
-def warm_parent_for(recipe: str, overrides: Sequence[str]) -> bool:
-    """Start the warm parent when the recipe (composed, not yet checked: that imports
-    torch, which the warm parent should be doing meanwhile) runs on a local cluster.
-    A recipe that does not compose starts nothing: its check says why."""
-    try:
-        from omegaconf import OmegaConf
-
-        from nexrl.recipe.compose import load_recipe
-
-        cluster = load_recipe(recipe, list(overrides)).cluster
-        wanted = str(cluster.type) == "local" and bool(
-            OmegaConf.select(cluster, "warm_parent", default=True)
-        )
-    except Exception:
-        return False
-    return wanted and start_warm_parent()
 
 
 def stop_warm_parent() -> None:
