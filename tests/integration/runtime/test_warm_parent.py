@@ -50,9 +50,14 @@ if __name__ == "__main__":  # a worker imports this file again (as spawn does)
     handle = start_cluster(ClusterConfig(n_workers=2, dashboard_address=":0"), "t")
     workers = list(handle.client.run(what_i_have).values())
     server = EmbeddedServer(sys.argv[1], log_path=sys.argv[2]).start()
+    try:  # a server that cannot start says why, forked or spawned
+        EmbeddedServer(sys.argv[1] + "-missing", startup_timeout_s=60).start()
+        refused = None
+    except Exception as exc:
+        refused = str(exc)
     print(json.dumps({
         "warm": warm, "driver": os.getpid(), "workers": workers,
-        "server": server.pid, "url": server.openai_base_url,
+        "server": server.pid, "url": server.openai_base_url, "refused": refused,
     }), flush=True)
     time.sleep(600)
 """
@@ -115,6 +120,9 @@ def test_workers_and_server_fork_from_the_warm_parent_and_die_with_the_driver(
         )
         assert reply.choices[0].message.content is not None
         assert "Traceback" not in (tmp_path / "inference.log").read_text()
+        # the server's own one-line refusal, from its log, and its exit code
+        assert "server exited with 1" in seen["refused"]
+        assert "is not a model directory" in seen["refused"]
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -136,6 +144,7 @@ def test_turned_off_or_not_local_every_process_is_spawned_fresh(
             assert worker["ppid"] == seen["driver"]  # the nanny, in the driver, spawned it
             assert "transformers.modeling_utils" not in worker["preloaded"]
         assert ppid_of(seen["server"]) == seen["driver"]
+        assert "is not a model directory" in seen["refused"]
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
