@@ -116,14 +116,21 @@ def _trainer_pid(out: Path) -> int:
 
 
 def _worker_pids(driver: psutil.Process, exclude: set[int]) -> list[int]:
-    """The Dask worker processes (multiprocessing children of the driver)."""
+    """The Dask worker processes: spawned by the driver (``spawn_main``), or forked by its
+    warm parent (``nexrl.runtime.forkserver``: the warm parent, the driver's child, runs
+    ``multiprocessing.forkserver``, and so do the processes it forks)."""
     pids = []
     for child in driver.children(recursive=True):
         try:
             cmd = " ".join(child.cmdline())
+            forked = "multiprocessing.forkserver" in cmd and child.ppid() != driver.pid
         except psutil.Error:
             continue
-        if "spawn_main" in cmd and "resource_tracker" not in cmd and child.pid not in exclude:
+        if (
+            ("spawn_main" in cmd or forked)
+            and "resource_tracker" not in cmd
+            and child.pid not in exclude
+        ):
             pids.append(child.pid)
     return pids
 
