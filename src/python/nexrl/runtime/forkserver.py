@@ -8,9 +8,9 @@ other's core is free, while the first seconds of a run (the driver importing,
 checking the recipe, loading data) leave the second core idle.
 
 ``start_warm_parent`` starts Python's ``forkserver`` (``multiprocessing``) at the
-start of ``nexrl train`` (``nexrl.cli.train.warm_parent_for``: a recipe that runs
-on a local cluster with ``cluster.warm_parent`` on), with the heavy modules in its preload list: it imports
-them on the idle core while the driver does its own work. Every local Dask worker
+start of ``nexrl train`` (``nexrl.cli.train.warm_parent_for``: a recipe that runs on
+a local cluster with ``cluster.warm_parent`` on), with the heavy modules in its
+preload list: it imports them on the idle core while the driver does its own work. Every local Dask worker
 (``distributed.worker.multiprocessing-method: forkserver``, set here) and the
 embedded server (``backends.inference.embedded.handle``, through
 ``warm_context``) is then forked from it with those modules already imported.
@@ -138,8 +138,10 @@ def warm_context() -> Any:
 
 
 def stop_warm_parent() -> None:
-    """Stop a warm parent this process started that will not be used (the recipe's
-    check failed): it may still be importing, so it is killed, not asked."""
+    """Stop the warm parent this process started, when the recipe's check failed or the
+    run is over: it may still be importing, so it is killed, not asked (a forked
+    process it started is not its to wait for: the workers close with the cluster, the
+    server with its supervisor)."""
     global _context
     if _context is None:
         return

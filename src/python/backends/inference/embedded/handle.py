@@ -152,7 +152,9 @@ def _fork_warm(
         target=_serve_forked,
         args=(args, sock, env, str(log), watch),
         name="nexrl-embedded-server",
-        daemon=False,
+        # at this process's exit multiprocessing terminates a daemonic child (and
+        # would wait for any other, forever, if the supervisor had not stopped it)
+        daemon=True,
     )
     process.start()
     return ForkedProcess(process)
