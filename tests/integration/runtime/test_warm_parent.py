@@ -14,10 +14,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import openai
+import psutil
 import pytest
 
 # what the driver script (a string) imports, for dependency inference
@@ -64,15 +64,7 @@ if __name__ == "__main__":  # a worker imports this file again (as spawn does)
 
 
 def ppid_of(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
+    return psutil.Process(pid).ppid()
 
 
 def start_driver(
@@ -103,6 +95,8 @@ def test_workers_and_server_fork_from_the_warm_parent_and_die_with_the_driver(
         parents = {w["ppid"] for w in seen["workers"]}
         assert len(parents) == 1, seen["workers"]  # one warm parent for both workers
         warm = parents.pop()
+        started = [psutil.Process(p) for p in (warm, seen["server"])]
+        started += [psutil.Process(w["pid"]) for w in seen["workers"]]
         assert warm != seen["driver"]
         assert ppid_of(warm) == seen["driver"]
         assert ppid_of(seen["server"]) == warm
@@ -126,11 +120,8 @@ def test_workers_and_server_fork_from_the_warm_parent_and_die_with_the_driver(
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-    started = [warm, seen["server"], *(w["pid"] for w in seen["workers"])]
-    deadline = time.monotonic() + 60
-    while any(alive(pid) for pid in started) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert [pid for pid in started if alive(pid)] == []
+    _, alive = psutil.wait_procs(started, timeout=60)
+    assert alive == []
 
 
 @pytest.mark.parametrize("override", ["cluster.warm_parent=false", "cluster.type=address"])
@@ -150,16 +141,14 @@ def test_turned_off_or_not_local_every_process_is_spawned_fresh(
         proc.wait(timeout=30)
 
 
-def forkservers_of(pid: int) -> list[int]:
+def forkservers() -> list[psutil.Process]:
+    """This process's children that run a ``multiprocessing`` forkserver."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for child in psutil.Process().children():
         try:
-            cmdline = (entry / "cmdline").read_bytes()
-            if ppid_of(int(entry.name)) == pid and b"multiprocessing.forkserver" in cmdline:
-                found.append(int(entry.name))
-        except (FileNotFoundError, ProcessLookupError):
+            if "multiprocessing.forkserver" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
             continue
     return found
 
@@ -169,9 +158,9 @@ def test_a_recipe_that_fails_its_check_leaves_no_warm_parent(
 ) -> None:
     from nexrl.runtime.forkserver import warm_context
 
-    assert forkservers_of(os.getpid()) == []
+    assert forkservers() == []
     code = main(["recipes/max_digit/max_digit_tiny.yaml", "trainer.lr=-1"])
     assert code == 2
     assert "trainer.lr" in capsys.readouterr().err
     assert warm_context() is None
-    assert forkservers_of(os.getpid()) == []
+    assert forkservers() == []

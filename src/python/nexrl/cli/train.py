@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         # On a local cluster the trainer's worker and the embedded server fork from a
         # parent that imports torch and transformers now, while this process checks
         # the recipe (nexrl.runtime.forkserver). Dask's INFO chatter stays off the
-        # screen in every worker (they get the warm parent's environment).
+        # screen in every worker (set before the warm parent, whose environment
+        # forked workers get).
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
         warm_parent_for(args.recipe, args.overrides)
     from nexrl.recipe import load_recipe_checked
@@ -256,8 +257,7 @@ def run(recipe: Recipe) -> int:
     )
     logging.getLogger("nexrl").setLevel(logging.INFO)
     # Dask's own INFO chatter (workers starting/closing) goes to the log file, not the
-    # screen; set in main() too, before a warm parent (whose environment workers get)
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+    # screen (main() also sets DASK_LOGGING__DISTRIBUTED for the workers).
     logging.getLogger("distributed").setLevel(logging.WARNING)
     try:
         result = Controller(recipe).run()
