@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from nexrl.controller import Controller
 from nexrl.controller.setup import data_config
@@ -122,22 +123,45 @@ def test_driver_killed_then_resumed_trains_every_group_once(tmp_path: Path) -> N
     assert {g for g, _ in pairs} == expected_group_ids(out, 6 * 4)
 
 
-def test_ctrl_c_checkpoints_and_exits_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("signum", "warm_parent"),
+    [(signal.SIGINT, "true"), (signal.SIGTERM, "false")],
+    ids=["ctrl-c", "sigterm-fresh-processes"],
+)
+def test_ctrl_c_checkpoints_and_exits_cleanly(
+    tmp_path: Path, signum: signal.Signals, warm_parent: str
+) -> None:
+    """As a terminal's Ctrl-C (or ``timeout``'s SIGTERM) does: the signal goes to the
+    driver's whole process group, not only to the driver; the run's workers and server
+    must not die of it before the driver checkpoints (with the warm parent, and with
+    every process spawned fresh)."""
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "nexrl.cli.train", RECIPE, *overrides(out, steps=50)]
+    args = [
+        sys.executable,
+        "-m",
+        "nexrl.cli.train",
+        RECIPE,
+        *overrides(out, f"cluster.warm_parent={warm_parent}", steps=50),
+    ]
     proc = subprocess.Popen(
-        args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        args,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, as a terminal gives a command
     )
     try:
         wait_for_step(out, 2, proc)
-        proc.send_signal(signal.SIGINT)
+        os.killpg(proc.pid, signum)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-3000:]
-    assert "stopped by SIGINT" in err and "resume.mode=auto" in err
+    assert f"stopped by {signum.name}" in err and "resume.mode=auto" in err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     reached = train_rows(out)[-1]["step"]
     assert reached >= 2
-    assert (out / "checkpoints" / f"step_{reached}").is_dir()
+    assert is_complete(out / "checkpoints" / f"step_{reached}")
     assert processes_using(out) == []

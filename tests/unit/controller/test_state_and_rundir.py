@@ -67,6 +67,18 @@ def test_auto_without_a_checkpoint_keeps_the_old_data_aside(tmp_path: Path) -> N
     assert not (run.root / "pool.zarr").exists() and not (run.root / "metrics.jsonl").exists()
 
 
+def test_checkpoint_step_is_the_newest_complete_checkpoint_on_disk(tmp_path: Path) -> None:
+    """What a failed run's resume hint names (its save reply may have been lost)."""
+    run = RunDir(tmp_path / "run")
+    assert run.checkpoint_step() == 0
+    for step, complete in ((5, True), (12, True), (20, False)):  # step_20: a save cut short
+        folder = run.checkpoints / f"step_{step}"
+        folder.mkdir(parents=True)
+        if complete:
+            (folder / "meta.json").write_text("{}")
+    assert run.checkpoint_step() == 12
+
+
 def test_tiny_model_is_built_once_from_the_recipe(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path / "run", "disable")
     run = RunDir(tmp_path / "run")

@@ -230,8 +230,13 @@ class Controller:
         return None
 
     def _resume_hint(self) -> str:
-        if self._last_ckpt_step > 0:
-            return f"from its checkpoint of step {self._last_ckpt_step}"
+        """Where a rerun resumes: the newest complete checkpoint on disk (a save whose
+        reply was lost with a dying worker may have completed)."""
+        step = self._last_ckpt_step
+        if self.components is not None:
+            step = max(step, self.parts.run.checkpoint_step())
+        if step > 0:
+            return f"from its checkpoint of step {step}"
         return "from the start (no checkpoint was written yet: see trainer.save_every)"
 
     def _trainer_stopped(self, exc: Any) -> str:

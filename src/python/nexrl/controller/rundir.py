@@ -68,6 +68,11 @@ class RunDir:
     def has_checkpoint(self) -> bool:
         return CheckpointManager(self.checkpoints).latest() is not None
 
+    def checkpoint_step(self) -> int:
+        """The step of the newest complete checkpoint, 0 when there is none."""
+        found = CheckpointManager(self.checkpoints).complete()
+        return found[-1][0] if found else 0
+
     def prepare(self, cfg: Any, pool_store: str) -> None:
         """Create the folders, apply the resume policy, write ``config.yaml``."""
         mode = str(cfg.resume.mode)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nexrl.config.sections.cluster import ClusterConfig
+from nexrl.runtime import own_session
 from nexrl.util.dask_workers import workers_of
 
 
@@ -192,6 +193,8 @@ def local_cluster_kwargs(
         "resources": worker_resources(gpus_per_worker, cfg.threads_per_worker),
         "dashboard_address": cfg.dashboard_address,
         "host": "127.0.0.1",
+        # each worker leaves the terminal's session: a Ctrl-C reaches the driver only
+        "preload": [own_session.__name__],
     }
 
 

@@ -26,7 +26,9 @@ What a forked process gets:
   with nexrl's change, ``nexrl.runtime.worker_env``): those variables are set
   here before the warm parent starts, as the nanny would set them before spawning;
 * the driver's ``sys.path`` (how ``multiprocessing`` starts a forkserver), so
-  recipe files and plugins resolve as in a spawned worker.
+  recipe files and plugins resolve as in a spawned worker;
+* a session of the warm parent's own (``nexrl.runtime.own_session``, first in the
+  preload): a Ctrl-C in the terminal reaches the driver only.
 
 The warm parent exits when the driver does (``multiprocessing`` closes its pipe);
 the embedded server forked from it watches it (``--parent-pid``) and exits too.
@@ -45,6 +47,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from nexrl.runtime.own_session import OWN_SESSION_VAR
+
 __all__ = [
     "PRELOAD",
     "start_warm_parent",
@@ -59,6 +63,7 @@ logger = logging.getLogger(__name__)
 #: architecture's own module adds little); no backend (DeepSpeed) here, so that
 #: importing one never happens before the recipe names it.
 PRELOAD: tuple[str, ...] = (
+    "nexrl.runtime.own_session",  # first: out of the terminal's session (Ctrl-C)
     "distributed",
     "torch",
     "transformers.modeling_utils",
@@ -79,6 +84,7 @@ def _worker_environ() -> dict[str, str]:
     env = {str(k): str(v) for k, v in raw.items() if v is not None}
     if env.get("PYTHONHASHSEED") in (None, "0"):
         env["PYTHONHASHSEED"] = "6640"  # Dask's own choice, so workers hash alike
+    env[OWN_SESSION_VAR] = "1"  # read (and removed) by the first preload module
     return env
 
 
