@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,30 @@ def test_checkpoint_step_is_the_newest_complete_checkpoint_on_disk(tmp_path: Pat
         if complete:
             (folder / "meta.json").write_text("{}")
     assert run.checkpoint_step() == 12
+
+
+def test_a_second_run_on_the_same_folder_is_refused_while_the_first_holds_it(
+    tmp_path: Path,
+) -> None:
+    first = RunDir(tmp_path / "run")
+    release = first.lock()
+    (first.root / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(RunDirError, match=rf"run is in use by another run \(pid {os.getpid()}\)"):
+        RunDir(tmp_path / "run").lock()
+    assert (first.root / "metrics.jsonl").read_text() == '{"step": 1}\n'  # untouched
+    release()
+    RunDir(tmp_path / "run").lock()()  # free again once the first one ended
+
+
+def test_an_output_dir_that_cannot_be_written_is_one_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a folder")
+    run = RunDir(blocker / "run")
+    with pytest.raises(RunDirError, match=r"output_dir .*afile/run: cannot write .*"):
+        run.lock()
+    with pytest.raises(RunDirError, match=r"output_dir .*afile/run: cannot write"):
+        run.prepare(_cfg(run.root, "auto"), str(run.root / "pool.zarr"))
+    assert blocker.read_text() == "not a folder"
 
 
 def test_tiny_model_is_built_once_from_the_recipe(tmp_path: Path) -> None:

@@ -201,6 +201,7 @@ def _build(
     sync_policy = SyncPolicy(str(cfg.weight.sync_mode), cfg.weight.staleness_threshold)
     pool_cfg = pool_config(cfg, sync_policy)
     run = RunDir(out)
+    closers.append(run.lock())  # one run per folder, held until everything is shut down
     run.prepare(cfg, pool_cfg.store)
     closers.append(_log_to_file(run, str(cfg.logger.level)))
 

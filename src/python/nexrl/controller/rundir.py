@@ -12,6 +12,11 @@ The initial model is built by ``nexrl.modeling.prepare``.
       metrics.jsonl       one row per step          plots/          reward curve
       logs/               driver.log, inference.log summary.json    at the end
 
+One run at a time: a run holds an exclusive lock on ``<output_dir>/.lock`` (``flock``,
+released when its process ends, however it ends) from before the resume policy is
+applied until it has shut down; a second command on the same folder stops at once,
+naming the folder and the pid that holds it, with nothing of the first run touched.
+
 A fresh run (``resume.mode: disable``) refuses a folder that already holds a
 run, so nothing written is overwritten; ``auto`` continues it from its newest
 checkpoint. A run killed before its first checkpoint has nothing to continue
@@ -21,9 +26,13 @@ deleted) and the run starts over.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
+import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,9 +41,11 @@ from nexrl.config.record import recorded_yaml
 from nexrl.errors import NexrlError
 from nexrl.weights.checkpoint import CheckpointManager
 
-__all__ = ["RunDir", "RunDirError"]
+__all__ = ["LOCK_FILE", "RunDir", "RunDirError"]
 
 logger = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
 
 
 class RunDirError(RuntimeError, NexrlError):
@@ -73,8 +84,48 @@ class RunDir:
         found = CheckpointManager(self.checkpoints).complete()
         return found[-1][0] if found else 0
 
+    def lock(self) -> Callable[[], None]:
+        """Take the folder's run lock (creating the folder); returns its release. Raises
+        ``RunDirError`` when another process holds it or the folder cannot be written."""
+        path = self.root / LOCK_FILE
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise self._unwritable(exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunDirError(
+                f"{self.root} is in use by another run (pid {holder}); wait for it to end, "
+                "or give this one another experiment_name (or output_dir)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+        def release() -> None:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # closing the only descriptor releases the lock
+
+        return release
+
+    def _unwritable(self, exc: OSError) -> RunDirError:
+        where = exc.filename or self.root
+        return RunDirError(
+            f"output_dir {self.root}: cannot write {where} ({exc.strerror or exc}); choose "
+            "another output_dir (or experiment_name) or make it writable"
+        )
+
     def prepare(self, cfg: Any, pool_store: str) -> None:
         """Create the folders, apply the resume policy, write ``config.yaml``."""
+        try:
+            self._prepare(cfg, pool_store)
+        except OSError as exc:
+            raise self._unwritable(exc) from None
+
+    def _prepare(self, cfg: Any, pool_store: str) -> None:
         mode = str(cfg.resume.mode)
         pool = Path(pool_store)
         holds_run = self.has_checkpoint() or pool.exists() or self.metrics.exists()

@@ -94,6 +94,7 @@ class SftRun:
         cfg, recipe = self.cfg, self.recipe
         out = absolute_output_dir(cfg)
         self.run_dir = RunDir(out)
+        self._closers.append(self.run_dir.lock())  # one run per folder
         self.run_dir.prepare(cfg, str(out / "pool.zarr"))
         self._closers.append(_log_to_file(self.run_dir, str(cfg.logger.level)))
 
