@@ -68,3 +68,36 @@ def test_the_guides_run_learns_and_its_python_reads_the_results(task: Path) -> N
     # The pool's trained rows of the last step average to that step's reward/mean.
     assert abs(float(last_step_reward) - train[-1]["reward/mean"]) < 1e-6
     assert last_exact.startswith("[") and len(last_exact.strip("[]").split()) == 5
+
+
+def test_the_guides_custom_worker_trains_full_batches(task: Path) -> None:
+    """§5's worker (a second try when the first answer is no digit, only the scored answer
+    trained) with §4's recipe and the guide's command: each episode gives the pool one
+    trajectory, so groups of ``group_size`` fill and every step trains 64 of them."""
+    (worker,) = [b for b in guide_blocks("python") if "class TaskWorker" in b]
+    (task / "worker.py").write_text(worker)
+    (check,) = [c for c in commands(TRAIN) if "custom_worker=" in c]
+    args = [a for a in shlex.split(check[len(TRAIN) :]) if a != "--check"]
+    env = {**subprocess_env(), "PYTHONPATH": IMPORT_PATH}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nexrl.cli.train",
+            *args,
+            "trainer.total_train_steps=3",
+            "validate.validate_before_train=false",
+            "cluster.dashboard_address=:0",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,  # before the fix this run waited for its groups until the 600 s timeout
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "TaskWorker" in proc.stderr
+    rows = [json.loads(r) for r in Path("runs/next_digit/metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "reward/mean" in r]
+    assert [r["step"] for r in train] == [1, 2, 3]
+    assert [r["batch/size"] for r in train] == [64.0, 64.0, 64.0]
+    assert all(r["batch/num_groups"] == 8.0 for r in train)

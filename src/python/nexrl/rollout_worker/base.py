@@ -7,7 +7,8 @@ Hooks a custom worker overrides (load one with
   model (default: the row's prompt as one user message, or the row's message
   list as is).
 * ``get_train_loss_mask(trajectory_infos) -> list[bool]``: which LLM calls of an
-  episode are trained on (default: all).
+  episode are trained on (default: all); only those become trajectories
+  (``trained_calls``).
 * ``run_agent(item) -> Episode``: the model calls of one episode, async
   (unscored); ``score(episode)`` runs the evaluator and builds the trajectories.
   The controller runs the two as separate Dask futures (rollout, then
@@ -98,7 +99,13 @@ class BaseRolloutWorker:
         raise TypeError(missing_episode_method(type(self)) or "run_agent is not implemented")
 
     def score(self, episode: Episode) -> list[Trajectory]:
-        """Evaluate the episode and turn each trained model call into a trajectory."""
+        """Evaluate the episode and turn each trained model call into a trajectory
+        (``trained_calls``)."""
+        return trained_calls(self.call_trajectories(episode))
+
+    def call_trajectories(self, episode: Episode) -> list[Trajectory]:
+        """Evaluate the episode: one trajectory per model call, with the episode's reward;
+        a call ``get_train_loss_mask`` excludes has loss mask 0."""
         data_item = episode.item.get("data_item", {})
         result = self.evaluate(data_item, episode.target)
         infos = episode.infos or [{} for _ in episode.calls]
@@ -176,3 +183,14 @@ class BaseRolloutWorker:
 
     # A trajectory from one model call, exactly as the service sampled it.
     trajectory = staticmethod(call_trajectory)
+
+
+def trained_calls(calls: list[Trajectory]) -> list[Trajectory]:
+    """The trajectories an episode's model calls give the pool: the calls that train (loss
+    mask not all 0). A call masked out of the loss is not one: it would count in its GRPO
+    group's size and baseline, and a group of ``group_size`` trajectories would then fill
+    with the episodes' first attempts. An episode none of whose calls trains keeps its
+    last call (loss mask 0), so that every episode stands in its group once and its
+    reward still counts in the group's baseline."""
+    kept = [t for t in calls if any(t.loss_mask)]
+    return kept or calls[-1:]

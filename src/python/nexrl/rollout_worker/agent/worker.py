@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from nexrl.rollout_worker.agent.config import AgentConfig, ToolSpec
-from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
+from nexrl.rollout_worker.base import BaseRolloutWorker, Episode, trained_calls
 from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
 from nexrl.types import Trajectory
 from nexrl.types.episode import merge_episode
@@ -139,7 +139,7 @@ class AgentRolloutWorker(BaseRolloutWorker):
 
     # -- trajectories ---------------------------------------------------------
     def score(self, episode: Episode) -> list[Trajectory]:
-        return shape_trajectories(super().score(episode), episode, self.trajectory_mode)
+        return shape_trajectories(self.call_trajectories(episode), episode, self.trajectory_mode)
 
 
 def check_trajectory_mode(mode: str) -> str:
@@ -150,8 +150,9 @@ def check_trajectory_mode(mode: str) -> str:
 
 
 def shape_trajectories(per_call: list[Trajectory], episode: Episode, mode: str) -> list[Trajectory]:
-    """``agent_trajectory``: the per-call trajectories as they are (``per_call``) or merged
-    into one (``episode``)."""
+    """``agent_trajectory``: every call's trajectory (``call_trajectories``, masked calls
+    included) as the trained calls alone (``per_call``, ``trained_calls``) or merged into
+    one sequence, masked calls with loss mask 0 (``episode``)."""
     if mode == "per_call" or len(per_call) <= 1:
-        return per_call
+        return trained_calls(per_call)
     return [merge_episode(per_call, episode)]

@@ -111,7 +111,7 @@ class OpenAIAgentWorker(BaseRolloutWorker):
             raise AgentError(f"agent {self.agent.name} raised {type(exc).__name__}: {exc}") from exc
 
     def score(self, episode: Episode) -> list[Trajectory]:
-        per_call = super().score(episode)
+        per_call = self.call_trajectories(episode)
         for t in per_call:
             t.extra_info["session"] = episode.infos[0]["session"]
         return shape_trajectories(per_call, episode, self.trajectory_mode)
