@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,12 +66,19 @@ class Raises(Evaluator):
 
 
 def test_evaluator_that_raises_gives_reward_zero_and_an_error_metric(
-    embedded_server: EmbeddedServer,
+    embedded_server: EmbeddedServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (traj,) = asyncio.run(worker(embedded_server, Raises()).rollout(ITEM))
+    with caplog.at_level(logging.WARNING, logger="nexrl.rollout_worker"):
+        (traj,) = asyncio.run(worker(embedded_server, Raises()).rollout(ITEM))
     assert traj.reward == 0.0
     assert traj.metrics["evaluator_error"] == 1.0
     assert "KeyError" in traj.extra_info["evaluator_error"]
+    # the log (a worker's log file) names the data row and keeps the traceback, so the
+    # evaluator's own line that raised can be found
+    (record,) = [r for r in caplog.records if "evaluator Raises failed" in r.getMessage()]
+    assert "on data row {'prompt': 'max 4 3 9', 'answer': '9'}" in record.getMessage()
+    assert record.exc_info is not None and isinstance(record.exc_info[1], KeyError)
+    assert "in evaluate" in caplog.text and 'raise KeyError("answer")' in caplog.text
 
 
 class NoTrain(SimpleRolloutWorker):

@@ -167,11 +167,12 @@ class BaseRolloutWorker:
                     f"{type(result).__name__}, not EvaluationRunResult"
                 )
         except Exception as exc:  # user code: never crash the run
+            # one line on the terminal (once per distinct error), the traceback in the log
             log.warning(
-                "evaluator %s failed: %s: %s",
+                "evaluator %s failed on data row %s",
                 type(self.evaluator).__name__,
-                type(exc).__name__,
-                exc,
+                _short_repr(data_item),
+                exc_info=exc,
             )
             return EvaluationRunResult(
                 reward=0.0,
@@ -183,6 +184,11 @@ class BaseRolloutWorker:
 
     # A trajectory from one model call, exactly as the service sampled it.
     trajectory = staticmethod(call_trajectory)
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def trained_calls(calls: list[Trajectory]) -> list[Trajectory]:
