@@ -137,6 +137,20 @@ def test_no_usable_prompts_is_an_error(tmp_path: Path) -> None:
         DataLoader(_config([path], max_prompt_length=2))
 
 
+def test_errors_about_validation_files_name_validate_data_files(tmp_path: Path) -> None:
+    """Through the path a run takes (``validation_groups``): the field to fix is named."""
+    from nexrl.controller.setup import validation_groups
+    from nexrl.recipe import load_recipe_checked
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    recipe = load_recipe_checked(
+        "recipes/max_digit/max_digit_tiny.yaml", [f"validate.data_files=[{empty}]"]
+    )
+    with pytest.raises(DataError, match=r"^validate\.data_files: no usable prompts in"):
+        validation_groups(recipe, word_count_length)
+
+
 def test_max_samples_keeps_the_first_prompts(tmp_path: Path) -> None:
     loader = DataLoader(_config(_files(tmp_path), max_samples=5, total_epochs=1))
     assert len(loader) == 5

@@ -189,6 +189,7 @@ def validation_groups(recipe: Recipe, length: Any) -> list[list[dict[str, Any]]]
         total_epochs=1,
         max_samples=None,
         drop_last=False,
+        files_field="validate.data_files",
     )
     loader = DataLoader(cfg, length)
     return loader.next_batch(len(loader))

@@ -51,6 +51,8 @@ class LoaderConfig(DataConfig):
     the samples drawn per prompt (``rollout_worker.group_size``)."""
 
     group_size: int = 8
+    #: the recipe field listing ``data_files``, named in errors (validation's differs)
+    files_field: str = "data.data_files"
 
     @classmethod
     def from_section(cls, section: DataConfig, group_size: int) -> LoaderConfig:
@@ -88,7 +90,9 @@ class DataLoader:
     ) -> None:
         _check_config(config)
         self.config = config
-        read = read_rows(list(config.data_files), config.prompt_key, config.bad_rows)
+        read = read_rows(
+            list(config.data_files), config.prompt_key, config.bad_rows, config.files_field
+        )
         self._rows, overlong = _drop_overlong(
             read.rows,
             config.prompt_key,
@@ -108,7 +112,7 @@ class DataLoader:
             logger.warning("data: skipped %d bad rows (first: %s)", len(read.skipped), shown)
         if not self._rows:
             raise DataError(
-                f"data.data_files: no usable prompts in {list(config.data_files)} "
+                f"{config.files_field}: no usable prompts in {list(config.data_files)} "
                 f"({self._stats}); check data.prompt_key and data.max_prompt_length"
             )
         logger.info(

@@ -40,18 +40,20 @@ class ReadResult:
 
 
 def read_rows(
-    files: Sequence[str], prompt_key: str = "prompt", bad_rows: str = "error"
+    files: Sequence[str],
+    prompt_key: str = "prompt",
+    bad_rows: str = "error",
+    field: str = "data.data_files",
 ) -> ReadResult:
-    """Read every row of ``files`` in order; see the module doc for error handling."""
+    """Read every row of ``files`` in order; see the module doc for error handling.
+    ``field``: the recipe field that lists ``files``, named in errors."""
     if bad_rows not in ("error", "skip"):
         raise DataError(f"data.bad_rows: must be 'error' or 'skip', got {bad_rows!r}")
     if not files:
-        raise DataError(
-            "data.data_files: no data files given; list at least one .parquet or .jsonl file"
-        )
+        raise DataError(f"{field}: no data files given; list at least one .parquet or .jsonl file")
     result = ReadResult()
     for file in files:
-        path = _check_file(file)
+        path = _check_file(file, field)
         rows = (
             _parquet_rows(file, path, prompt_key)
             if path.suffix in PARQUET_SUFFIXES
@@ -70,12 +72,12 @@ def read_rows(
 
 
 def head_rows(
-    file: str, n: int, path: Path | None = None
+    file: str, n: int, path: Path | None = None, field: str = "data.data_files"
 ) -> list[tuple[str, dict[str, Any] | str]]:
     """The first ``n`` rows of one data file as ``(position, row)``, ``row`` a problem
     string for a line that is not a JSON object (``--check`` reads these); ``path`` is
     where the file is, when ``file`` is relative to another folder."""
-    path = _check_file(str(path or file))
+    path = _check_file(str(path or file), field)
     if path.suffix in PARQUET_SUFFIXES:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -89,15 +91,14 @@ def head_rows(
     return list(itertools.islice(_jsonl_rows(file, path), n))
 
 
-def _check_file(file: str) -> Path:
+def _check_file(file: str, field: str = "data.data_files") -> Path:
     path = Path(file).expanduser()
     if not path.exists():
         raise DataError(
-            f"{file}: data file not found (looked for {path.resolve()}); "
-            "fix the path in data.data_files"
+            f"{file}: data file not found (looked for {path.resolve()}); fix the path in {field}"
         )
     if path.is_dir():
-        raise DataError(f"{file}: is a folder; list the data files inside it in data.data_files")
+        raise DataError(f"{file}: is a folder; list the data files inside it in {field}")
     if path.suffix not in PARQUET_SUFFIXES + JSONL_SUFFIXES:
         raise DataError(
             f"{file}: unsupported file type '{path.suffix}'; data files must be parquet "

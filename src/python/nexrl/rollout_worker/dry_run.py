@@ -147,7 +147,7 @@ def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -
             if path is None:
                 continue  # reported by the data check
             try:
-                rows = head_rows(str(file), HEAD_ROWS, path)
+                rows = head_rows(str(file), HEAD_ROWS, path, field)
             except DataError as exc:
                 out.append(f"{field}: {exc}")
                 continue
