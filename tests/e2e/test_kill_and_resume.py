@@ -124,17 +124,22 @@ def test_driver_killed_then_resumed_trains_every_group_once(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    ("signum", "warm_parent"),
-    [(signal.SIGINT, "true"), (signal.SIGTERM, "false")],
-    ids=["ctrl-c", "sigterm-fresh-processes"],
+    ("signum", "warm_parent", "twice"),
+    [
+        (signal.SIGINT, "true", False),
+        (signal.SIGTERM, "false", False),
+        (signal.SIGINT, "true", True),
+    ],
+    ids=["ctrl-c", "sigterm-fresh-processes", "ctrl-c-twice"],
 )
 def test_ctrl_c_checkpoints_and_exits_cleanly(
-    tmp_path: Path, signum: signal.Signals, warm_parent: str
+    tmp_path: Path, signum: signal.Signals, warm_parent: str, twice: bool
 ) -> None:
     """As a terminal's Ctrl-C (or ``timeout``'s SIGTERM) does: the signal goes to the
     driver's whole process group, not only to the driver; the run's workers and server
     must not die of it before the driver checkpoints (with the warm parent, and with
-    every process spawned fresh)."""
+    every process spawned fresh). A second Ctrl-C stops at once, still in one line and
+    with nothing left running."""
     out = tmp_path / "run"
     args = [
         sys.executable,
@@ -154,14 +159,20 @@ def test_ctrl_c_checkpoints_and_exits_cleanly(
     try:
         wait_for_step(out, 2, proc)
         os.killpg(proc.pid, signum)
+        if twice:
+            time.sleep(0.3)
+            os.killpg(proc.pid, signum)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-3000:]
-    assert f"stopped by {signum.name}" in err and "resume.mode=auto" in err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert processes_using(out) == []
+    if twice:  # (the second may also land after the stop was done: a clean stop then)
+        assert "resume.mode=auto" in err.splitlines()[-1], err[-3000:]
+        return
+    assert f"stopped by {signum.name}" in err and "resume.mode=auto" in err
     reached = train_rows(out)[-1]["step"]
     assert reached >= 2
     assert is_complete(out / "checkpoints" / f"step_{reached}")
-    assert processes_using(out) == []

@@ -22,7 +22,8 @@ import argparse
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from nexrl.config.errors import RecipeError
 from nexrl.errors import NexrlError
@@ -245,6 +246,23 @@ def one_line(exc: BaseException) -> str:
     return " | ".join(lines) or type(exc).__name__
 
 
+def _interrupts_to_the_log(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    """An ``unraisablehook``: a second Ctrl-C raises ``KeyboardInterrupt`` wherever the
+    driver is, also inside a garbage-collector or finalizer callback (Dask's GC
+    diagnostics), where Python cannot raise it and prints "Exception ignored in ..."
+    with a traceback; those go to the log, anything else to ``previous``."""
+
+    def hook(unraisable: Any) -> None:
+        if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            logging.getLogger(__name__).debug(
+                "Ctrl-C inside %r", unraisable.object, exc_info=unraisable.exc_value
+            )
+            return
+        previous(unraisable)
+
+    return hook
+
+
 def run(recipe: Recipe) -> int:
     """Train; the exit code (0 done, 1 failed, 130 interrupted)."""
     from nexrl.controller import Controller, ControllerError
@@ -259,6 +277,8 @@ def run(recipe: Recipe) -> int:
     # Dask's own INFO chatter (workers starting/closing) goes to the log file, not the
     # screen (main() also sets DASK_LOGGING__DISTRIBUTED for the workers).
     logging.getLogger("distributed").setLevel(logging.WARNING)
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _interrupts_to_the_log(previous_hook)
     try:
         result = Controller(recipe).run()
     except (RunDirError, ModelSetupError, DataError) as exc:
@@ -276,9 +296,15 @@ def run(recipe: Recipe) -> int:
         logging.getLogger(__name__).debug("run failed", exc_info=True)
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before the run's loop started
+        print(
+            "nexrl: stopped at once (a second Ctrl-C: the step in progress is not "
+            "checkpointed); continue from the newest checkpoint with: resume.mode=auto",
+            file=sys.stderr,
+        )
         return 130
+    finally:
+        sys.unraisablehook = previous_hook
     if result.stopped_by:
         print(
             f"nexrl: stopped by {result.stopped_by} at step {result.steps}; "
