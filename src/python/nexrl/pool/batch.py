@@ -97,3 +97,5 @@ class PoolStats:
     filtered_trajectories: int
     weight_sync: bool  # a weight sync is in progress
     current_version: int | None
+    duplicate_dropped_groups: int = 0  # second copies of a group (dedup_groups), dropped
+    duplicate_dropped_trajectories: int = 0

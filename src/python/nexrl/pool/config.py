@@ -19,13 +19,20 @@ class PoolConfig(TrajectoryPoolConfig):
 
     group_size: int = 1
     filter_zero_variance: bool = False  # dynamic sampling (algorithm.filter_zero_variance_groups)
+    # Each group id is delivered from one commit: a group committed again (a Dask task that
+    # ran twice) is dropped as a duplicate, before a batch is picked (the controller's pool).
+    dedup_groups: bool = False
 
     @classmethod
     def from_section(
-        cls, section: Any, group_size: int, filter_zero_variance: bool = False
+        cls,
+        section: Any,
+        group_size: int,
+        filter_zero_variance: bool = False,
+        dedup_groups: bool = False,
     ) -> PoolConfig:
-        """From a typed ``trajectory_pool`` section, the recipe's group size and
-        ``algorithm.filter_zero_variance_groups``."""
+        """From a typed ``trajectory_pool`` section, the recipe's group size,
+        ``algorithm.filter_zero_variance_groups`` and ``dedup_groups``."""
         values = {
             f.name: getattr(section, f.name) for f in dataclasses.fields(TrajectoryPoolConfig)
         }
@@ -33,4 +40,5 @@ class PoolConfig(TrajectoryPoolConfig):
             **values,
             group_size=int(group_size),
             filter_zero_variance=bool(filter_zero_variance),
+            dedup_groups=bool(dedup_groups),
         )

@@ -27,7 +27,14 @@ from nexrl.errors import NexrlError
 from nexrl.pool.kv import KVStore
 from nexrl.pool.layout import CONSUMERS
 
-__all__ = ["ConsumerConflictError", "Cursor", "CursorStore", "ranges_of"]
+__all__ = [
+    "ConsumerConflictError",
+    "Cursor",
+    "CursorStore",
+    "in_ranges",
+    "merge_ranges",
+    "ranges_of",
+]
 
 Ranges = list[list[int]]
 
@@ -53,6 +60,29 @@ def indices_of(ranges: Ranges) -> np.ndarray:
     return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges])
 
 
+def merge_ranges(ranges: Ranges, values: np.ndarray) -> Ranges:
+    """``ranges`` plus the ints ``values``, merged into sorted disjoint ``[start, stop)``
+    ranges (never expanded: the values may be sparse and large)."""
+    spans = sorted([*map(tuple, ranges), *map(tuple, ranges_of(values))])
+    out: Ranges = []
+    for a, b in spans:
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([int(a), int(b)])
+    return out
+
+
+def in_ranges(ranges: Ranges, values: np.ndarray) -> np.ndarray:
+    """Boolean mask: which of ``values`` lie in ``ranges`` (sorted, disjoint)."""
+    values = np.asarray(values, dtype=np.int64)
+    if not ranges:
+        return np.zeros(len(values), dtype=bool)
+    r = np.asarray(ranges, dtype=np.int64)
+    at = np.searchsorted(r[:, 0], values, side="right") - 1
+    return (at >= 0) & (values < r[np.maximum(at, 0), 1])
+
+
 @dataclass
 class WriterProgress:
     done: int = 0  # commits 0..done-1 are fully handled
@@ -68,6 +98,10 @@ class Cursor:
     writers: dict[str, WriterProgress] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=dict)
     last: dict[str, Any] = field(default_factory=dict)  # the event that produced this state
+    # group ids delivered or dropped as groups (``PoolConfig.dedup_groups``): a copy of one
+    # of them committed again later is a duplicate. Ids go out roughly in order, so this
+    # stays a few ranges however many groups the pool holds.
+    groups: Ranges = field(default_factory=list)
 
     def handled(self, writer: str, seq: int) -> np.ndarray | None:
         """Handled indices of a commit; None means the whole commit is done."""
@@ -117,6 +151,7 @@ class Cursor:
                 },
                 "counters": self.counters,
                 "last": self.last,
+                **({"groups": self.groups} if self.groups else {}),
             },
             separators=(",", ":"),
         ).encode()
@@ -128,7 +163,14 @@ class Cursor:
             w: WriterProgress(p["done"], {int(s): (nr[0], nr[1]) for s, nr in p["partial"].items()})
             for w, p in d["writers"].items()
         }
-        return cls(d["generation"], d["steps"], writers, d["counters"], d.get("last", {}))
+        return cls(
+            d["generation"],
+            d["steps"],
+            writers,
+            d["counters"],
+            d.get("last", {}),
+            d.get("groups", []),
+        )
 
 
 class CursorStore:

@@ -6,6 +6,11 @@ ready trajectories, oldest commit first. So the work and memory of fetching a
 batch depend on the batch and the backlog it needs, not on how many
 trajectories the pool holds. Token data is read only for the trajectories of a
 batch (``read``).
+
+With ``dedup`` each group id is taken from one commit, the first indexed (oldest
+commit first): trajectories of a group id that the cursor already handled, or that
+another pending commit holds, are set aside in ``duplicates`` instead of being
+grouped (a Dask task that ran twice committed its groups twice); the pool drops them.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import numpy as np
 
 from nexrl.pool.columns import TrajectoryColumns
 from nexrl.pool.commits import CommitLog, CommitMarker
-from nexrl.pool.cursor import Cursor
+from nexrl.pool.cursor import Cursor, in_ranges
 from nexrl.pool.grouping import GroupIndex
 from nexrl.pool.layout import COL
 from nexrl.pool.segment import Segment, read_columns
@@ -60,6 +65,7 @@ class PoolIndex:
         key_list: Sequence[str],
         group_size: int,
         segments: dict[str, Segment] | None = None,
+        dedup: bool = False,
     ) -> None:
         self.url, self.storage_options, self.log = url, storage_options, log
         self.cursor = cursor
@@ -76,6 +82,9 @@ class PoolIndex:
         self.segments: dict[str, Segment] = {} if segments is None else segments
         self.pending = 0  # committed and not handled (indexed or not)
         self.unindexed = 0
+        self.dedup = dedup
+        self.origin: dict[int, tuple[str, int]] = {}  # pending group id -> its commit
+        self.duplicates: list[int] = []  # refs of second copies, not grouped
 
     # -- discovery ---------------------------------------------------------
     def scan(self) -> int:
@@ -170,9 +179,27 @@ class PoolIndex:
         eid = self._next_entry
         self._next_entry += 1
         self.entries[eid] = Entry(m, start, rows, values, len(todo))
+        if self.dedup:
+            copy = self._copies(m, rows[todo - start, COL["group_id"]])
+            self.duplicates.extend(((eid << _SHIFT) | todo[copy]).tolist())
+            todo = todo[~copy]
         keys = self._keys(self.segment(m.writer), rows, todo - start)
         for i, key in zip(todo.tolist(), keys, strict=True):
             self.groups.add((eid << _SHIFT) | i, key, m.time)
+
+    def _copies(self, m: CommitMarker, gids: np.ndarray) -> np.ndarray:
+        """Mask of ``gids`` (of commit ``m``) that are second copies of a group."""
+        here = (m.writer, m.seq)
+        copy = in_ranges(self.cursor.groups, gids)
+        for k, gid in enumerate(gids.tolist()):
+            if not copy[k]:
+                copy[k] = self.origin.setdefault(gid, here) != here
+        return copy
+
+    def take_duplicates(self) -> list[int]:
+        """The second copies indexed since the last call (the caller drops them)."""
+        out, self.duplicates = self.duplicates, []
+        return out
 
     def _keys(self, seg: Segment, rows: np.ndarray, todo: np.ndarray) -> list[Hashable]:
         if not self.key_list:
@@ -247,6 +274,10 @@ class PoolIndex:
         """``refs`` are handled: release their index memory."""
         for e, pos, _ in self.split(refs):
             e.remaining -= len(pos)
+        if self.dedup and self.origin:  # handled group ids are in the cursor now
+            gids = self.column(refs, "group_id")
+            for gid in gids[in_ranges(self.cursor.groups, gids)].tolist():
+                self.origin.pop(gid, None)
         for eid in np.unique(np.asarray(refs, dtype=np.int64) >> _SHIFT).tolist():
             if self.entries[eid].remaining == 0:
                 del self.entries[eid]

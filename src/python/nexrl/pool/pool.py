@@ -4,7 +4,9 @@ Writers (``PoolWriter``, one per rollout process) add trajectories; the pool
 discovers their commits, groups them (``key_list`` / ``group_size``), decides
 when a batch is ready (``batch_readiness``), applies the group timeout and the
 staleness filter and the group filter (dynamic sampling: ``filter_zero_variance``
-drops groups whose rewards are all equal), and hands each trajectory to its
+drops groups whose rewards are all equal), drops second copies of a group
+(``dedup_groups``: a group committed twice is delivered from one commit, and the
+batch is filled from the pool instead), and hands each trajectory to its
 consumer exactly once: a dropped or filtered trajectory is marked handled in
 the cursor (counted, never delivered). The
 consumer cursor is saved in the store, atomically, *before* a batch is
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,7 +29,7 @@ from nexrl.pool.batch import PoolBatch, PoolStats
 from nexrl.pool.checks import validate_pool_config
 from nexrl.pool.commits import CommitLog
 from nexrl.pool.config import PoolConfig
-from nexrl.pool.cursor import Cursor, CursorStore, ranges_of
+from nexrl.pool.cursor import Cursor, CursorStore, merge_ranges, ranges_of
 from nexrl.pool.grouping import Group
 from nexrl.pool.index import PoolIndex
 from nexrl.pool.kv import open_kv
@@ -77,6 +79,7 @@ class TrajectoryPool:
             self.config.key_list,
             self.config.group_size,
             segments=None if old is None else old.segments,
+            dedup=self.config.dedup_groups,
         )
 
     # -- writers and control -------------------------------------------------
@@ -174,8 +177,9 @@ class TrajectoryPool:
             if cfg.max_staleness is not None and version is not None:
                 stale = idx.groups.purge(self._is_stale(version - cfg.max_staleness))
             filtered = self._screen() if cfg.filter_zero_variance else []
-            if dropped or stale or filtered:
-                self._save_drops(dropped, stale, filtered)
+            copies = idx.take_duplicates()
+            if dropped or stale or filtered or copies:
+                self._save_drops(dropped, stale, filtered, copies)
             if index_target is None or idx.groups.ready_trajectories >= index_target:
                 return
             if not idx.has_unindexed:
@@ -212,7 +216,14 @@ class TrajectoryPool:
                 drop.add(id(g))
         return self.index.groups.purge(lambda g: id(g) in drop) if drop else []
 
-    def _mark(self, cursor: Cursor, refs: list[int]) -> dict[str, dict[str, list[list[int]]]]:
+    def _mark(
+        self, cursor: Cursor, refs: list[int], copies: Sequence[int] = ()
+    ) -> dict[str, dict[str, list[list[int]]]]:
+        """Mark ``refs`` (whole groups) and ``copies`` (second copies) handled in ``cursor``;
+        the group ids of ``refs`` are recorded (``dedup_groups``). Returns the members."""
+        if self.config.dedup_groups and refs:
+            cursor.groups = merge_ranges(cursor.groups, self.index.column(refs, "group_id"))
+        refs = [*refs, *copies]
         members: dict[str, dict[str, list[list[int]]]] = {}
         for (writer, seq), (indices, n) in self.index.by_commit(refs).items():
             cursor.mark(writer, seq, indices, n)
@@ -220,7 +231,11 @@ class TrajectoryPool:
         return members
 
     def _save_drops(
-        self, timed_out: list[Group], stale: list[Group], filtered: list[Group]
+        self,
+        timed_out: list[Group],
+        stale: list[Group],
+        filtered: list[Group],
+        copies: list[int],
     ) -> None:
         new = self.cursor.copy()
         new.generation = self.cursor.generation + 1
@@ -231,8 +246,14 @@ class TrajectoryPool:
         new.bump("stale_dropped_trajectories", sum(len(g) for g in stale))
         new.bump("filtered_groups", len(filtered))
         new.bump("filtered_trajectories", sum(len(g) for g in filtered))
-        new.last = {"event": "drop", "time": time.time(), "members": self._mark(new, refs)}
-        self._commit(new, refs)
+        if copies:
+            gids = self.index.column(copies, "group_id").tolist()
+            groups = {(w, s, g) for (w, s, _), g in zip(self.index.ids(copies), gids, strict=True)}
+            new.bump("duplicate_dropped_groups", len(groups))
+            new.bump("duplicate_dropped_trajectories", len(copies))
+        members = self._mark(new, refs, copies)
+        new.last = {"event": "drop", "time": time.time(), "members": members}
+        self._commit(new, [*refs, *copies])
 
     def _deliver(self, groups: list[Group], version: int | None) -> PoolBatch:
         refs = [r for g in groups for r in g.refs]
@@ -303,6 +324,7 @@ class TrajectoryPool:
                 "timeout_dropped_trajectories",
                 "stale_dropped_trajectories",
                 "filtered_trajectories",
+                "duplicate_dropped_trajectories",
             )
         )
         sync = read_weight_sync(self.kv)
@@ -324,6 +346,8 @@ class TrajectoryPool:
             stale_dropped_trajectories=c.get("stale_dropped_trajectories", 0),
             filtered_groups=c.get("filtered_groups", 0),
             filtered_trajectories=c.get("filtered_trajectories", 0),
+            duplicate_dropped_groups=c.get("duplicate_dropped_groups", 0),
+            duplicate_dropped_trajectories=c.get("duplicate_dropped_trajectories", 0),
             weight_sync=bool(sync.get("active")),
             current_version=None if sync.get("version") is None else int(sync["version"]),
         )
