@@ -433,9 +433,7 @@ class Controller:
             "rollout/retried_groups": self.counters["retried_groups"],
             "rollout/retry_backoff_s": self.counters["retry_backoff_s"],
             "cluster/workers_lost": self.counters["workers_lost"],
-            "rollout/duplicate_trajectories_dropped": self.counters[
-                "duplicate_trajectories_dropped"
-            ],
+            "rollout/duplicate_trajectories_dropped": self._duplicates_dropped(),
             "rollout/in_flight": self.parts.dispatcher.running_trajectories("train"),
         }
         row.update(batch.metrics())
@@ -468,6 +466,12 @@ class Controller:
             "filter/extra_rounds": float(-(-filtered // per_round)),
             "filter/short_batch": float(short),
         }
+
+    def _duplicates_dropped(self) -> int:
+        """Second copies of groups dropped so far: by the pool (before a batch is picked)
+        and by the scheduler (a pool cursor written before the pool dropped them)."""
+        pool = int(self.parts.pool.cursor.counters.get("duplicate_dropped_trajectories", 0))
+        return pool + int(self.counters["duplicate_trajectories_dropped"])
 
     def _filtered_groups(self) -> int:
         """Groups the pool's filter dropped so far (its cursor's counter)."""

@@ -60,12 +60,15 @@ def data_config(recipe: Recipe) -> LoaderConfig:
 
 
 def pool_config(cfg: DictConfig, policy: SyncPolicy) -> PoolConfig:
-    """The pool's config: the ``trajectory_pool`` section, the group size and dynamic
-    sampling (``algorithm.filter_zero_variance_groups``: the pool filters the groups)."""
+    """The pool's config: the ``trajectory_pool`` section, the group size, dynamic
+    sampling (``algorithm.filter_zero_variance_groups``: the pool filters the groups) and
+    dedup (a group that a re-run Dask task committed twice is delivered once, and its
+    batch is filled up from the pool)."""
     pool = PoolConfig.from_section(
         typed(cfg.trajectory_pool),
         cfg.rollout_worker.group_size,
         filter_zero_variance=bool(cfg.algorithm.filter_zero_variance_groups),
+        dedup_groups=True,
     )
     if pool.max_staleness is None and policy.max_staleness is not None:
         pool = replace(pool, max_staleness=policy.max_staleness)
