@@ -117,7 +117,10 @@ def test_batch_size_not_a_multiple_of_group_size(tmp_path: Path) -> None:
 def test_dynamic_sampling_needs_groups(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path, "")
     (p,) = problems_of(
-        recipe, "algorithm.filter_zero_variance_groups=true", "rollout_worker.group_size=1"
+        recipe,
+        "algorithm.filter_zero_variance_groups=true",
+        "rollout_worker.group_size=1",
+        "algorithm.advantage_estimator=reinforce_plus_plus",  # (grpo: a problem of its own)
     )
     assert p.startswith("algorithm.filter_zero_variance_groups needs groups of >= 2")
     load_recipe_checked(recipe, ["algorithm.filter_zero_variance_groups=true"])  # groups of 4
@@ -301,7 +304,7 @@ def test_cli_reports_mistakes_with_exit_2_and_no_traceback(
 ) -> None:
     assert main([*args, "--check"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "problem" in err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err  # one line
     assert "Traceback" not in err
 
 
@@ -333,3 +336,20 @@ def test_bad_warm_start_demonstrations_name_the_field_file_and_line(tmp_path: Pa
     assert p.startswith(f"{field}: 'nowhere.jsonl' does not exist")
     # with model.path the tiny model is not built: its warm start is not checked (or run)
     load_recipe_checked(recipe, [f"{field}=[{tmp_path / 'demos.jsonl'}]", f"model.path={tmp_path}"])
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "dr_grpo"])
+def test_groups_of_one_with_a_group_relative_estimator_are_refused(estimator: str) -> None:
+    """GRPO & co. compare a prompt's samples: with one sample a prompt every advantage is
+    0 (the run would train on nothing); the check asks the estimator itself."""
+    over = ["rollout_worker.group_size=1", f"algorithm.advantage_estimator={estimator}"]
+    with pytest.raises(RecipeError) as info:
+        load_recipe_checked(DEFAULT, over)
+    (problem,) = info.value.problems
+    assert problem.startswith(
+        "rollout_worker.group_size: 1 gives every sample advantage 0 with "
+        f"algorithm.advantage_estimator {estimator!r}"
+    )
+    assert "use group_size >= 2" in problem
+    # an estimator with a batch baseline learns from groups of one
+    load_recipe_checked(DEFAULT, [over[0], "algorithm.advantage_estimator=reinforce_plus_plus"])

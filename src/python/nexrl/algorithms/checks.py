@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from nexrl.config.checks import register_check
 
-__all__ = ["registered_algorithms", "settings_apply"]
+__all__ = ["groups_of_one_learn", "registered_algorithms", "settings_apply"]
 
 
 @register_check
@@ -57,4 +57,41 @@ def settings_apply(cfg: DictConfig, roots: list[Path]) -> list[str]:
         "choose a loss that does"
         for field in LOSS_FIELDS
         if a[field] is not None and field not in params
+    ]
+
+
+@register_check
+def groups_of_one_learn(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``rollout_worker.group_size: 1`` with an estimator that compares the samples of a
+    prompt's group (GRPO, RLOO, ...): every advantage is 0 and the run learns nothing.
+    Asked of the estimator itself, with the recipe's options: three groups of one with
+    different rewards."""
+    import torch
+
+    from nexrl.algorithms import ADVANTAGE_ESTIMATORS
+    from nexrl.algorithms.registry import call_with_options
+
+    a = cfg.algorithm
+    if str(cfg.mode) != "rl" or int(cfg.rollout_worker.group_size) != 1:
+        return []
+    if a.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+        return []  # registered_algorithms says so
+    options = {k: a[k] for k in ("norm_adv_by_std", "std_ddof", "gamma") if a[k] is not None}
+    rewards = torch.tensor([[1.0], [0.0], [0.5]])
+    advantages, _ = call_with_options(
+        ADVANTAGE_ESTIMATORS.get(a.advantage_estimator),
+        rewards,
+        torch.ones_like(rewards),
+        torch.arange(3),
+        None,
+        **options,
+    )
+    if bool(advantages.abs().max() > 0):
+        return []
+    return [
+        f"rollout_worker.group_size: 1 gives every sample advantage 0 with "
+        f"algorithm.advantage_estimator {a.advantage_estimator!r} (it compares the samples "
+        "of one prompt), so nothing would be learned; use group_size >= 2 (e.g. 8, with "
+        "trajectory_pool.batch_size a multiple of it) or an estimator with a batch "
+        "baseline (reinforce_plus_plus)"
     ]

@@ -49,6 +49,7 @@ __all__ = [
     "PRESETS_ATTR",
     "Registry",
     "UnknownNameError",
+    "call_with_options",
     "presets",
     "presets_of",
 ]
@@ -79,3 +80,14 @@ def presets(**defaults: Any) -> Callable[[_F], _F]:
 def presets_of(fn: Any) -> dict[str, Any]:
     """The presets :func:`presets` attached to ``fn`` ({} if none)."""
     return dict(getattr(fn, PRESETS_ATTR, {}))
+
+
+def call_with_options(fn: Any, *args: Any, **options: Any) -> Any:
+    """Call ``fn(*args, **options)`` passing only the options ``fn`` accepts (each
+    registered function takes its own subset of the ``algorithm`` fields)."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return fn(*args, **options)
+    return fn(*args, **{k: v for k, v in options.items() if k in params})

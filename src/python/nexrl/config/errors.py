@@ -22,6 +22,8 @@ class RecipeError(NexrlError):
         return (type(self), (self.problems, self.deprecations))
 
     def render(self) -> str:
-        n = len(self.problems)
-        head = f"recipe has {n} problem{'s' if n != 1 else ''}:"
+        """One problem: its line; several: a count, then one line each."""
+        if len(self.problems) == 1:
+            return self.problems[0]
+        head = f"recipe has {len(self.problems)} problems:"
         return "\n".join([head, *(f"  - {p}" for p in self.problems)])

@@ -57,11 +57,12 @@ import torch
 from torch import Tensor
 
 from nexrl.algorithms import KL_CONTROLLERS, resolve_algorithm
+from nexrl.algorithms.registry import call_with_options
 from nexrl.trainer.batch_io import load_batch
 from nexrl.trainer.engine import TrainingEngine, load_backend
 from nexrl.trainer.errors import TrainerError
 from nexrl.trainer.lora import adapter_config, adapter_state_dict, apply_lora, lora_enabled
-from nexrl.trainer.loss import call_with_options, policy_gradient_loss
+from nexrl.trainer.loss import policy_gradient_loss
 from nexrl.trainer.ops import (
     loss_units,
     micro_batches,

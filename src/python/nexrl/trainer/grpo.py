@@ -36,8 +36,9 @@ from nexrl.algorithms import (
     token_level_from_scalar,
     zero_variance_group_mask,
 )
+from nexrl.algorithms.registry import call_with_options
 from nexrl.trainer.base import SelfHostedTrainer, TrainerError
-from nexrl.trainer.loss import call_with_options, correct_rollout
+from nexrl.trainer.loss import correct_rollout
 from nexrl.types.batch import Batch
 
 __all__ = ["SelfHostedGrpoTrainer"]

@@ -25,28 +25,17 @@ unless the recipe set the field.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor
 
 from nexrl.algorithms import KL_PENALTIES, POLICY_LOSSES, agg_loss, rollout_correction
 from nexrl.algorithms.defaults import LOSS_FIELDS
+from nexrl.algorithms.registry import call_with_options
 from nexrl.config.sections.algorithm import AlgorithmConfig
 from nexrl.trainer.errors import TrainerError
 from nexrl.types.batch import Batch
 
-__all__ = ["call_with_options", "correct_rollout", "policy_gradient_loss"]
-
-
-def call_with_options(fn: Any, *args: Any, **options: Any) -> Any:
-    """Call ``fn(*args, **options)`` passing only the options ``fn`` accepts."""
-    import inspect
-
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return fn(*args, **options)
-    return fn(*args, **{k: v for k, v in options.items() if k in params})
+__all__ = ["correct_rollout", "policy_gradient_loss"]
 
 
 def correct_rollout(batch: Batch, algo: AlgorithmConfig) -> dict[str, float]:
