@@ -82,6 +82,7 @@ def test_a_runs_resources_are_valid_for_the_operator() -> None:
             "OMP_NUM_THREADS": 1,
             "MKL_NUM_THREADS": 1,
             "OPENBLAS_NUM_THREADS": 1,
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # no worker's progress bar in the logs
         }
 
 

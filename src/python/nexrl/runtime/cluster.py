@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,7 +233,11 @@ def start_cluster(
     if cfg.type == "local":
         from distributed import LocalCluster
 
-        cluster = LocalCluster(**local_cluster_kwargs(cfg, gpus_per_worker, security))
+        with warnings.catch_warnings():
+            # "Port 8787 is already in use ... Hosting the HTTP server on port N instead"
+            # (4 lines): another run holds the port; the URL the run prints is the real one
+            warnings.filterwarnings("ignore", message=r"Port \d+ is already in use")
+            cluster = LocalCluster(**local_cluster_kwargs(cfg, gpus_per_worker, security))
     elif cfg.type == "slurm":
         from nexrl.runtime.slurm import start_slurm
 

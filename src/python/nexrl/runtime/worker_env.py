@@ -24,7 +24,9 @@ therefore start without that variable:
   with ``DASK_INTERNAL_INHERIT_CONFIG`` from ``job_environment()`` for the same.
 
 Everything else in ``pre-spawn-environ`` (``OMP_NUM_THREADS=1`` and the like) is
-kept: the trainer and the server set their own torch threads.
+kept: the trainer and the server set their own torch threads. Added:
+``HF_HUB_DISABLE_PROGRESS_BARS=1``, so that a worker loading a model (the trainer)
+draws no progress bar on the terminal the workers share with the driver.
 """
 
 from __future__ import annotations
@@ -33,7 +35,16 @@ from typing import Any
 
 #: The Dask config the run's worker nannies get (``None`` unsets a variable).
 WORKER_DASK_CONFIG: dict[str, Any] = {
-    "distributed": {"nanny": {"pre-spawn-environ": {"MALLOC_TRIM_THRESHOLD_": None}}}
+    "distributed": {
+        "nanny": {
+            "pre-spawn-environ": {
+                "MALLOC_TRIM_THRESHOLD_": None,
+                # no "Loading weights" bar from a worker on the user's terminal (the
+                # trainer loading its model): Hugging Face reads it at import
+                "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            }
+        }
+    }
 }
 INHERIT_VAR = "DASK_INTERNAL_INHERIT_CONFIG"
 
