@@ -117,3 +117,44 @@ def test_a_task_commits_its_groups_once_and_reports_failed_groups_alone(
     assert len(batch) == 6 * GROUP_SIZE  # each delivered group whole, none twice
     commits = {(writer, commit) for writer, commit, _ in batch.ids}
     assert len(commits) == 2  # one commit per task
+
+
+BAD_WORKER = """
+from nexrl.rollout_worker.simple import SimpleRolloutWorker
+
+
+class Bad(SimpleRolloutWorker):
+    async def run_agent(self, item):
+        return "7"  # the answer, not an Episode
+"""
+
+
+def test_a_custom_worker_returning_no_episode_fails_its_group_naming_the_hook(
+    local_cluster: Any, embedded_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    worker = tmp_path / "bad_worker.py"
+    worker.write_text(BAD_WORKER)
+    pool_cfg = PoolConfig(
+        store=str(tmp_path / "pool.zarr"), key_list=["group_id"], group_size=GROUP_SIZE
+    )
+    spec = RolloutSpec(
+        worker_type="simple",
+        custom_worker=(str(worker), "Bad"),
+        evaluator=("recipes/max_digit/evaluator.py", "MaxDigitEvaluator"),
+        roots=(str(Path.cwd()),),
+        base_urls=(embedded_server.base_url,),
+        served_model_name=SERVED_NAME,
+        sampling=(("temperature", 1.0), ("max_tokens", 1)),
+        pool=pool_cfg,
+        seed=0,
+    )
+    dispatcher = RolloutDispatcher(local_cluster, spec, task_retries=0, rollout_cpus=0)
+    dispatcher.submit_groups(_groups(1))
+    harvest = dispatcher.drain(timeout_s=300)
+    assert not harvest.done
+    ((_, failed),) = harvest.failed
+    assert failed.component == "rollout"
+    assert failed.error == (
+        "TypeError: Bad.run_agent (or run_group) returned str, not an Episode "
+        "(rollout_worker.custom_worker; see docs/train-your-own-task.md, section 5)"
+    )

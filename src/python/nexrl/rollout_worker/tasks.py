@@ -364,11 +364,26 @@ async def _rollout_group(
     spec: RolloutSpec, items: list[dict[str, Any]], runner: _LoopThread, recorder: Any
 ) -> list[Episode | Trajectory]:
     worker = _worker(spec, runner.client(spec), recorder)
+    name = type(worker).__name__
     if type(worker).scores_separately():
         episodes: list[Episode | Trajectory] = [*await worker.run_group(items)]
+        _expect(episodes, Episode, f"{name}.run_agent (or run_group)", "an Episode")
         return episodes
     scored = await asyncio.gather(*(worker.rollout(i) for i in items))
+    for ts in scored:
+        _expect(ts, Trajectory, f"{name}.rollout", "a list of Trajectory")
     return [t for ts in scored for t in ts]
+
+
+def _expect(values: Any, kind: type, method: str, wanted: str) -> None:
+    """A custom worker's hook that returned the wrong thing: a TypeError naming it."""
+    listed = isinstance(values, list | tuple)
+    bad = [v for v in values if not isinstance(v, kind)] if listed else [values]
+    if bad:
+        raise TypeError(
+            f"{method} returned {type(bad[0]).__name__}, not {wanted} "
+            "(rollout_worker.custom_worker; see docs/train-your-own-task.md, section 5)"
+        )
 
 
 def rollout_groups_task(
