@@ -295,6 +295,8 @@ def test_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
         [DEFAULT, "data.data_files=[missing.parquet]"],
         [DEFAULT, "cluster.type=slurmm"],
         [DEFAULT, "seed="],
+        [DEFAULT, "trainerr.lr=1"],
+        [DEFAULT, "trainer.lr"],
         ["recipes/max_digit/missing.yaml"],
         ["recipes/max_digit/evaluator.py"],
     ],
@@ -353,3 +355,23 @@ def test_groups_of_one_with_a_group_relative_estimator_are_refused(estimator: st
     assert "use group_size >= 2" in problem
     # an estimator with a batch baseline learns from groups of one
     load_recipe_checked(DEFAULT, [over[0], "algorithm.advantage_estimator=reinforce_plus_plus"])
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("trainerr.lr=1", "override trainerr.lr: the recipe has no section or field 'trainerr'; "
+         "did you mean 'trainer'?"),
+        ("experiment_nam=x", "override experiment_nam: the recipe has no section or field "
+         "'experiment_nam'; did you mean 'experiment_name'?"),
+        ("trainer.lr", "Error parsing override 'trainer.lr'; missing EQUAL at '<EOF>'"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_override_names_the_key_and_the_closest_section(
+    override: str, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not Hydra's "To append to your config use +trainerr.lr=1" (adding the typo)."""
+    assert main([DEFAULT, override, "--check"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {DEFAULT}: {expected}"), line
+    assert "+trainerr" not in line

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     except RecipeError as exc:
         stop_warm_parent()
         warn(args.recipe, exc.deprecations)
-        print(f"error: {args.recipe}: {exc.render()}", file=sys.stderr)
+        print(recipe_error_line(args.recipe, exc), file=sys.stderr)
         return 2
     except NexrlError as exc:
         stop_warm_parent()
@@ -240,6 +240,12 @@ def warn(recipe: str, lines: tuple[str, ...]) -> None:
         print(f"warning: {recipe}: {line}", file=sys.stderr)
 
 
+def recipe_error_line(recipe: str, exc: RecipeError) -> str:
+    """``error: <recipe>: <problem>`` (the recipe named once, also where the problem
+    names it first: a file or override the recipe could not be composed with)."""
+    return f"error: {recipe}: {exc.render().removeprefix(f'{recipe}: ')}"
+
+
 def one_line(exc: BaseException) -> str:
     """``str(exc)`` on one line (a message that spans lines has them joined with " | ")."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -285,7 +291,7 @@ def run(recipe: Recipe) -> int:
         print(f"error: {recipe.path}: {exc}", file=sys.stderr)
         return 2
     except RecipeError as exc:  # e.g. a Dask worker that cannot import the recipe's plugins
-        print(f"error: {recipe.path}: {exc.render()}", file=sys.stderr)
+        print(recipe_error_line(str(recipe.path), exc), file=sys.stderr)
         return 2
     except ControllerError as exc:
         logging.getLogger(__name__).debug("run failed", exc_info=True)

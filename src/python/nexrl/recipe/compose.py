@@ -8,6 +8,7 @@ can inherit ``nexrl_base`` without copying it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -42,7 +43,7 @@ def load_recipe(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ())
         with initialize_config_dir(config_dir=str(path.parent), version_base="1.3"):
             cfg = compose(config_name=path.stem, overrides=[*overrides, search])
     except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as exc:
-        raise RecipeError([f"{recipe}: {_first_line(exc)}"]) from None
+        raise RecipeError([f"{recipe}: {_unknown_override(exc) or _one_line(exc)}"]) from None
     return cfg
 
 
@@ -58,7 +59,31 @@ def _force(override: str) -> str:
     return override
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    # Hydra appends a long "full stack trace" hint; keep the useful part.
-    return text.split("\n\nSet the environment variable HYDRA_FULL_ERROR")[0]
+def _unknown_override(exc: BaseException) -> str | None:
+    """Hydra's "Could not override 'trainerr.lr'. To append to your config use
+    +trainerr.lr=1" for a key whose section is no recipe section: the section named,
+    with the closest one (adding the misspelt key, as Hydra suggests, is not the fix)."""
+    import difflib
+
+    found = re.search(r"Could not override '([^']+)'", str(exc))
+    if not found:
+        return None
+    key = found.group(1)
+    top = key.split(".", 1)[0]
+    fields = list(RecipeConfig.__dataclass_fields__)
+    if top in fields:
+        return None
+    close = difflib.get_close_matches(top, fields, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return (
+        f"override {key}: the recipe has no section or field '{top}'{hint} "
+        "(every field: docs/config-reference.md)"
+    )
+
+
+def _one_line(exc: BaseException) -> str:
+    """Hydra's message on one line, without its "full stack trace" and grammar-link hints."""
+    text = str(exc).strip().split("\n\nSet the environment variable HYDRA_FULL_ERROR")[0]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("See https://hydra.cc")]
+    return "; ".join(lines)
