@@ -85,6 +85,7 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
             "nexrl.cli.train",
             RECIPE,
             *overrides(out, _evaluator_of_a_missing_field(tmp_path), steps=2),  # shorter than N=3
+            "validate.validate_before_train=true",  # the validation's errors are seen too
         ],
         env=subprocess_env(),
         capture_output=True,
@@ -108,7 +109,16 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
     )
     assert "Traceback" not in proc.stderr
     logged = "".join(per_worker)
-    assert logged.count("SolutionEvaluator failed") == 64
+    val = [r for r in read_rows(out) if "val/evaluator_errors" in r]
+    assert val and val[0]["step"] == 0 and val[0]["val/evaluator_errors"] == 49  # every prompt
+    val_errors = sum(int(r["val/evaluator_errors"]) for r in val)
+    assert logged.count("SolutionEvaluator failed on data row {") == 64 + val_errors
+    # each with its traceback, down to the evaluator's own line
+    assert logged.count('in evaluate\n    return EvaluationRunResult(reward=float(') >= 64
+    assert (
+        "validation at step 0: reward 0.000 (49 samples; 49 evaluator errors, scored 0: "
+        "see logs/dask-worker-*.log)"
+    ) in proc.stderr
     assert [r["step"] for r in train_rows(out)] == [1, 2]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["evaluator_errors"] == 64 and summary["evaluator_error_share"] == 1.0

@@ -635,15 +635,21 @@ class Controller:
             parts.dispatcher.wait_any(0.2)
             self._service(dispatch=False)
         rewards = [r for s in self._val_summaries for r in s.rewards]
+        errors = sum(s.evaluator_errors for s in self._val_summaries)
+        failed = self.counters["failed_groups"] - failed_before
         out = {
             "val/reward/mean": float(np.mean(rewards)) if rewards else float("nan"),
             "val/num_samples": float(len(rewards)),
-            "val/failed_groups": self.counters["failed_groups"] - failed_before,
+            "val/evaluator_errors": float(errors),
+            "val/failed_groups": failed,
             "val/time_s": time.perf_counter() - t,
         }
+        problems = [f"{errors} evaluator errors, scored 0"] if errors else []
+        problems += [f"{failed} prompts failed"] if failed else []
+        seen = f"; {', '.join(problems)}: see logs/dask-worker-*.log" if problems else ""
         parts.progress.write(
             f"validation at step {self.step}: reward {out['val/reward/mean']:.3f} "
-            f"({len(rewards)} samples)"
+            f"({len(rewards)} samples{seen})"
         )
         return out
 
