@@ -114,7 +114,7 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
     val_errors = sum(int(r["val/evaluator_errors"]) for r in val)
     assert logged.count("SolutionEvaluator failed on data row {") == 64 + val_errors
     # each with its traceback, down to the evaluator's own line
-    assert logged.count('in evaluate\n    return EvaluationRunResult(reward=float(') >= 64
+    assert logged.count("in evaluate\n    return EvaluationRunResult(reward=float(") >= 64
     assert (
         "validation at step 0: reward 0.000 (49 samples; 49 evaluator errors, scored 0: "
         "see logs/dask-worker-*.log)"
