@@ -242,8 +242,7 @@ class RolloutDispatcher:
             else:
                 still.append(t)
         self._tasks = still
-        for _, f in out.failed:
-            logger.warning("%s", f.describe())
+        _warn_failures([f for _, f in out.failed])
         return out
 
     @staticmethod
@@ -286,6 +285,28 @@ class RolloutDispatcher:
             except Exception as exc:  # the cluster may already be gone
                 logger.debug("cancel: %s", exc)
         return [g for t in tasks for g in t.groups]
+
+
+def _warn_failures(failures: list[TaskFailure]) -> None:
+    """One warning line per failed future and error: a task of 8 groups that timed out
+    is one line naming its 8 groups, not 8 lines."""
+    by_cause: dict[tuple[str, str, str], list[int]] = {}
+    for f in failures:
+        by_cause.setdefault((f.component, f.key, f.error), []).append(f.group_id)
+    for (component, key, error), groups in by_cause.items():
+        which = f"group {groups[0]}" if len(groups) == 1 else f"groups {_id_list(groups)}"
+        logger.warning("%s future %s (%s): %s", component, key, which, error)
+
+
+def _id_list(ids: list[int]) -> str:
+    """``[3, 4, 5, 9]`` as ``3-5, 9``."""
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _exception(fut: Any) -> Any:
