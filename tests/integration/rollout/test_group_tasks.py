@@ -60,6 +60,22 @@ def _groups(n: int) -> list[list[dict[str, Any]]]:
     ]
 
 
+def _spec(worker: Path, cls: str, server: EmbeddedServer, pool_cfg: PoolConfig) -> RolloutSpec:
+    """Rollouts of the custom worker ``worker:cls`` against ``server``, scored by the
+    default recipe's evaluator, one-token answers, committed to ``pool_cfg``."""
+    return RolloutSpec(
+        worker_type="simple",
+        custom_worker=(str(worker), cls),
+        evaluator=("recipes/max_digit/evaluator.py", "MaxDigitEvaluator"),
+        roots=(str(Path.cwd()),),
+        base_urls=(server.base_url,),
+        served_model_name=SERVED_NAME,
+        sampling=(("temperature", 1.0), ("max_tokens", 1)),
+        pool=pool_cfg,
+        seed=0,
+    )
+
+
 def test_a_task_commits_its_groups_once_and_reports_failed_groups_alone(
     local_cluster: Any, embedded_server: EmbeddedServer, tmp_path: Path
 ) -> None:
@@ -73,17 +89,7 @@ def test_a_task_commits_its_groups_once_and_reports_failed_groups_alone(
         group_size=GROUP_SIZE,
         batch_size=6 * GROUP_SIZE,
     )
-    spec = RolloutSpec(
-        worker_type="simple",
-        custom_worker=(str(worker), "Flaky"),
-        evaluator=("recipes/max_digit/evaluator.py", "MaxDigitEvaluator"),
-        roots=(str(Path.cwd()),),
-        base_urls=(embedded_server.base_url,),
-        served_model_name=SERVED_NAME,
-        sampling=(("temperature", 1.0), ("max_tokens", 1)),
-        pool=pool_cfg,
-        seed=0,
-    )
+    spec = _spec(worker, "Flaky", embedded_server, pool_cfg)
     dispatcher = RolloutDispatcher(
         local_cluster, spec, task_retries=1, rollout_cpus=0, groups_per_task=4
     )
@@ -137,17 +143,7 @@ def test_a_custom_worker_returning_no_episode_fails_its_group_naming_the_hook(
     pool_cfg = PoolConfig(
         store=str(tmp_path / "pool.zarr"), key_list=["group_id"], group_size=GROUP_SIZE
     )
-    spec = RolloutSpec(
-        worker_type="simple",
-        custom_worker=(str(worker), "Bad"),
-        evaluator=("recipes/max_digit/evaluator.py", "MaxDigitEvaluator"),
-        roots=(str(Path.cwd()),),
-        base_urls=(embedded_server.base_url,),
-        served_model_name=SERVED_NAME,
-        sampling=(("temperature", 1.0), ("max_tokens", 1)),
-        pool=pool_cfg,
-        seed=0,
-    )
+    spec = _spec(worker, "Bad", embedded_server, pool_cfg)
     dispatcher = RolloutDispatcher(local_cluster, spec, task_retries=0, rollout_cpus=0)
     dispatcher.submit_groups(_groups(1))
     harvest = dispatcher.drain(timeout_s=300)
