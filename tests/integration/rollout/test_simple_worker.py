@@ -76,7 +76,7 @@ def test_evaluator_that_raises_gives_reward_zero_and_an_error_metric(
     # the log (a worker's log file) names the data row and keeps the traceback, so the
     # evaluator's own line that raised can be found
     (record,) = [r for r in caplog.records if "evaluator Raises failed" in r.getMessage()]
-    assert "on data row {'prompt': 'max 4 3 9', 'answer': '9'}" in record.getMessage()
+    assert 'on data row {"prompt": "max 4 3 9", "answer": "9"}' in record.getMessage()
     assert record.exc_info is not None and isinstance(record.exc_info[1], KeyError)
     assert "in evaluate" in caplog.text and 'raise KeyError("answer")' in caplog.text
 

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from nexrl.types.episode import TRAJECTORY_METRICS
+from nexrl.util.rows import row_text
 
 __all__ = ["EVAL_PREFIX", "EvaluatorFailurePolicy", "evaluator_metrics", "first_error"]
 
 EVAL_PREFIX = "eval/"
 ERROR_METRIC = "evaluator_error"
-ROW_CHARS = 300
 
 
 def evaluator_metrics(cols: Any) -> dict[str, float]:
@@ -52,10 +52,7 @@ def first_error(cols: Any) -> tuple[str, str] | None:
         return None
     meta = json.loads(cols.meta(int(idx[0])))
     error = str(meta.get("extra_info", {}).get(ERROR_METRIC, "unknown error"))
-    row = json.dumps(meta.get("data_item", {}), default=str)
-    if len(row) > ROW_CHARS:
-        row = row[:ROW_CHARS] + "..."
-    return error, row
+    return error, row_text(meta.get("data_item", {}))
 
 
 class EvaluatorFailurePolicy:

@@ -43,6 +43,7 @@ from nexrl.types.episode import (
     EvaluationRunResult,
     call_trajectory,
 )
+from nexrl.util.rows import row_text
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,7 @@ class BaseRolloutWorker:
             log.warning(
                 "evaluator %s failed on data row %s",
                 type(self.evaluator).__name__,
-                _short_repr(data_item),
+                row_text(data_item),
                 exc_info=exc,
             )
             return EvaluationRunResult(
@@ -184,11 +185,6 @@ class BaseRolloutWorker:
 
     # A trajectory from one model call, exactly as the service sampled it.
     trajectory = staticmethod(call_trajectory)
-
-
-def _short_repr(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def trained_calls(calls: list[Trajectory]) -> list[Trajectory]:
