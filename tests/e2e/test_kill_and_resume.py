@@ -30,7 +30,7 @@ def assert_pool_record_matches(out: Path, rows: list[dict[str, Any]]) -> None:
     """The pool's delivery record (step per trajectory) is metrics.jsonl's: each step took
     ``batch/size`` trajectories of distinct groups, each group delivered once; the rest
     of the pool is pending or dropped (second copies of a group, counted)."""
-    ds = pool_of(out).to_xarray()
+    ds = pool_of(out).to_xarray().compute(scheduler="synchronous")  # not a test's cluster
     step, status, gid = ds["step"].values, ds["status"].values, ds["group_id"].values
     assert sorted(set(step[status == 1].tolist())) == [r["step"] for r in rows]
     for r in rows:
