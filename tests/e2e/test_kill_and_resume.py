@@ -135,6 +135,23 @@ def test_driver_killed_then_resumed_trains_every_group_once(tmp_path: Path) -> N
     assert len(pairs) == 6 * 32 and len(set(pairs)) == len(pairs)
     assert {g for g, _ in pairs} == expected_group_ids(out, 6 * 4)
 
+    # The same command once more: the run is finished, so it says so and how to train on,
+    # shows the summary again, and starts no cluster (no validation row added).
+    metrics = (out / "metrics.jsonl").read_bytes()
+    third = subprocess.run(
+        [*args, *overrides(out, "trainer.save_every=2", steps=6)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S,
+    )
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "finished at step 6 (trainer.total_train_steps=6): nothing to train" in third.stderr
+    assert "raise trainer.total_train_steps" in third.stderr
+    assert "steps: 6 (1 -> 6)" in third.stderr
+    assert "Dask dashboard" not in third.stderr and "Traceback" not in third.stderr
+    assert (out / "metrics.jsonl").read_bytes() == metrics
+
 
 @pytest.mark.parametrize(
     ("signum", "warm_parent", "twice"),

@@ -33,6 +33,7 @@ import collections
 import contextlib
 import logging
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,9 @@ class Controller:
                     should_stop=lambda: self.stop_reason is not None,
                 ).run()
                 return RunResult(steps, out, self.stop_reason, summary)
+            done = self._finished_before()
+            if done is not None:
+                return done
             self.components = build_components(
                 self.recipe,
                 progress=self.show_progress,
@@ -155,6 +159,22 @@ class Controller:
                 self.components.close()
                 if self.summary is not None:  # last, after what shutting down printed
                     self.components.progress.write(self.summary)
+
+    def _finished_before(self) -> RunResult | None:
+        """A rerun of a finished run: no cluster is started, the run's summary is shown
+        again (from metrics.jsonl) with how to train on."""
+        from nexrl.controller.rundir import RunDir
+        from nexrl.controller.setup import absolute_output_dir
+        from nexrl.metrics import format_summary, read_metrics, summarize
+
+        run = RunDir(absolute_output_dir(self.cfg))
+        line = run.finished(self.cfg)
+        if line is None:
+            return None
+        rows = read_metrics(run.metrics) if run.metrics.exists() else []
+        self.summary = format_summary(summarize(rows))
+        print(f"{line}\n{self.summary}", file=sys.stderr, flush=True)
+        return RunResult(run.checkpoint_step(), run.root, None, self.summary)
 
     def _install_signals(self) -> dict[int, Any]:
         def handler(signum: int, _frame: Any) -> None:

@@ -84,6 +84,20 @@ class RunDir:
         found = CheckpointManager(self.checkpoints).complete()
         return found[-1][0] if found else 0
 
+    def finished(self, cfg: Any) -> str | None:
+        """What to say when a ``resume.mode=auto`` rerun has nothing to train: its newest
+        checkpoint is at or past ``trainer.total_train_steps``. None otherwise."""
+        if str(cfg.resume.mode) != "auto":
+            return None
+        total, step = int(cfg.trainer.total_train_steps), self.checkpoint_step()
+        if step < total:
+            return None
+        return (
+            f"nexrl: {self.root} finished at step {step} (trainer.total_train_steps={total}): "
+            "nothing to train; to train on, raise trainer.total_train_steps (resume.mode=auto "
+            "continues from its checkpoint), or start a new run with another experiment_name"
+        )
+
     def lock(self) -> Callable[[], None]:
         """Take the folder's run lock (creating the folder); returns its release. Raises
         ``RunDirError`` when another process holds it or the folder cannot be written."""
