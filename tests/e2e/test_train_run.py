@@ -78,6 +78,12 @@ def test_sync_run_trains_on_rollouts_from_the_reloaded_weights(tmp_path: Path) -
     snap = latest_snapshot(out / "snapshots")
     assert snap is not None and snap[0] == 4
     assert (out / "logs" / "inference.log").exists()
+    # logs/driver.log has what the terminal showed, each step's line included
+    driver_log = (out / "logs" / "driver.log").read_text()
+    assert f"nexrl: run folder {out}" in driver_log
+    for step in (1, 2, 3, 4):
+        assert f"step {step}/4 reward=" in driver_log
+    assert "validation at step 4: reward" in driver_log
 
     # Every trajectory handed to the trainer exactly once, 4 batches of 32.
     pairs = delivered_pairs(out)

@@ -314,7 +314,12 @@ def _build(
         resume_step=step if resumed else None,
     )
     closers.append(tracker.close)
-    display = ProgressDisplay(int(cfg.trainer.total_train_steps), step, enabled=progress)
+    display = ProgressDisplay(
+        int(cfg.trainer.total_train_steps),
+        step,
+        enabled=progress,
+        log=logging.getLogger(DETAILS_LOGGER),  # each step's line in logs/driver.log too
+    )
     closers.append(display.close)
     batch_size = int(cfg.trajectory_pool.batch_size)
     return Components(

@@ -85,7 +85,7 @@ class SftRun:
 
     # -- setup --------------------------------------------------------------------
     def _build(self) -> None:
-        from nexrl.controller.components import _log_to_file
+        from nexrl.controller.components import DETAILS_LOGGER, _log_to_file
         from nexrl.metrics import MetricsTracker, ProgressDisplay
         from nexrl.runtime.cluster import start_cluster
         from nexrl.trainer import TrainerGroup, TrainerSpec
@@ -160,7 +160,10 @@ class SftRun:
         )
         self._closers.append(self.tracker.close)
         self.progress = ProgressDisplay(
-            int(cfg.trainer.total_train_steps), self.step, enabled=self.show_progress
+            int(cfg.trainer.total_train_steps),
+            self.step,
+            enabled=self.show_progress,
+            log=logging.getLogger(DETAILS_LOGGER),  # each step's line in logs/driver.log too
         )
         self._closers.append(self.progress.close)
 

@@ -14,6 +14,7 @@ gets a bar 160 columns wide. A narrower terminal cuts the line at its width.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -90,7 +91,9 @@ class ProgressDisplay:
         *,
         enabled: bool | None = None,
         stream: TextIO | None = None,
+        log: logging.Logger | None = None,
     ) -> None:
+        self.log = log  # also gets every line shown (a run's driver.log: step by step)
         self.total_steps = int(total_steps)
         self.step = self.initial_step = int(initial_step)
         self.stream: TextIO = stream if stream is not None else sys.stderr
@@ -124,11 +127,6 @@ class ProgressDisplay:
         """Show that ``step`` finished with ``metrics``."""
         fields = _fields(metrics or {})
         self.step = int(step)
-        if self._bar is not None:
-            if self.step > self._bar.n:
-                self._bar.update(self.step - self._bar.n)
-            self._bar.set_postfix_str(" ".join(f"{label}={text}" for label, text in fields))
-            return
         elapsed = time.monotonic() - self._started
         parts = [f"step {self.step}/{self.total_steps}"]
         parts += [f"{label}={text}" for label, text in fields]
@@ -136,10 +134,19 @@ class ProgressDisplay:
         done = self.step - self.initial_step
         if done > 0:  # this command's pace so far, for the steps left
             parts.append(f"eta={elapsed / done * max(0, self.total_steps - self.step):.0f}s")
+        if self.log is not None:
+            self.log.info("%s", " ".join(parts))
+        if self._bar is not None:
+            if self.step > self._bar.n:
+                self._bar.update(self.step - self._bar.n)
+            self._bar.set_postfix_str(" ".join(f"{label}={text}" for label, text in fields))
+            return
         print(" ".join(parts), file=self.stream, flush=True)
 
     def write(self, msg: str) -> None:
         """Print ``msg`` on its own line without breaking the bar."""
+        if self.log is not None:
+            self.log.info("%s", msg)
         if self._bar is not None:
             self._bar.write(msg, file=self.stream)
         else:
