@@ -40,6 +40,12 @@ class RaisesOnScore(Scored):
         return EvaluationRunResult(reward=float(data["answer"]))
 
 
+class BoolMetric(Scored):
+    def evaluate(self, data, evaluation_target):
+        exact = evaluation_target.final_answer == data["answer"]
+        return EvaluationRunResult(reward=float(exact), metrics={"exact": exact})
+
+
 class ReturnsAFloat(Scored):
     def evaluate(self, data, evaluation_target):
         return 1.0
@@ -149,6 +155,12 @@ def test_the_example_answer_is_scored_on_the_first_training_row(recipe: Path) ->
     assert p.endswith("ValueError: could not convert string to float: 'b'")
     (p,) = problems_of(recipe, "rollout_worker.evaluator=task.py:ReturnsAFloat")
     assert p.endswith("TypeError: returned float, not an EvaluationRunResult")
+    # A metric that is no number (a bool, a string) fails here, not in every rollout.
+    (p,) = problems_of(recipe, "rollout_worker.evaluator=task.py:BoolMetric")
+    assert p.endswith(
+        "TypeError: EvaluationRunResult.metrics['exact'] must be a float, got True "
+        "(a bool: wrap it in float())"
+    )
     # no example answer: no dry run
     load_recipe_checked(
         recipe,

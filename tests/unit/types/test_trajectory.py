@@ -99,3 +99,17 @@ def test_record_with_invalid_values_fails_validation_on_load() -> None:
     record["ragged"]["loss_mask"] = np.array([1, 3], dtype=np.int8)
     with pytest.raises(TrajectoryError, match=r"^loss_mask"):
         Trajectory.from_record(record)
+
+
+def test_an_evaluation_result_with_a_metric_that_is_no_number_is_refused() -> None:
+    """Refused where the evaluator builds it: an evaluator error for its sample (scored
+    0, counted), not a trajectory that fails its whole group later."""
+    from nexrl.types.episode import EvaluationRunResult
+
+    ok = EvaluationRunResult(reward=1.0, metrics={"a": 1, "b": np.float32(0.5), "c": 2.0})
+    assert ok.metrics["b"] == 0.5
+    for bad in (True, "1.0", None, [1.0]):
+        with pytest.raises(TypeError, match=r"metrics\['m'\] must be a float"):
+            EvaluationRunResult(reward=1.0, metrics={"m": bad})
+    with pytest.raises(TypeError, match=r"metrics must be a dict"):
+        EvaluationRunResult(reward=1.0, metrics=[("m", 1.0)])  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ episode in one sequence, the tokens between them masked out of the loss).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,11 @@ class BaseEvaluationTarget:
     observation: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _is_number(value: Any) -> bool:
+    """A real number the trajectory keeps as a metric (Python or numpy)."""
+    return isinstance(value, numbers.Real)
+
+
 @dataclass
 class EvaluationRunResult:
     """An evaluator's verdict.
@@ -66,6 +72,19 @@ class EvaluationRunResult:
         if not math.isfinite(self.reward):
             raise ValueError(f"EvaluationRunResult.reward must be finite, got {self.reward!r}")
         self.reward = float(self.reward)
+        # Checked here, in evaluate(), so that a bad metric is an evaluator error (the
+        # sample scored 0 and counted, the run stopped naming the evaluator and the row,
+        # and --check's example answer catches it), not a failed group per rollout.
+        if not isinstance(self.metrics, dict):
+            raise TypeError(
+                f"EvaluationRunResult.metrics must be a dict of floats, got {self.metrics!r}"
+            )
+        for key, value in self.metrics.items():
+            if isinstance(value, bool) or not _is_number(value):
+                raise TypeError(
+                    f"EvaluationRunResult.metrics[{key!r}] must be a float, got {value!r}"
+                    + (" (a bool: wrap it in float())" if isinstance(value, bool) else "")
+                )
 
 
 @dataclass
