@@ -213,7 +213,15 @@ class Controller:
         if state.loader is not None:
             parts.loader.load_state_dict(state.loader)
         if state.pool is not None:
-            parts.pool.load_state_dict(state.pool)
+            try:
+                parts.pool.load_state_dict(state.pool)
+            except ValueError as exc:  # the pool the checkpoint was written with is gone
+                raise ControllerError(
+                    f"checkpoint {info['resumed_from']} cannot resume the trajectory pool "
+                    f"{self.cfg.trajectory_pool.store} ({exc}): was it deleted, moved or "
+                    "replaced since? Put the run's pool back there (trajectory_pool.store), "
+                    "or start a new run in another output_dir"
+                ) from exc
         self.counters.update(state.counters)
         self.scheduler.restore(state.pending, state.trained, committed_group_ids(parts.pool))
         if state.row is not None:  # killed after the checkpoint, before its row was logged
