@@ -514,6 +514,26 @@ class Controller:
         cap = int(self.cfg.algorithm.max_extra_sampling_rounds) * parts.groups_per_batch
         return 1 if self._filtered_groups() - self._filtered_mark >= cap else None
 
+    def _check_not_all_filtered(self) -> None:
+        """Dynamic sampling that finds no informative group at all (an evaluator that gives
+        every answer the same reward) would roll out forever: once four times the extra rounds'
+        worth of groups were filtered for one step and not one group was kept, stop."""
+        parts = self.parts
+        if not parts.pool.config.filter_zero_variance:
+            return
+        rounds = int(self.cfg.algorithm.max_extra_sampling_rounds)
+        limit = 4 * max(rounds, 1) * parts.groups_per_batch
+        filtered = self._filtered_groups() - self._filtered_mark
+        if filtered >= limit:
+            raise ControllerError(
+                f"dynamic sampling: step {self.step + 1} found no group with different "
+                f"rewards in {filtered} groups rolled out (all were filtered as zero-variance: "
+                "algorithm.filter_zero_variance_groups); check that the evaluator does not "
+                "give every answer the same reward, or raise "
+                f"algorithm.max_extra_sampling_rounds (now {rounds}) for a task whose "
+                "informative groups are rare"
+            )
+
     # -- rollouts ---------------------------------------------------------------
     def _next_batch(self) -> Any:
         """Top up rollouts and wait until the pool hands out a batch; None when the
@@ -529,6 +549,7 @@ class Controller:
             )
             if batch is not None:
                 return batch
+            self._check_not_all_filtered()
             if quiet and self.scheduler.loader_done:
                 logger.info("data exhausted (data.total_epochs) and the pool has no full batch")
                 return None
