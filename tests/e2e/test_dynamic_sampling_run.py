@@ -7,9 +7,11 @@ pool's own record (its cursor and per-trajectory delivery status)."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from nexrl.controller import Controller
 from nexrl.pool import TrajectoryPool
@@ -59,3 +61,39 @@ def test_filtered_groups_are_replaced_and_counted(tmp_path: Path) -> None:
         for g in groups:
             r = reward[(gid == g) & (status == code)]
             assert len(r) == 8 and (r.max() > r.min()) == informative, (g, r)
+
+
+def test_an_evaluator_that_scores_every_answer_alike_stops_the_run(tmp_path: Path) -> None:
+    """Every group has zero variance, so dynamic sampling never finds a group to train:
+    the run stops with one line naming the evaluator's likely fault and the field to
+    raise (it rolled out forever before, with nothing on the terminal)."""
+    from nexrl.controller import ControllerError
+
+    evaluator = tmp_path / "constant.py"
+    evaluator.write_text(
+        "from nexrl.rollout_worker import EvaluationRunResult, Evaluator\n"
+        "class Constant(Evaluator):\n"
+        "    def evaluate(self, data, evaluation_target):\n"
+        "        return EvaluationRunResult(reward=0.5)\n"
+    )
+    out = tmp_path / "run"
+    recipe = load_recipe_checked(
+        RECIPE,
+        overrides(
+            out,
+            f"rollout_worker.evaluator={evaluator}:Constant",
+            "algorithm.filter_zero_variance_groups=true",
+            "algorithm.max_extra_sampling_rounds=1",
+            steps=3,
+        ),
+    )
+    with pytest.raises(ControllerError) as err:
+        Controller(recipe, progress=False).run()
+    message = str(err.value)
+    # 8 x 1 round x 4 groups per batch = 32 groups filtered for step 1, none kept
+    assert message.startswith("dynamic sampling: step 1 found no group with different rewards")
+    assert "algorithm.filter_zero_variance_groups" in message
+    assert "algorithm.max_extra_sampling_rounds (now 1)" in message and "\n" not in message
+    assert train_rows(out) == []
+    filtered = int(re.search(r"in (\d+) groups rolled out", message).group(1))  # type: ignore[union-attr]
+    assert filtered >= 32

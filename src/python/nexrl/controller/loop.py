@@ -516,13 +516,13 @@ class Controller:
 
     def _check_not_all_filtered(self) -> None:
         """Dynamic sampling that finds no informative group at all (an evaluator that gives
-        every answer the same reward) would roll out forever: once four times the extra rounds'
+        every answer the same reward) would roll out forever: once eight times the extra rounds'
         worth of groups were filtered for one step and not one group was kept, stop."""
         parts = self.parts
         if not parts.pool.config.filter_zero_variance:
             return
         rounds = int(self.cfg.algorithm.max_extra_sampling_rounds)
-        limit = 4 * max(rounds, 1) * parts.groups_per_batch
+        limit = 8 * max(rounds, 1) * parts.groups_per_batch
         filtered = self._filtered_groups() - self._filtered_mark
         if filtered >= limit:
             raise ControllerError(

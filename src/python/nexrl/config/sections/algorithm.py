@@ -133,6 +133,8 @@ class AlgorithmConfig:
         help="Dynamic sampling: at most this many extra rounds (one round = a batch's "
         "worth of groups) are rolled out to replace filtered groups for one step; then "
         "the step trains on the informative groups it has (a short batch, logged as "
-        "filter/short_batch) once it has one.",
+        "filter/short_batch) once it has one. When 8 times this many rounds were filtered "
+        "for one step without one informative group (an evaluator that gives every answer "
+        "the same reward), the run stops with an error.",
         minimum=1,
     )
