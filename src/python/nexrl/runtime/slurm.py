@@ -30,6 +30,7 @@ written to ``<log_dir>/tls/`` (0600) for the jobs and removed when the run ends.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -62,6 +63,30 @@ DEATH_TIMEOUT_S = 120  # a job's worker exits this long after losing the driver'
 
 class SlurmError(RuntimeError, NexrlError):
     """A Slurm job could not be submitted, or its worker never joined."""
+
+
+def import_jobqueue() -> Any:
+    """``dask_jobqueue``, imported without losing this process's SIGINT handler.
+
+    Importing it runs ``dask_jobqueue.runner``, which sets SIGINT to ``sys.exit()``
+    for the whole process. In the driver that replaced the controller's Ctrl-C
+    handler (checkpoint, exit 130): a Ctrl-C on a Slurm run exited 0, silently,
+    without a checkpoint. The handler in place before the import is put back.
+    """
+    import signal
+
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+    except ValueError:  # pragma: no cover - no signals here
+        previous = None
+    import dask_jobqueue
+    import dask_jobqueue.slurm  # noqa: F401
+
+    if previous is not None:
+        with contextlib.suppress(ValueError):  # not the main thread: it was not changed
+            if signal.getsignal(signal.SIGINT) is not previous:
+                signal.signal(signal.SIGINT, previous)
+    return dask_jobqueue
 
 
 def _prologue(cfg: SlurmConfig) -> list[str]:
@@ -172,7 +197,7 @@ class SlurmJobs:
     submitted: list[SubmittedJob] = field(default_factory=list)
 
     def submit(self, role: str, index: int) -> SubmittedJob:
-        from dask_jobqueue.slurm import SLURMJob
+        SLURMJob = import_jobqueue().slurm.SLURMJob
 
         kwargs = job_kwargs(
             self.cfg,
@@ -274,8 +299,9 @@ def start_slurm(
     every trainer/inference worker has joined; ``trainer_workers[r]`` is rank
     ``r``'s worker address.
     """
-    from dask_jobqueue import SLURMCluster
     from distributed import Client
+
+    SLURMCluster = import_jobqueue().SLURMCluster
 
     if log_dir is not None:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
