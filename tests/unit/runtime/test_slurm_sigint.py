@@ -5,9 +5,20 @@ checkpoint instead of checkpointing and exiting 130."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+
+import nexrl.runtime.slurm  # noqa: F401  (the subprocesses import it: a dependency)
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        check=False, env=env,
+    )
 
 
 def test_import_jobqueue_keeps_the_sigint_handler() -> None:
@@ -25,9 +36,7 @@ def test_import_jobqueue_keeps_the_sigint_handler() -> None:
         print("ok")
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    out = _run(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
 
@@ -44,8 +53,6 @@ def test_plain_import_does_replace_it() -> None:
         print(signal.getsignal(signal.SIGINT) is mine)
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    out = _run(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
