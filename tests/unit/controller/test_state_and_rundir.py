@@ -147,36 +147,3 @@ def test_a_group_committed_twice_is_trained_from_one_copy(tmp_path: Path) -> Non
         (6, 1),
     ]
 
-
-def test_a_resume_whose_pool_is_gone_is_one_error_naming_the_store(tmp_path: Path) -> None:
-    """A checkpoint's pool state against an empty pool (pool.zarr deleted to free space,
-    or trajectory_pool.store changed): one ControllerError line naming the store and
-    what to do, not a ValueError traceback."""
-    from types import SimpleNamespace
-
-    from nexrl.controller import Controller, ControllerError
-
-    store = tmp_path / "pool.zarr"
-    state = ControllerState(step=6, pool={"generation": 6})
-
-    class Trainer:
-        def setup_info(self) -> list[dict]:
-            return [{"global_step": 6, "policy_version": 6, "resumed_from": "ckpt/step_6"}]
-
-        def call(self, name: str) -> list[dict]:
-            assert name == "extra_state"
-            return [state.to_extra_state()]
-
-    controller = Controller.__new__(Controller)
-    controller.cfg = OmegaConf.create({"trajectory_pool": {"store": str(store)}})
-    controller.components = SimpleNamespace(  # type: ignore[assignment]
-        trainer=Trainer(),
-        loader=None,
-        pool=TrajectoryPool(PoolConfig(store=str(store), key_list=["group_id"])),
-    )
-    with pytest.raises(ControllerError) as err:
-        controller._resume()
-    message = str(err.value)
-    assert "\n" not in message
-    assert f"checkpoint ckpt/step_6 cannot resume the trajectory pool {store}" in message
-    assert "trajectory_pool.store" in message

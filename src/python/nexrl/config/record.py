@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["recorded_yaml"]
+__all__ = ["changed_fields", "recorded_yaml"]
 
 ENV = "${oc.env:"
 
@@ -30,3 +30,25 @@ def recorded_yaml(cfg: DictConfig) -> str:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     kept = OmegaConf.create(_keep_env(raw, resolved))
     return str(OmegaConf.to_yaml(kept, resolve=False))
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict) and node:
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): node}
+
+
+def changed_fields(old_yaml: str, new_yaml: str) -> list[str]:
+    """The fields of two recorded recipes that differ, as ``key: old -> new`` (a field
+    only one of them has shows ``(unset)`` on the other side), sorted by key."""
+    old = _flat(OmegaConf.to_container(OmegaConf.create(old_yaml)) or {})
+    new = _flat(OmegaConf.to_container(OmegaConf.create(new_yaml)) or {})
+    unset = "(unset)"
+    return [
+        f"{k}: {old.get(k, unset)} -> {new.get(k, unset)}"
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k, unset) != new.get(k, unset)
+    ]

@@ -202,6 +202,7 @@ class Controller:
         self.step = int(info["global_step"] or 0)
         self.version = int(info["policy_version"] or 0)
         if not info.get("resumed_from"):
+            parts.run.record_config(self.cfg)
             return
         extra = parts.trainer.call("extra_state")[0]
         state = ControllerState.from_extra_state(extra)
@@ -233,6 +234,7 @@ class Controller:
         if info.get("schedule_note"):  # the resumed recipe moved the LR schedule's end
             logger.warning("%s", info["schedule_note"])
             parts.progress.write(f"warning: {info['schedule_note']}")
+        self._record_changes(parts.run.record_config(self.cfg))
         logger.info(
             "resumed from %s at step %d (policy v%d); %d groups were in flight, %d groups "
             "already in the pool are not rolled out again",
@@ -242,6 +244,18 @@ class Controller:
             len(state.pending),
             len(self.scheduler.skip),
         )
+
+    def _record_changes(self, changes: list[str], shown: int = 8) -> None:
+        """Say which settings a resume changed (config.yaml now records the new ones)."""
+        if not changes:
+            return
+        more = f"; and {len(changes) - shown} more" if len(changes) > shown else ""
+        self.parts.progress.write(
+            f"nexrl: resumed with {len(changes)} changed setting(s) (config.yaml records "
+            f"them now): {'; '.join(changes[:shown])}{more}"
+        )
+        details = logging.getLogger(DETAILS_LOGGER)  # every one, in logs/driver.log only
+        details.info("settings changed on resume:\n  %s", "\n  ".join(changes))
 
     def _stopped_by(self, exc: Exception, trainer_error: type) -> str | None:
         """The one line that stops the run for ``exc`` when its cause is known: the Dask

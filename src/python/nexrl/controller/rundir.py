@@ -5,7 +5,8 @@ The initial model is built by ``nexrl.modeling.prepare``.
 ::
 
     runs/<experiment_name>/
-      config.yaml         the resolved recipe of the (latest) start (${oc.env:…} kept)
+      config.yaml         the resolved recipe of the latest start or accepted resume
+                          (${oc.env:…} kept)
       model/              the tiny model built from config (model.path: null)
       pool.zarr/          trajectories              snapshots/vN/   published weights
       checkpoints/        trainer + controller      batches/        the batch being trained
@@ -37,8 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nexrl.config.record import recorded_yaml
+from nexrl.config.record import changed_fields, recorded_yaml
 from nexrl.errors import NexrlError
+from nexrl.util.files import atomic_write_text
 from nexrl.weights.checkpoint import CheckpointManager
 
 __all__ = ["LOCK_FILE", "RunDir", "RunDirError"]
@@ -153,7 +155,20 @@ class RunDir:
             self._abandon([pool, self.metrics])
         for d in (self.root, self.logs, self.plots, self.batches):
             d.mkdir(parents=True, exist_ok=True)
-        (self.root / "config.yaml").write_text(recorded_yaml(cfg))  # no env values: secrets
+        if not self.has_checkpoint():  # a resume records its recipe once it is accepted
+            self.record_config(cfg)
+
+    def record_config(self, cfg: Any) -> list[str]:
+        """Write ``config.yaml`` (no environment values: secrets); the fields that differ
+        from the one it replaces (a resume with changed settings), ``key: old -> new``."""
+        path = self.root / "config.yaml"
+        text = recorded_yaml(cfg)
+        try:
+            before = path.read_text()
+        except FileNotFoundError:
+            before = None
+        atomic_write_text(path, text, fsync=False, fsync_parent=False)
+        return [] if before is None else changed_fields(before, text)
 
     def _abandon(self, paths: list[Path]) -> None:
         dest = self.root / f"abandoned-{time.strftime('%Y%m%d-%H%M%S')}"

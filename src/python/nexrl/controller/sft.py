@@ -149,6 +149,10 @@ class SftRun:
             logger.info("resumed from %s at step %d", info["resumed_from"], self.step)
             if info.get("resume_note"):  # a corrupted checkpoint or snapshot was passed over
                 logger.warning("%s", info["resume_note"])
+            for change in self.run_dir.record_config(cfg):
+                logger.warning("setting changed on resume: %s", change)
+        else:
+            self.run_dir.record_config(cfg)
         self._last_ckpt = self.step
         self.version = self._published = int(info["policy_version"] or 0)
         self.tracker = MetricsTracker(

@@ -80,7 +80,7 @@ def import_jobqueue() -> Any:
     except ValueError:  # pragma: no cover - no signals here
         previous = None
     import dask_jobqueue
-    import dask_jobqueue.slurm  # noqa: F401
+    import dask_jobqueue.slurm
 
     if previous is not None:
         with contextlib.suppress(ValueError):  # not the main thread: it was not changed
