@@ -9,6 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from nexrl.config.sections.cluster import (
     ClusterConfig,
     SlurmConfig,
@@ -16,6 +18,7 @@ from nexrl.config.sections.cluster import (
     SlurmRolloutJobs,
 )
 from nexrl.runtime.cluster import start_cluster
+from nexrl.runtime.slurm import SlurmError
 from nexrl.util.dask_workers import workers_of
 
 from ._slurm import SLURM_TOKEN, require_slurm, squeue, wait_gone
@@ -238,3 +241,60 @@ def test_rollout_jobs_adapt_to_the_backlog_between_jobs_and_max_jobs(tmp_path: P
     finally:
         handle.close()
     assert wait_gone([*seen, *trainer_ids]) == {}, "jobs left in squeue after close()"
+
+
+def _named_jobs(prefix: str) -> list[str]:
+    """Ids of the jobs squeue lists whose name starts with ``prefix``."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True)
+    return [
+        i
+        for i, name in (line.split() for line in out.stdout.splitlines())
+        if name.startswith(prefix)
+    ]
+
+
+def _small_slurm(**trainer: object) -> ClusterConfig:
+    slurm = SlurmConfig(
+        partition="debug",
+        walltime="00:10:00",
+        scheduler_host="127.0.0.1",
+        job_start_timeout_s=600,  # the errors below come long before it
+        rollout=SlurmRolloutJobs(jobs=1, cores=1, memory="1GB", gpus=0),
+        trainer=SlurmJobSize(**{"cores": 1, "memory": "1GB", "gpus": 0, **trainer}),  # type: ignore[arg-type]
+    )
+    return ClusterConfig(type="slurm", slurm=slurm, dashboard_address=":0")
+
+
+def test_a_job_slurm_will_never_start_is_an_error_at_once_naming_the_field(
+    tmp_path: Path,
+) -> None:
+    """More cores than the partition's node has: pending for ever (PartitionConfig).
+    The run says so as soon as squeue shows it, not after job_start_timeout_s."""
+    require_slurm()
+    with pytest.raises(SlurmError) as err:
+        start_cluster(_small_slurm(cores=1000), "never", 1, log_dir=tmp_path / "slurm")
+    message = str(err.value)
+    assert message.startswith("Slurm will never start nexrl-never-trainer-0 (job ")
+    assert "PENDING (PartitionConfig)" in message
+    assert "cluster.slurm.trainer.cores / memory / gpus" in message
+    assert "job_start_timeout_s" not in message  # not the timeout's error
+    assert wait_gone(_named_jobs("nexrl-never-")) == {}
+
+
+def test_ctrl_c_while_slurm_jobs_are_pending_stops_the_wait_and_cancels_them(
+    tmp_path: Path,
+) -> None:
+    """The run's Ctrl-C (``should_stop``) ends the wait for the jobs at once."""
+    require_slurm()
+    asked: list[int] = []
+
+    def should_stop() -> bool:
+        asked.append(1)
+        return len(asked) > 2  # Ctrl-C arrives while the jobs are being waited for
+
+    with pytest.raises(KeyboardInterrupt):
+        start_cluster(
+            _small_slurm(), "stopped", 1, log_dir=tmp_path / "slurm", should_stop=should_stop
+        )
+    assert len(asked) == 3
+    assert wait_gone(_named_jobs("nexrl-stopped-")) == {}

@@ -304,8 +304,9 @@ def run(recipe: Recipe) -> int:
         return 1
     except KeyboardInterrupt:  # a second Ctrl-C, or one before the run's loop started
         print(
-            "nexrl: stopped at once (a second Ctrl-C: the step in progress is not "
-            "checkpointed); continue from the newest checkpoint with: resume.mode=auto",
+            "nexrl: stopped at once (before the first step, or a second Ctrl-C: a step in "
+            "progress is not checkpointed); continue from the newest checkpoint with: "
+            "resume.mode=auto",
             file=sys.stderr,
         )
         return 130

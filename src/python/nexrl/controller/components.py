@@ -225,6 +225,7 @@ def _build(
         inference_job=not inference_cfg.base_urls,
         log_dir=run.logs / "slurm",
         roots=recipe.roots,  # where relative cluster.tls files resolve
+        should_stop=should_stop,  # Ctrl-C while Slurm jobs are pending
     )
     closers.append(cluster.close)
     install_task_logs(cluster.client, run.logs)

@@ -124,6 +124,7 @@ class SftRun:
             max(1, int(cfg.resource.trainer_gpus)),
             plugins=recipe.plugins,
             roots=recipe.roots,
+            should_stop=self.should_stop,
         )
         self._closers.append(self.cluster.close)
         spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,6 +209,7 @@ def start_cluster(
     inference_job: bool = False,
     log_dir: str | Path | None = None,
     roots: Sequence[Path] = (),
+    should_stop: Callable[[], bool] | None = None,
 ) -> ClusterHandle:
     """Start (or connect to) the cluster and return a connected client.
 
@@ -217,7 +218,8 @@ def start_cluster(
     ``trainer_ranks`` jobs for the trainer and (``inference_job``) one for the
     embedded server are submitted and joined first; job output goes to ``log_dir``.
     On Kubernetes, the same as worker groups (pods). ``roots`` are where relative
-    ``cluster.tls`` file paths resolve (the recipe's roots).
+    ``cluster.tls`` file paths resolve (the recipe's roots). ``should_stop`` (the
+    run's Ctrl-C) ends a wait for Slurm jobs with ``KeyboardInterrupt``.
     """
     from distributed import Client
 
@@ -249,6 +251,7 @@ def start_cluster(
             inference=inference_job,
             log_dir=log_dir,
             security=security,
+            should_stop=should_stop,
         )
         handle = ClusterHandle(client, cluster, jobs, trainers, server)
         return _with_plugins(handle, plugins)

@@ -36,7 +36,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,30 @@ def sbatch(script: str, name: str) -> str:
     return out.stdout.strip().split(";")[0]
 
 
+STATES_EVERY_S = 5.0  # how often a wait for jobs reads their Slurm states
+SAY_EVERY_S = 30.0  # how often it says what it is waiting for
+# squeue reasons of a pending job that no wait clears: the request exceeds its partition
+NEVER_STARTS = frozenset(
+    {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints"}
+)
+
+
+def _reason(state: str | None) -> str:
+    """``Resources`` of ``PENDING (Resources)``."""
+    if not state or "(" not in state:
+        return ""
+    return state.split("(", 1)[1].rstrip(")")
+
+
+def _states(jobs: Sequence[SubmittedJob], states: dict[str, str] | None = None) -> str:
+    """``name (job id: STATE (reason))`` of each job, from squeue when not given."""
+    if states is None:
+        states = job_states([j.job_id for j in jobs])
+    return ", ".join(
+        f"{j.name} (job {j.job_id}: {states.get(j.job_id, 'not in squeue: ended')})" for j in jobs
+    )
+
+
 def job_states(job_ids: Sequence[str]) -> dict[str, str]:
     """``{job_id: 'STATE (reason)'}`` from squeue; jobs squeue no longer lists are absent."""
     if not job_ids:
@@ -223,28 +247,58 @@ class SlurmJobs:
     def rollout_job_ids(self) -> list[str]:
         return [str(j.job_id) for j in self.cluster.workers.values() if j.job_id]
 
-    def wait_for_workers(self, client: Any, jobs: Sequence[SubmittedJob]) -> dict[str, str]:
-        """``{job name: worker address}`` once every job's worker has joined; a clear
-        error naming the jobs still missing (and their Slurm state) after the timeout."""
-        deadline = time.monotonic() + float(self.cfg.job_start_timeout_s)
+    def wait_for_workers(
+        self,
+        client: Any,
+        jobs: Sequence[SubmittedJob],
+        should_stop: Callable[[], bool] | None = None,
+    ) -> dict[str, str]:
+        """``{job name: worker address}`` once every job's worker has joined.
+
+        While it waits: every ``STATES_EVERY_S`` the jobs' Slurm states are read; a job
+        Slurm will never start (``NEVER_STARTS``: more than its partition offers) is a
+        clear error at once, and every ``SAY_EVERY_S`` a line says what is pending. After
+        ``job_start_timeout_s``: a clear error naming the jobs still missing and their
+        states. ``should_stop`` (Ctrl-C) ends the wait with ``KeyboardInterrupt``."""
+        start = time.monotonic()
+        timeout = float(self.cfg.job_start_timeout_s)
         want = {j.name: j for j in jobs}
+        checked = said = start
         while True:
             workers = workers_of(client)
             found = {w["name"]: addr for addr, w in workers.items() if w.get("name") in want}
             if len(found) == len(want):
                 return found
-            if time.monotonic() > deadline:
-                missing = [want[n] for n in want if n not in found]
-                states = job_states([j.job_id for j in missing])
-                detail = ", ".join(
-                    f"{j.name} (job {j.job_id}: {states.get(j.job_id, 'not in squeue: ended')})"
-                    for j in missing
-                )
+            if should_stop is not None and should_stop():
+                raise KeyboardInterrupt("stopped while waiting for the Slurm jobs to start")
+            now = time.monotonic()
+            missing = [want[n] for n in want if n not in found]
+            if now - start > timeout:
                 raise SlurmError(
-                    f"Slurm jobs did not start a worker within {self.cfg.job_start_timeout_s:g}s "
-                    f"(cluster.slurm.job_start_timeout_s): {detail}; see their logs in "
-                    f"{self.log_dir or 'the job output files'}"
+                    f"Slurm jobs did not start a worker within {timeout:g}s "
+                    f"(cluster.slurm.job_start_timeout_s): {_states(missing)}; see their "
+                    f"logs in {self.log_dir or 'the job output files'}"
                 )
+            if now - checked >= STATES_EVERY_S:
+                checked = now
+                states = job_states([j.job_id for j in missing])
+                never = [j for j in missing if _reason(states.get(j.job_id)) in NEVER_STARTS]
+                if never:
+                    raise SlurmError(
+                        f"Slurm will never start {_states(never, states)}: the job asks for "
+                        f"more than partition {self.cfg.partition or '(default)'} offers; "
+                        "lower cluster.slurm."
+                        f"{never[0].role}.cores / memory / gpus, or choose another "
+                        "cluster.slurm.partition"
+                    )
+                if now - said >= SAY_EVERY_S:
+                    said = now
+                    logger.info(
+                        "slurm: waiting for %s (%.0fs of cluster.slurm.job_start_timeout_s=%g)",
+                        _states(missing, states),
+                        now - start,
+                        timeout,
+                    )
             time.sleep(0.5)
 
     def all_job_ids(self) -> list[str]:
@@ -291,6 +345,7 @@ def start_slurm(
     inference: bool,
     log_dir: str | Path | None = None,
     security: Any | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[Any, Any, SlurmJobs, list[str], str | None]:
     """Start the rollout cluster and submit the trainer (and inference) jobs;
     every comm on TLS with ``security`` (``nexrl.runtime.tls.security``).
@@ -355,7 +410,7 @@ def start_slurm(
         own = [jobs.submit("trainer", r) for r in range(trainer_ranks)]
         if inference:
             own.append(jobs.submit("inference", 0))
-        found = jobs.wait_for_workers(client, own)
+        found = jobs.wait_for_workers(client, own, should_stop)
         trainer_workers = [found[j.name] for j in own if j.role == "trainer"]
         inference_worker = next((found[j.name] for j in own if j.role == "inference"), None)
         return client, cluster, jobs, trainer_workers, inference_worker
