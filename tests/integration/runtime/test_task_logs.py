@@ -97,3 +97,61 @@ def test_a_failing_task_is_one_line_per_failure_on_the_terminal(tmp_path: Path) 
     assert "line 21, in evaluate" in text  # the traceback, with where it was raised
     assert text.count("evaluator NoAnswer failed") == 8
     assert text.count("deepspeed: op built") == 8 and "op built" not in proc.stderr
+
+
+CLOSING = textwrap.dedent(
+    """
+    import sys, time
+    from distributed import Client, LocalCluster
+
+    from nexrl.runtime.task_logs import install_task_logs
+
+    logs = sys.argv[1]
+
+    def rollout(i):  # still running when the run shuts its workers down
+        import logging
+
+        time.sleep(3)
+        try:
+            raise ConnectionError("cannot reach inference server")
+        except ConnectionError:
+            logging.getLogger("nexrl.rollout_worker.base").warning(
+                "rollout of group %d raised", i, exc_info=True
+            )
+        return i
+
+    if __name__ == "__main__":
+        with LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0"
+        ) as cluster, Client(cluster) as client:
+            install_task_logs(client, logs)
+            futures = [client.submit(rollout, i) for i in range(2)]
+            time.sleep(1)  # both are running
+        print("done", file=sys.stderr)
+    """
+)
+
+
+def test_a_task_that_logs_while_its_worker_closes_stays_off_the_terminal(
+    tmp_path: Path,
+) -> None:
+    """A run that stops with rollouts in flight: what they log while their worker
+    closes (a warning with its traceback) goes to the worker's log file, not to the
+    terminal through Python's last-resort handler."""
+    script = tmp_path / "closing.py"
+    script.write_text(CLOSING)
+    logs = tmp_path / "logs"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(logs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "cannot reach" not in proc.stderr, proc.stderr
+    (log,) = logs.glob("dask-worker-*.log")
+    text = log.read_text()
+    assert text.count("rollout of group") == 2 and "ConnectionError" in text

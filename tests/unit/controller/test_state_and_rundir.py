@@ -146,4 +146,3 @@ def test_a_group_committed_twice_is_trained_from_one_copy(tmp_path: Path) -> Non
         (6, 0),
         (6, 1),
     ]
-

@@ -16,8 +16,12 @@ import nexrl.runtime.slurm  # noqa: F401  (the subprocesses import it: a depende
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-        check=False, env=env,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
     )
 
 

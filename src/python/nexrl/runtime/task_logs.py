@@ -121,9 +121,10 @@ def route_logs(
     loggers: Sequence[str] = ("distributed",),
     *,
     shown_as: str | None = None,
-) -> Callable[[], None]:
+) -> Callable[..., None]:
     """Route ``loggers`` (and their descendants that have handlers of their own) in this
-    process as the module doc says; returns the function that undoes it."""
+    process as the module doc says; returns the function that undoes it, or with
+    ``to_file_only=True`` leaves only the file (records of a process that is closing)."""
     log_file = Path(log_file)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     file_handler = QuietFileHandler(log_file)  # a full disk: one line, no tracebacks
@@ -148,14 +149,19 @@ def route_logs(
         logger.addHandler(terminal)
         logger.propagate = False
 
-    def undo() -> None:
+    def undo(to_file_only: bool = False) -> None:
         for logger, streams, propagate in changed:
-            logger.removeHandler(file_handler)
             logger.removeHandler(terminal)
+            if to_file_only:
+                continue
+            logger.removeHandler(file_handler)
             for h in streams:
                 logger.addHandler(h)
             logger.propagate = propagate
-        file_handler.close()
+        if to_file_only:
+            file_handler.flush()
+        else:
+            file_handler.close()
 
     return undo
 
@@ -169,7 +175,7 @@ class RouteTaskLogs(WorkerPlugin):
     def __init__(self, log_dir: str | Path, shown_dir: str = "logs") -> None:
         self.log_dir = str(log_dir)
         self.shown_dir = shown_dir
-        self._undo: Callable[[], None] | None = None
+        self._undo: Callable[..., None] | None = None
 
     def setup(self, worker: Any) -> None:
         name = re.sub(r"[^\w.-]", "_", str(worker.name))
@@ -180,8 +186,11 @@ class RouteTaskLogs(WorkerPlugin):
         )
 
     def teardown(self, worker: Any) -> None:
+        # The worker is closing, and its tasks may still log (a rollout whose server
+        # has gone): to the file only. Undone in full, a warning with its traceback
+        # would reach the terminal through Python's last-resort handler.
         if self._undo is not None:
-            self._undo()
+            self._undo(to_file_only=True)
             self._undo = None
 
 
