@@ -171,6 +171,7 @@ def test_hung_evaluator_is_cancelled_and_named(tmp_path: Path) -> None:
             f"rollout_worker.evaluator={evaluator}:Hangs",
             "runtime_monitor.task_timeout_s=30",  # rollouts finish well within it, even on a busy machine
             "runtime_monitor.max_task_failures=0",
+            "runtime_monitor.wait_notice_s=10",
         ),
     )
     with pytest.raises(ControllerError) as err:
@@ -178,4 +179,10 @@ def test_hung_evaluator_is_cancelled_and_named(tmp_path: Path) -> None:
     message = str(err.value)
     assert "evaluator future evaluate-g" in message
     assert "task_timeout_s=30" in message and "max_task_failures=0" in message
+    # while it hung, the run said what it waited for and what would end it
+    log = (out / "logs" / "driver.log").read_text()
+    waiting = [line for line in log.splitlines() if "step 1: waiting " in line]
+    assert waiting, log[-3000:]
+    assert "for a batch: 32 trajectories in flight, 0 of 32 ready in the pool" in waiting[0]
+    assert "runtime_monitor.task_timeout_s=30 is cancelled and retried" in waiting[0]
     assert processes_using(out) == []

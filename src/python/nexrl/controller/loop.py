@@ -553,8 +553,13 @@ class Controller:
         """Top up rollouts and wait until the pool hands out a batch; None when the
         data is exhausted or a stop was asked for."""
         parts = self.parts
+        started = said = time.monotonic()
+        notice_s = float(self.cfg.runtime_monitor.wait_notice_s)
         while self.stop_reason is None:
             self._service(dispatch=True)
+            if time.monotonic() - said >= notice_s:
+                said = time.monotonic()
+                self._say_waiting(said - started)
             quiet = self.scheduler.idle(parts.dispatcher)
             batch = parts.pool.get_batch(
                 current_version=self.version,
@@ -569,6 +574,20 @@ class Controller:
                 return None
             parts.dispatcher.wait_any(0.2)
         return None
+
+    def _say_waiting(self, waited: float) -> None:
+        """One line for a step whose batch is long in coming (a slow or hung evaluator
+        or server), so a stalled terminal says what it waits for and what ends it."""
+        parts = self.parts
+        stats = parts.pool.stats()
+        timeout = float(self.cfg.runtime_monitor.task_timeout_s)
+        parts.progress.write(
+            f"step {self.step + 1}: waiting {waited:.0f}s for a batch: "
+            f"{parts.dispatcher.running_trajectories('train')} trajectories in flight, "
+            f"{stats.ready} of {int(self.cfg.trajectory_pool.batch_size)} ready in the pool; "
+            f"a rollout or evaluator task running past runtime_monitor.task_timeout_s="
+            f"{timeout:g} is cancelled and retried"
+        )
 
     def _service(self, dispatch: bool) -> None:
         """Harvest finished rollouts, count failures, watch inference, top up."""

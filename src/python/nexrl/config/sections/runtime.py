@@ -118,6 +118,13 @@ class RuntimeMonitorConfig:
     max_task_failures: int = cfg_field(
         20, help="Failed rollouts tolerated before the run stops with an error.", minimum=0
     )
+    wait_notice_s: float = cfg_field(
+        60.0,
+        help="A step that has waited this long for its batch (a slow or hung evaluator or "
+        "server) prints a line saying what is in flight and what ends a hung task, and "
+        "again every wait_notice_s.",
+        minimum=1.0,
+    )
     health_timeout_s: float = cfg_field(
         10.0, help="How long one GET /health of the inference server may take.", minimum=0.1
     )
