@@ -5,6 +5,7 @@ the policy versions monotonic."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -75,6 +76,10 @@ def test_a_killed_inference_server_is_restarted_on_the_newest_weights(tmp_path: 
     )
     pids = [int(p) for p in re.findall(r"embedded server at \S+ \(pid (\d+)\)", log)]
     assert len(pids) == 2 and pids[0] == killed and pids[1] != killed
+    # cluster.json follows the server to its new process and address
+    record = json.loads((out / "cluster.json").read_text())
+    assert record["inference"]["pid"] == pids[1]
+    assert record["inference"]["base_urls"] == controller.parts.supervisor.base_urls
 
 
 def test_a_hung_inference_server_is_detected_killed_and_replaced(tmp_path: Path) -> None:

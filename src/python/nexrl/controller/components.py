@@ -37,6 +37,7 @@ from nexrl.inference.lora import adapter_model_name
 from nexrl.inference.supervisor import InferenceSupervisor
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import Recipe
+from nexrl.util.files import atomic_write_text
 from nexrl.util.logfile import QuietFileHandler
 
 if TYPE_CHECKING:
@@ -80,6 +81,17 @@ class Components:
     _plotted_at: float | None = None  # time.monotonic() when the last redraw started
     tokenizer: Any = None  # decodes the trajectories the dashboard shows
     dashboard_url: str = ""  # the run's /nexrl page ("" when the scheduler cannot serve it)
+    ranks: list[dict[str, Any]] = field(default_factory=list)  # the trainer ranks' setup
+
+    def record_cluster(self) -> None:
+        """Rewrite ``cluster.json`` (a job or worker was replaced, the server restarted);
+        a failure is a warning, never a stop."""
+        try:
+            _write_cluster_record(
+                self.run.root / "cluster.json", self.cluster, self.ranks, self.supervisor
+            )
+        except Exception as exc:
+            logger.warning("cluster.json not updated: %s", exc)
 
     def pending_groups(self) -> int:
         """Groups committed to the pool and not yet handed out."""
@@ -344,6 +356,7 @@ def _build(
         _closers=closers,
         tokenizer=tokenizer,
         dashboard_url=dashboard_url,
+        ranks=ranks,
     )
 
 
@@ -386,7 +399,8 @@ def _write_cluster_record(
     path: Path, cluster: Any, ranks: list[dict[str, Any]], supervisor: Any
 ) -> None:
     """``<run>/cluster.json``: where each part of the run is running (on Slurm: the
-    job id each component reports from inside its job)."""
+    job id each component reports from inside its job); rewritten (atomically) when a
+    part moves, and at the end of the run."""
     import json
     import os
 
@@ -399,7 +413,8 @@ def _write_cluster_record(
         for addr, jid in cluster.client.run(job_id).items()
         if addr not in trainers and addr != cluster.inference_worker
     }
-    server = getattr(supervisor.server, "info", None) or {}
+    server = {"pid": getattr(supervisor.server, "pid", None)}  # a local server's own
+    server.update(getattr(supervisor.server, "info", None) or {})  # a job's: node, job id
     record = {
         "scheduler": cluster.scheduler_address,  # tls://… with cluster.tls
         "dashboard": cluster.dashboard_link,
@@ -408,7 +423,8 @@ def _write_cluster_record(
         "inference": {"base_urls": supervisor.base_urls, **server},
         "rollout_workers": rollout,
     }
-    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    text = json.dumps(record, indent=2, default=str) + "\n"
+    atomic_write_text(path, text, fsync=False, fsync_parent=False)
 
 
 def install_dashboard(recipe: Recipe, cluster: ClusterHandle, run: RunDir) -> str:

@@ -108,6 +108,7 @@ class Controller:
         self._filtered_mark = 0  # the pool's filtered_groups at the last batch
         self._last_ckpt_step = -1
         self._seen_restarts = 0  # the inference supervisor's restarts counted so far
+        self._cluster_changed = False  # a worker joined or left, the server restarted
         self._val_summaries: list[Any] = []  # validation results being collected
         self.evaluator_policy = EvaluatorFailurePolicy(
             int(self.cfg.rollout_worker.max_evaluator_error_steps),
@@ -364,6 +365,8 @@ class Controller:
             parts.tracker.log(self.step, self._validate())  # the final policy is always validated
         if self.step > self._last_ckpt_step and self.step > 0:
             self._checkpoint()
+        if self._cluster_changed:
+            parts.record_cluster()
         summary = self.summary = parts.finish()  # printed by run() once all is closed
         failed = self.evaluator_policy.check_finished()
         if failed is not None:
@@ -600,6 +603,9 @@ class Controller:
             parts.supervisor.check()
             self._follow_inference_restarts()
             self._count_lost_workers()
+            if self._cluster_changed:
+                self._cluster_changed = False
+                parts.record_cluster()
         if dispatch:
             self.scheduler.top_up(parts.dispatcher, parts.loader, parts.pending_groups)
 
@@ -623,7 +629,10 @@ class Controller:
 
         def on_event(event: Any) -> None:  # on the client's event loop thread
             _, msg = event
-            lost = isinstance(msg, dict) and msg.get("action") == "remove-worker"
+            action = msg.get("action") if isinstance(msg, dict) else None
+            if action in ("add-worker", "remove-worker"):
+                self._cluster_changed = True  # cluster.json is rewritten at the next check
+            lost = action == "remove-worker"
             if lost and not msg.get("expected"):
                 self._lost_workers.append(
                     (str(msg.get("worker")), len(msg.get("processing-tasks") or ()))
@@ -656,6 +665,7 @@ class Controller:
         if new > 0:
             self._seen_restarts = parts.supervisor.restarts
             self.counters["inference_restarts"] += new
+            self._cluster_changed = True  # the server's new pid (and job) in cluster.json
             parts.dispatcher.spec = parts.dispatcher.spec.with_base_urls(parts.supervisor.base_urls)
 
     def _record(self, h: Harvest) -> None:
