@@ -118,6 +118,14 @@ def test_a_data_row_without_the_evaluators_field_names_file_row_and_field(
     ]
 
 
+def test_an_empty_data_file_is_named(recipe: Path, tmp_path: Path) -> None:
+    (tmp_path / "train.jsonl").write_text("\n\n")  # blank lines only
+    assert problems_of(recipe) == [
+        "data.data_files: train.jsonl holds no rows (an empty file); add the prompts, one "
+        "JSON object per line, or leave the file out of the list"
+    ]
+
+
 def test_a_data_row_without_the_prompt_or_a_workers_field(recipe: Path, tmp_path: Path) -> None:
     rows(
         tmp_path / "train.jsonl", [{"question": "a", "answer": "b"}, {"prompt": "a", "answer": "b"}]

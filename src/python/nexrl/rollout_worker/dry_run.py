@@ -3,7 +3,7 @@
 * the evaluator class is instantiated (and a custom rollout worker class, with
   a client for a service that is not started: constructors must not call it);
 * the first ``HEAD_ROWS`` rows of every data file (``data.data_files`` and
-  ``validate.data_files``) are read and must hold the prompt
+  ``validate.data_files``) are read (an empty file is a problem) and must hold the prompt
   (``data.prompt_key``) and every field the evaluator (and a custom worker)
   lists in its ``required_fields`` class attribute;
 * a custom worker's ``format_task_query`` runs on the first training row;
@@ -151,6 +151,11 @@ def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -
             except DataError as exc:
                 out.append(f"{field}: {exc}")
                 continue
+            if not rows:
+                out.append(
+                    f"{field}: {file} holds no rows (an empty file); add the prompts, one "
+                    "JSON object per line, or leave the file out of the list"
+                )
             for position, row in rows:
                 where = f"{field}: {file}, {position}"
                 if isinstance(row, str):
