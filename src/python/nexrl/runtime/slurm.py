@@ -309,7 +309,12 @@ class SlurmJobs:
         ids = [j.job_id for j in self.submitted]
         if ids:
             subprocess.run(["scancel", *ids], capture_output=True, timeout=60, check=False)
-            logger.info("slurm: cancelled jobs %s", " ".join(ids))
+            rollout = self.rollout_job_ids()
+            logger.info(
+                "slurm: cancelled jobs %s%s",
+                " ".join(ids),
+                f" (rollout jobs {' '.join(rollout)} end with the cluster)" if rollout else "",
+            )
         self.submitted.clear()
 
     def remove_tls_files(self) -> None:
