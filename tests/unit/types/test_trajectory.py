@@ -106,10 +106,11 @@ def test_an_evaluation_result_with_a_metric_that_is_no_number_is_refused() -> No
     0, counted), not a trajectory that fails its whole group later."""
     from nexrl.types.episode import EvaluationRunResult
 
-    ok = EvaluationRunResult(reward=1.0, metrics={"a": 1, "b": np.float32(0.5), "c": 2.0})
+    metrics: dict[str, Any] = {"a": 1, "b": np.float32(0.5), "c": 2.0}  # numpy, as evaluators do
+    ok = EvaluationRunResult(reward=1.0, metrics=metrics)
     assert ok.metrics["b"] == 0.5
     for bad in (True, "1.0", None, [1.0]):
         with pytest.raises(TypeError, match=r"metrics\['m'\] must be a float"):
-            EvaluationRunResult(reward=1.0, metrics={"m": bad})
+            EvaluationRunResult(reward=1.0, metrics={"m": bad})  # type: ignore[dict-item]
     with pytest.raises(TypeError, match=r"metrics must be a dict"):
         EvaluationRunResult(reward=1.0, metrics=[("m", 1.0)])  # type: ignore[arg-type]
