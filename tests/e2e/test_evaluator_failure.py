@@ -78,19 +78,16 @@ def test_evaluator_failing_on_every_sample_stops_after_n_steps(tmp_path: Path) -
 
 def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
     out = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "nexrl.cli.train",
+        RECIPE,
+        *overrides(out, _evaluator_of_a_missing_field(tmp_path), steps=2),  # shorter than N=3
+        "validate.validate_before_train=true",  # the validation's errors are seen too
+    ]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nexrl.cli.train",
-            RECIPE,
-            *overrides(out, _evaluator_of_a_missing_field(tmp_path), steps=2),  # shorter than N=3
-            "validate.validate_before_train=true",  # the validation's errors are seen too
-        ],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
+        command, env=subprocess_env(), capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     stop = [line for line in proc.stderr.splitlines() if line.startswith("error: the run stopped")]
@@ -125,3 +122,11 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
     assert "evaluator errors: 64 (100.0% of trained samples); each one is in logs/dask-worker-" in (
         proc.stderr
     )
+    # The same command again: the run is at its last step, and it still never exits 0.
+    again = subprocess.run(
+        command, env=subprocess_env(), capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 1, again.stderr[-3000:]
+    (line,) = [x for x in again.stderr.splitlines() if x.startswith("error:")]
+    assert "finished at step 2 having trained on nothing but evaluator errors" in line
+    assert "Traceback" not in again.stderr

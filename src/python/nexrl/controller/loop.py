@@ -174,6 +174,14 @@ class Controller:
             return None
         rows = read_metrics(run.metrics) if run.metrics.exists() else []
         self.summary = format_summary(summarize(rows))
+        shares = [r.get("eval/evaluator_error") for r in rows if "reward/mean" in r]
+        if shares and all(share == 1.0 for share in shares):  # as check_finished() judged
+            raise ControllerError(
+                f"{run.root} finished at step {run.checkpoint_step()} having trained on "
+                "nothing but evaluator errors (eval/evaluator_error 1.0 at every step; see "
+                "logs/dask-worker-*.log); fix the evaluator and start a new run with "
+                "another experiment_name"
+            )
         print(f"{line}\n{self.summary}", file=sys.stderr, flush=True)
         return RunResult(run.checkpoint_step(), run.root, None, self.summary)
 
