@@ -142,10 +142,10 @@ def test_errors_about_validation_files_name_validate_data_files(tmp_path: Path) 
     from nexrl.controller.setup import validation_groups
     from nexrl.recipe import load_recipe_checked
 
-    empty = tmp_path / "empty.jsonl"
-    empty.write_text("")
+    too_long = tmp_path / "too_long.jsonl"  # rows --check passes: only the loader drops them
+    too_long.write_text(json.dumps({"prompt": "word " * 100, "answer": "1"}) + "\n")
     recipe = load_recipe_checked(
-        "recipes/max_digit/max_digit_tiny.yaml", [f"validate.data_files=[{empty}]"]
+        "recipes/max_digit/max_digit_tiny.yaml", [f"validate.data_files=[{too_long}]"]
     )
     with pytest.raises(DataError, match=r"^validate\.data_files: no usable prompts in"):
         validation_groups(recipe, word_count_length)
