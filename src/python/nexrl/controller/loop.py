@@ -281,7 +281,7 @@ class Controller:
         return None
 
     def _resume_hint(self) -> str:
-        """Where a rerun resumes: the newest complete checkpoint on disk (a save whose
+        """Where a rerun resumes: the checkpoint a resume picks on disk (a save whose
         reply was lost with a dying worker may have completed)."""
         step = self._last_ckpt_step
         if self.components is not None:

@@ -82,9 +82,11 @@ class RunDir:
         return CheckpointManager(self.checkpoints).latest() is not None
 
     def checkpoint_step(self) -> int:
-        """The step of the newest complete checkpoint, 0 when there is none."""
-        found = CheckpointManager(self.checkpoints).complete()
-        return found[-1][0] if found else 0
+        """The step a resume continues from (the checkpoint ``latest`` names, else the
+        newest complete one: ``CheckpointManager.latest``), 0 when there is none. A
+        step folder renamed into place before ``latest`` moved to it is not that step."""
+        found = CheckpointManager(self.checkpoints).latest()
+        return int(found.name.split("_", 1)[1]) if found is not None else 0
 
     def finished(self, cfg: Any) -> str | None:
         """What to say when a ``resume.mode=auto`` rerun has nothing to train: its newest
