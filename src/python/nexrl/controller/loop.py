@@ -109,6 +109,7 @@ class Controller:
         self._last_ckpt_step = -1
         self._seen_restarts = 0  # the inference supervisor's restarts counted so far
         self._cluster_changed = False  # a worker joined or left, the server restarted
+        self._first_step = 0  # the step this command started at (set by _loop)
         self._val_summaries: list[Any] = []  # validation results being collected
         self.evaluator_policy = EvaluatorFailurePolicy(
             int(self.cfg.rollout_worker.max_evaluator_error_steps),
@@ -344,6 +345,7 @@ class Controller:
     def _loop(self) -> RunResult:
         parts = self.parts
         total = int(self.cfg.trainer.total_train_steps)
+        self._first_step = self.step
         parts.progress.write(f"nexrl: run folder {parts.run.root}")
         parts.progress.write(f"nexrl: Dask dashboard {parts.cluster.dashboard_link}")
         jobs = parts.cluster.job_ids()
@@ -541,10 +543,12 @@ class Controller:
 
     def _check_not_all_filtered(self) -> None:
         """Dynamic sampling that finds no informative group at all (an evaluator that gives
-        every answer the same reward) would roll out forever: once eight times the extra rounds'
-        worth of groups were filtered for one step and not one group was kept, stop."""
+        every answer the same reward) would roll out forever: once eight times the extra
+        rounds' worth of groups were filtered for this command's first step and not one
+        group was kept, stop. Later (a policy that answers almost every prompt alike) the
+        step keeps waiting for an informative group, and the wait notice says so."""
         parts = self.parts
-        if not parts.pool.config.filter_zero_variance:
+        if not parts.pool.config.filter_zero_variance or self.step > self._first_step:
             return
         rounds = int(self.cfg.algorithm.max_extra_sampling_rounds)
         limit = 8 * max(rounds, 1) * parts.groups_per_batch
@@ -554,7 +558,8 @@ class Controller:
                 f"dynamic sampling: step {self.step + 1} found no group with different "
                 f"rewards in {filtered} groups rolled out (all were filtered as zero-variance: "
                 "algorithm.filter_zero_variance_groups); check that the evaluator does not "
-                "give every answer the same reward, or raise "
+                "give every answer the same reward (or, on a resumed run, that the policy "
+                "has not converged), or raise "
                 f"algorithm.max_extra_sampling_rounds (now {rounds}) for a task whose "
                 "informative groups are rare"
             )
@@ -595,8 +600,14 @@ class Controller:
         parts.progress.write(
             f"step {self.step + 1}: waiting {waited:.0f}s for a batch: "
             f"{parts.dispatcher.running_trajectories('train')} trajectories in flight, "
-            f"{stats.ready} of {int(self.cfg.trajectory_pool.batch_size)} ready in the pool; "
-            f"a rollout or evaluator task running past runtime_monitor.task_timeout_s="
+            f"{stats.ready} of {int(self.cfg.trajectory_pool.batch_size)} ready in the pool"
+            + (
+                f", {self._filtered_groups() - self._filtered_mark} groups filtered as "
+                "zero-variance (dynamic sampling)"
+                if parts.pool.config.filter_zero_variance
+                else ""
+            )
+            + "; a rollout or evaluator task running past runtime_monitor.task_timeout_s="
             f"{timeout:g} is cancelled and retried"
         )
 

@@ -134,7 +134,8 @@ class AlgorithmConfig:
         "worth of groups) are rolled out to replace filtered groups for one step; then "
         "the step trains on the informative groups it has (a short batch, logged as "
         "filter/short_batch) once it has one. When 8 times this many rounds were filtered "
-        "for one step without one informative group (an evaluator that gives every answer "
-        "the same reward), the run stops with an error.",
+        "for a command's first step without one informative group (an evaluator that gives "
+        "every answer the same reward), the run stops with an error; later steps wait for "
+        "one (a line every runtime_monitor.wait_notice_s says so).",
         minimum=1,
     )
