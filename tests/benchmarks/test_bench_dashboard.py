@@ -2,8 +2,7 @@
 machine, alternating page closed / open (closed, open, closed, open, so a drift
 of the machine's load falls on both sides). "Open": the page stays open in
 headless chromium for the whole run (it refreshes once a second from the
-scheduler and the run folder); the test reads the page's data once, at the end,
-and checks it holds every step.
+scheduler and the run folder); the test reads the page's data once, at the end.
 
 Per run: the median ``timing/step`` of metrics.jsonl over the steps after the
 first (the first holds the cold start), and the CPU seconds of the run's own
@@ -12,7 +11,8 @@ of the reaped run) and, for open runs, of the browser. The run-side CPU is what
 the page costs where the browser runs on another machine (the usual case on a
 cluster); the step time here also carries the browser drawing on the same 2
 cores. ``extra_info`` records them all and the ratios; not asserted
-(docs/benchmarks.md).
+(docs/benchmarks.md). The page's data at the end must be the run's steps from the
+first (all but the run's last second, which can end with the scheduler).
 """
 
 from __future__ import annotations
@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e._recipe import train_rows
-from tests.e2e.test_dashboard_page import CHROMEDRIVER, CHROMIUM, Run, page_source
+from tests.e2e.test_dashboard_page import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    Run,
+    assert_matches_metrics,
+    page_source,
+)
 
 STEPS = 12
 
@@ -68,7 +74,13 @@ def open_run(out: Path) -> dict[str, float]:
         driver.quit()
         time.sleep(0.5)
     browser_cpu = children_cpu_s() - cpu1
-    assert seen is not None and len(seen["step"]) == STEPS, seen
+    # The page refreshes once a second while the run's scheduler serves it: the steps of
+    # the run's last second (~0.25 s a step here) may end with the scheduler before the
+    # page's last refresh. What it shows is every step from the first, with the run's values.
+    assert seen is not None, "the page held no data"
+    shown = [int(s) for s in seen["step"]]
+    assert shown == list(range(1, len(shown) + 1)) and len(shown) >= STEPS - 4, shown
+    assert_matches_metrics(seen, out)
     return {"step_s": median_step_s(out), "run_cpu_s": run_cpu, "browser_cpu_s": browser_cpu}
 
 
