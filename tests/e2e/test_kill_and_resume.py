@@ -117,13 +117,16 @@ def test_driver_killed_then_resumed_trains_every_group_once(tmp_path: Path) -> N
     ]
     assert complete and max(complete) in (2, 4), complete
 
-    second = subprocess.run(
-        [*args, *overrides(out, "trainer.save_every=2", steps=6)],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE_S,
-    )
+    def again() -> subprocess.CompletedProcess[str]:  # the same command, to its end
+        return subprocess.run(
+            [*args, *overrides(out, "trainer.save_every=2", steps=6)],
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+        )
+
+    second = again()
     assert second.returncode == 0, second.stderr[-3000:]
     driver_log = (out / "logs" / "driver.log").read_text()
     assert "resumed from" in driver_log and f"at step {max(complete)} " in driver_log
@@ -138,13 +141,7 @@ def test_driver_killed_then_resumed_trains_every_group_once(tmp_path: Path) -> N
     # The same command once more: the run is finished, so it says so and how to train on,
     # shows the summary again, and starts no cluster (no validation row added).
     metrics = (out / "metrics.jsonl").read_bytes()
-    third = subprocess.run(
-        [*args, *overrides(out, "trainer.save_every=2", steps=6)],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE_S,
-    )
+    third = again()
     assert third.returncode == 0, third.stderr[-3000:]
     assert "finished at step 6 (trainer.total_train_steps=6): nothing to train" in third.stderr
     assert "raise trainer.total_train_steps" in third.stderr

@@ -52,12 +52,11 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_a_failing_task_is_one_line_per_failure_on_the_terminal(tmp_path: Path) -> None:
-    script = tmp_path / "failing_tasks.py"
-    script.write_text(SCRIPT)
-    logs = tmp_path / "logs"
+def run_script(script: Path, text: str, logs: Path) -> subprocess.CompletedProcess[str]:
+    """``text`` as ``script``, run in a child whose stderr is the "terminal" read here."""
+    script.write_text(text)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(script), str(logs)],
         capture_output=True,
         text=True,
@@ -65,6 +64,11 @@ def test_a_failing_task_is_one_line_per_failure_on_the_terminal(tmp_path: Path) 
         timeout=300,
         check=False,
     )
+
+
+def test_a_failing_task_is_one_line_per_failure_on_the_terminal(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    proc = run_script(tmp_path / "failing_tasks.py", SCRIPT, logs)
     assert proc.returncode == 0, proc.stderr
     terminal = proc.stderr.splitlines()
     assert terminal[-1] == "done"
@@ -138,18 +142,8 @@ def test_a_task_that_logs_while_its_worker_closes_stays_off_the_terminal(
     """A run that stops with rollouts in flight: what they log while their worker
     closes (a warning with its traceback) goes to the worker's log file, not to the
     terminal through Python's last-resort handler."""
-    script = tmp_path / "closing.py"
-    script.write_text(CLOSING)
     logs = tmp_path / "logs"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run(
-        [sys.executable, str(script), str(logs)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
+    proc = run_script(tmp_path / "closing.py", CLOSING, logs)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "cannot reach" not in proc.stderr, proc.stderr
     (log,) = logs.glob("dask-worker-*.log")
