@@ -173,18 +173,20 @@ class Controller:
         line = run.finished(self.cfg)
         if line is None:
             return None
+        step = run.checkpoint_step()
         rows = read_metrics(run.metrics) if run.metrics.exists() else []
         self.summary = format_summary(summarize(rows))
+        # (not summarize's evaluator_error_share: a step without errors may lack the metric)
         shares = [r.get("eval/evaluator_error") for r in rows if "reward/mean" in r]
         if shares and all(share == 1.0 for share in shares):  # as check_finished() judged
             raise ControllerError(
-                f"{run.root} finished at step {run.checkpoint_step()} having trained on "
+                f"{run.root} finished at step {step} having trained on "
                 "nothing but evaluator errors (eval/evaluator_error 1.0 at every step; see "
                 "logs/dask-worker-*.log); fix the evaluator and start a new run with "
                 "another experiment_name"
             )
         print(f"{line}\n{self.summary}", file=sys.stderr, flush=True)
-        return RunResult(run.checkpoint_step(), run.root, None, self.summary)
+        return RunResult(step, run.root, None, self.summary)
 
     def _install_signals(self) -> dict[int, Any]:
         def handler(signum: int, _frame: Any) -> None:
