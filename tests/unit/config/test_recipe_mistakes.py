@@ -325,7 +325,9 @@ def test_custom_worker_that_cannot_run_an_episode(tmp_path: Path) -> None:
         assert p.startswith("rollout_worker.custom_worker:") and expected in p
 
 
-def test_bad_warm_start_demonstrations_name_the_field_file_and_line(tmp_path: Path) -> None:
+def test_bad_warm_start_demonstrations_name_the_field_file_and_line(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
     (tmp_path / "demos.jsonl").write_text(
         '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]}\n'
         '{"messages": [{"role": "user", "content": "hi"}]}\n'
@@ -337,7 +339,9 @@ def test_bad_warm_start_demonstrations_name_the_field_file_and_line(tmp_path: Pa
     (p,) = problems_of(recipe, f"{field}=[nowhere.jsonl]")
     assert p.startswith(f"{field}: 'nowhere.jsonl' does not exist")
     # with model.path the tiny model is not built: its warm start is not checked (or run)
-    load_recipe_checked(recipe, [f"{field}=[{tmp_path / 'demos.jsonl'}]", f"model.path={tmp_path}"])
+    load_recipe_checked(
+        recipe, [f"{field}=[{tmp_path / 'demos.jsonl'}]", f"model.path={tiny_model_dir}"]
+    )
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo", "dr_grpo"])

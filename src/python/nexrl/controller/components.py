@@ -35,6 +35,7 @@ from nexrl.controller.setup import (
 from nexrl.controller.sync import SyncPolicy
 from nexrl.inference.lora import adapter_model_name
 from nexrl.inference.supervisor import InferenceSupervisor
+from nexrl.modeling.folder import chat_template_needed, require_chat_template, tokenizer_field
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import Recipe
 from nexrl.util.files import atomic_write_text
@@ -218,7 +219,10 @@ def _build(
     closers.append(_log_to_file(run, str(cfg.logger.level)))
 
     model_dir, tok_dir = prepare_model(cfg, run.root, recipe.roots, progress, should_stop)
-    tokenizer = load_tokenizer(tok_dir)
+    tokenizer = load_tokenizer(tok_dir, tokenizer_field(cfg))
+    why = chat_template_needed(cfg)
+    if why:
+        require_chat_template(tokenizer, tok_dir, why, tokenizer_field(cfg))
     length = prompt_length_fn(tokenizer)
     loader = DataLoader(data_config(recipe), length)
     val_groups = validation_groups(recipe, length)

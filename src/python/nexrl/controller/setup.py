@@ -20,6 +20,7 @@ from nexrl.config.sections.data import DataConfig
 from nexrl.controller.sync import SyncPolicy
 from nexrl.data.loader import LoaderConfig
 from nexrl.inference.lora import request_model_name
+from nexrl.modeling.folder import load_tokenizer
 from nexrl.plugins import split_spec
 from nexrl.pool.config import PoolConfig
 from nexrl.recipe import Recipe
@@ -147,12 +148,6 @@ def rollout_spec(recipe: Recipe, pool: PoolConfig, base_urls: list[str]) -> Roll
         # only the embedded server nexrl starts has the batch route
         batch_requests=bool(rw.batch_requests) and not (svc.base_urls or svc.command),
     )
-
-
-def load_tokenizer(tokenizer_dir: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
 
 
 def prompt_length_fn(tok: Any) -> Any:

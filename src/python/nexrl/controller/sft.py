@@ -34,6 +34,7 @@ from omegaconf import OmegaConf
 from nexrl.controller.loop import ControllerError
 from nexrl.controller.rundir import RunDir
 from nexrl.controller.setup import absolute_output_dir, load_tokenizer, pad_token_id
+from nexrl.modeling.folder import chat_template_needed, require_chat_template, tokenizer_field
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import Recipe
 
@@ -102,7 +103,10 @@ class SftRun:
         model_dir, tok_dir = prepare_model(
             cfg, out, recipe.roots, self.show_progress, self.should_stop
         )
-        tok = load_tokenizer(tok_dir)
+        tok = load_tokenizer(tok_dir, tokenizer_field(cfg))
+        why = chat_template_needed(cfg)
+        if why:
+            require_chat_template(tok, tok_dir, why, tokenizer_field(cfg))
         self.pad_id = pad_token_id(tok)
         stops = _stop_ids(model_dir, tok)
         d = cfg.data

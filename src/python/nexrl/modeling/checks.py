@@ -9,13 +9,47 @@ from omegaconf import DictConfig
 from nexrl.config.checks import register_check
 from nexrl.config.paths import resolve_path
 
-__all__ = ["model_source", "tiny_model_shape", "warm_start_demos"]
+__all__ = ["model_folder", "model_source", "tiny_model_shape", "warm_start_demos"]
 
 
 @register_check
 def model_source(cfg: DictConfig, roots: list[Path]) -> list[str]:
     if cfg.model.path is None and not cfg.model.tiny.vocab:
         return ["model.path: set a model directory, or model.tiny.vocab to build a tiny model"]
+    return []
+
+
+@register_check
+def model_folder(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``model.path`` loads (config, weights' headers) and its tokenizer has the chat
+    template the run needs (``nexrl.modeling.folder``)."""
+    if not cfg.model.path:
+        return []
+    from nexrl.modeling.folder import (
+        ModelSetupError,
+        chat_template_needed,
+        check_model_folder,
+        check_vocabulary,
+        load_tokenizer,
+        require_chat_template,
+        tokenizer_field,
+    )
+
+    model = resolve_path(str(cfg.model.path), roots)
+    tok_dir = (
+        resolve_path(str(cfg.model.tokenizer_path), roots) if cfg.model.tokenizer_path else model
+    )
+    if model is None or tok_dir is None:
+        return []  # the path check of the field already reports it
+    try:
+        config = check_model_folder(model)
+        tok = load_tokenizer(tok_dir, tokenizer_field(cfg))
+        check_vocabulary(tok, getattr(config, "vocab_size", None), tok_dir, tokenizer_field(cfg))
+        why = chat_template_needed(cfg)
+        if why:
+            require_chat_template(tok, tok_dir, why, tokenizer_field(cfg))
+    except ModelSetupError as exc:
+        return [str(exc)]
     return []
 
 

@@ -12,16 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from nexrl.config.paths import resolve_path
-from nexrl.errors import NexrlError
 from nexrl.modeling.cache import build_into, cached_build, tiny_model_key
+from nexrl.modeling.folder import ModelSetupError, check_model_folder
 
 __all__ = ["ModelSetupError", "prepare_model"]
 
 logger = logging.getLogger(__name__)
-
-
-class ModelSetupError(RuntimeError, NexrlError):
-    """The initial model cannot be found or built (the message names the recipe field)."""
 
 
 def prepare_model(
@@ -46,6 +42,7 @@ def prepare_model(
                 f"model.path: {model} has no config.json; point it at a Hugging Face model folder"
             )
         tok = Path(cfg.model.tokenizer_path) if cfg.model.tokenizer_path else model
+        check_model_folder(model)  # (the recipe check did too; a folder can change since)
         if cfg.model.tiny.warm_start.data_files:
             logger.warning("model.path is set: model.tiny.warm_start (tiny model only) is ignored")
         return model, tok
