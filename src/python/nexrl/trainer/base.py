@@ -64,6 +64,7 @@ from nexrl.trainer.errors import TrainerError
 from nexrl.trainer.lora import adapter_config, adapter_state_dict, apply_lora, lora_enabled
 from nexrl.trainer.loss import policy_gradient_loss
 from nexrl.trainer.ops import (
+    disable_dropout,
     loss_units,
     micro_batches,
     model_inputs,
@@ -132,6 +133,10 @@ class SelfHostedTrainer:
         _seed_everything(spec.seed)
         if model is None:
             model = self._load_model(spec.model_path, torch.float32)
+        if getattr(self.cfg, "disable_dropout", True):
+            zeroed = disable_dropout(model)
+            if zeroed:
+                logger.info("trainer: %d dropout(s) set to 0 (trainer.disable_dropout)", zeroed)
         self.model_config = model.config
         self.lora = lora_enabled(self.cfg)
         if self.lora:

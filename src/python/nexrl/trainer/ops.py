@@ -20,6 +20,7 @@ from nexrl.algorithms import agg_units, entropy_from_logits
 from nexrl.types.batch import Batch
 
 __all__ = [
+    "disable_dropout",
     "loss_units",
     "micro_batches",
     "model_inputs",
@@ -27,6 +28,27 @@ __all__ = [
     "response_valid",
     "shard_rows",
 ]
+
+
+def disable_dropout(model: torch.nn.Module) -> int:
+    """Set every dropout probability in ``model`` to 0; returns how many were not 0.
+
+    Covers ``nn.Dropout`` modules (GPT-2's ``attn_pdrop`` / ``resid_pdrop`` /
+    ``embd_pdrop``) and the float ``attention_dropout`` / ``dropout`` attributes that
+    Llama- and Qwen2-style attention reads in training mode. The model's config is
+    left as it is, so snapshots keep the user's ``config.json``.
+    """
+    zeroed = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            zeroed += module.p > 0
+            module.p = 0.0
+        for name in ("attention_dropout", "dropout"):
+            value = getattr(module, name, None)
+            if isinstance(value, float) and not isinstance(value, bool):
+                zeroed += value > 0
+                setattr(module, name, 0.0)
+    return int(zeroed)
 
 
 def model_inputs(batch: Batch) -> dict[str, Tensor | bool | None]:

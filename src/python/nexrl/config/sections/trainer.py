@@ -95,6 +95,15 @@ class TrainerConfig:
         8, help="Sequences per forward/backward on one rank.", minimum=1
     )
     ppo_epochs: int = cfg_field(1, help="Passes over each batch.", minimum=1)
+    disable_dropout: bool = cfg_field(
+        True,
+        help="Train with every dropout of the model at 0 (its config's attention, "
+        "residual and embedding dropouts, e.g. GPT-2's 0.1). The policy ratio, the "
+        "rollout-correction weights and the old log-probs compare the trainer's "
+        "log-probs with the inference server's, which samples without dropout: with it "
+        "on they differ at every step. false = keep the model's dropout (e.g. as "
+        "regularisation in SFT).",
+    )
     grad_clip: float = cfg_field(1.0, help="Gradient norm clip (0 = off).", minimum=0.0)
     max_nonfinite_steps: int = cfg_field(
         3,
