@@ -283,6 +283,7 @@ def _build(
                 gpus_per_rank=int(cfg.resource.trainer_gpus),
                 workers=cluster.trainer_workers,  # Slurm: rank r in trainer job r
                 timeout_s=trainer_timeout_s,
+                silent_s=float(cfg.runtime_monitor.trainer_silent_s),
             )
         closers.append(trainer.close)
         ranks = trainer.setup_info()  # one describe() round trip, also for cluster.json

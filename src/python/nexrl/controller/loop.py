@@ -49,6 +49,7 @@ from nexrl.controller.scheduler import RolloutScheduler
 from nexrl.controller.state import ControllerState, committed_group_ids
 from nexrl.errors import NexrlError
 from nexrl.recipe import Recipe
+from nexrl.trainer.heartbeats import QuietNotice
 from nexrl.util.disk import free_bytes, human_bytes, no_space_left, says_no_space
 
 if TYPE_CHECKING:
@@ -410,6 +411,7 @@ class Controller:
         save_batch(Batch.from_columns(trained, parts.pad_token_id), path)
         version_before = self.version
         pending = parts.trainer.start("step", str(path))  # TrainerGroupError: see run()
+        notice = QuietNotice(float(self.cfg.runtime_monitor.wait_notice_s))
         while not pending.done():
             if time.monotonic() > pending.deadline:
                 raise ControllerError(
@@ -417,7 +419,11 @@ class Controller:
                     f"{parts.trainer.timeout_s:g}s (a hung rank?); see logs/driver.log"
                 )
             self._service(dispatch=parts.sync_policy.dispatch_while_training)
-            pending.wait(POLL_S)  # returns the moment the step is done
+            line = notice.line(self.step + 1, getattr(parts.trainer, "heartbeats", None))
+            if line:
+                logger.warning("%s", line)
+                parts.progress.write(f"warning: {line}")
+            pending.wait(POLL_S)  # returns the moment the step is done (or a rank is silent)
         result: StepResult = pending.result()[0]  # rank 0's: it holds the snapshot path
         path.unlink(missing_ok=True)
         t_train = time.perf_counter()

@@ -138,6 +138,7 @@ class SftRun:
             spec,
             gpus_per_rank=int(cfg.resource.trainer_gpus),
             timeout_s=float(cfg.runtime_monitor.task_timeout_s) + 600.0,
+            silent_s=float(cfg.runtime_monitor.trainer_silent_s),
         )
         self._closers.append(self.trainer.close)
         info = self.trainer.setup_info()[0]
@@ -213,15 +214,17 @@ class SftRun:
 
     def _wait(self, method: str, path: Path, what: str) -> Any:
         pending = self.trainer.start(method, str(path))
-        while not pending.done():
-            if time.monotonic() > pending.deadline:
-                raise ControllerError(
-                    f"trainer: {what} still running after {self.trainer.timeout_s:g}s "
-                    "(a hung rank?); see logs/driver.log"
-                )
-            pending.wait(POLL_S)
         try:
+            while not pending.done():
+                if time.monotonic() > pending.deadline:
+                    raise ControllerError(
+                        f"trainer: {what} still running after {self.trainer.timeout_s:g}s "
+                        "(a hung rank?); see logs/driver.log"
+                    )
+                pending.wait(POLL_S)  # TrainerSilentError: a rank's worker went silent
             return pending.result()[0]
+        except ControllerError:
+            raise
         except Exception as exc:
             raise ControllerError(f"trainer: {what}: {exc}") from exc
         finally:

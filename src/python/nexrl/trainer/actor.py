@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from nexrl.errors import NexrlError
+from nexrl.trainer.heartbeats import Heartbeats
 from nexrl.trainer.result import StepResult
 from nexrl.trainer.spec import TrainerSpec
 from nexrl.util.cpu import cpu_threads
@@ -50,6 +51,7 @@ __all__ = [
     "TrainerGroup",
     "TrainerGroupError",
     "TrainerLostError",
+    "TrainerSilentError",
     "pick_workers",
 ]
 
@@ -68,6 +70,10 @@ class TrainerGroupError(RuntimeError, NexrlError):
 
 class TrainerLostError(TrainerGroupError):
     """A trainer rank's worker is gone: its process, its job or its node died."""
+
+
+class TrainerSilentError(TrainerGroupError):
+    """A trainer rank's worker sends no heartbeat: stopped or wedged (``Heartbeats``)."""
 
 
 @dataclass(frozen=True)
@@ -194,21 +200,65 @@ def pick_workers(client: Any, world_size: int, gpus_per_rank: float = 1) -> list
     return sorted(offer, key=lambda a: (_host(a), a))[:world_size]
 
 
-class PendingCall:
-    """A collective call running on every rank (``TrainerGroup.start``)."""
+def _failed(fut: Any) -> bool:
+    """Whether a (done) actor call raised; an actor future has no status of its own."""
+    if not fut.done():
+        return False
+    try:
+        fut.result(timeout=1)
+    except Exception:
+        return True
+    return False
 
-    def __init__(self, method: str, futures: list[Any], deadline: float) -> None:
+
+class PendingCall:
+    """A collective call running on every rank (``TrainerGroup.start``).
+
+    ``heartbeats`` (the group's ``Heartbeats``): while waiting, a rank whose worker
+    has gone silent ends the wait with ``TrainerSilentError`` instead of the deadline.
+    """
+
+    def __init__(
+        self,
+        method: str,
+        futures: list[Any],
+        deadline: float,
+        heartbeats: Heartbeats | None = None,
+        workers: list[str] | None = None,
+    ) -> None:
         self.method = method
         self.futures = futures
         self.deadline = deadline
+        self.heartbeats = heartbeats
+        self.workers = workers or []
+        self.started = time.monotonic()
 
     def done(self) -> bool:
         return all(f.done() for f in self.futures)
 
+    def check_heartbeats(self) -> None:
+        """``TrainerSilentError`` naming the ranks whose worker has gone silent."""
+        silent = self.heartbeats.silent() if self.heartbeats is not None else []
+        if not silent:
+            return
+        assert self.heartbeats is not None
+        ranks = ", ".join(
+            f"rank {r} (worker {self.workers[r] if r < len(self.workers) else '?'}) for {s:.0f}s"
+            for r, s in silent
+        )
+        raise TrainerSilentError(
+            f"trainer {self.method}: no heartbeat from {ranks}: the process is stopped "
+            f"(SIGSTOP, a debugger), swapped out or wedged "
+            f"(runtime_monitor.trainer_silent_s={self.heartbeats.silent_s:g})",
+            tuple(r for r, _ in silent),
+        )
+
     def wait(self, timeout_s: float) -> bool:
         """Block until every rank has answered or ``timeout_s`` passed (no sleep past
         the answer: a poll loop wakes as soon as the step is done); whether done.
-        Errors are not raised here: ``result()`` raises them."""
+        Errors are not raised here: ``result()`` raises them; a silent rank is
+        (``TrainerSilentError``)."""
+        self.check_heartbeats()
         end = time.monotonic() + timeout_s
         for fut in self.futures:
             left = end - time.monotonic()
@@ -220,7 +270,12 @@ class PendingCall:
 
     def result(self) -> list[Any]:
         """Per-rank results in rank order; ``TrainerGroupError`` naming the failed ranks
-        (the others get a short grace period) or a rank still running at the deadline."""
+        (the others get a short grace period), a rank still running at the deadline,
+        or a rank whose worker went silent (``TrainerSilentError``)."""
+        while not self.done() and time.monotonic() < self.deadline:
+            if any(_failed(f) for f in self.futures):
+                break  # the failed ranks are named below; the others get the grace
+            self.wait(min(1.0, max(0.0, self.deadline - time.monotonic())))
         results: list[Any] = []
         errors: list[tuple[int, BaseException]] = []
         for rank, fut in enumerate(self.futures):
@@ -253,12 +308,16 @@ class TrainerGroup:
         actors: list[Any],
         infos: list[RankInfo],
         timeout_s: float,
+        workers: list[str] | None = None,
+        silent_s: float = 0.0,
     ) -> None:
         self.client = client
         self._futures = futures  # holding them keeps the actors alive
         self.actors = actors
         self.infos = infos
         self.timeout_s = timeout_s
+        self.workers = list(workers or [])  # rank r's Dask worker address
+        self.heartbeats = Heartbeats(client, self.workers, silent_s) if self.workers else None
 
     @classmethod
     def create(
@@ -270,8 +329,11 @@ class TrainerGroup:
         gpus_per_rank: float = 1,
         workers: list[str] | None = None,
         timeout_s: float = 900.0,
+        silent_s: float = 0.0,
     ) -> TrainerGroup:
-        """Place, rendezvous and build the trainers; returns when every rank is ready."""
+        """Place, rendezvous and build the trainers; returns when every rank is ready.
+        ``silent_s``: a call ends with ``TrainerSilentError`` once a rank's worker has
+        sent no heartbeat for that long (0 = only the call's deadline)."""
         world = int(world_size or spec.trainer.world_size)
         addrs = list(workers) if workers else pick_workers(client, world, gpus_per_rank)
         if len(set(addrs)) != world:
@@ -309,7 +371,7 @@ class TrainerGroup:
         except BaseException:
             client.cancel(futures)
             raise
-        group = cls(client, futures, actors, infos, timeout_s)
+        group = cls(client, futures, actors, infos, timeout_s, addrs, silent_s)
         try:
             group.call("setup")
         except BaseException:
@@ -341,7 +403,8 @@ class TrainerGroup:
                     f"rank {rank}'s worker is gone (its process, job or node died): {exc}",
                     (rank,),
                 ) from exc
-        return PendingCall(method, pending, time.monotonic() + (timeout_s or self.timeout_s))
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        return PendingCall(method, pending, deadline, self.heartbeats, self.workers)
 
     # -- convenience wrappers (rank 0's answer) -----------------------------------------
     def setup_info(self) -> list[dict[str, Any]]:

@@ -128,6 +128,15 @@ class RuntimeMonitorConfig:
     health_timeout_s: float = cfg_field(
         10.0, help="How long one GET /health of the inference server may take.", minimum=0.1
     )
+    trainer_silent_s: float = cfg_field(
+        180.0,
+        help="A trainer rank whose Dask worker sends the scheduler no heartbeat for this "
+        "long is taken for hung (stopped with SIGSTOP or a debugger, swapped out, "
+        "wedged) and the run stops, naming the rank, resumable from its last checkpoint. "
+        "A worker heartbeats every 0.5-5 s, also while it trains. 0 = wait for the "
+        "trainer call's own deadline (task_timeout_s + 600 s).",
+        minimum=0.0,
+    )
     unhealthy_after: int = cfg_field(
         3,
         help="Consecutive /health checks without an answer (each health_timeout_s, one per "

@@ -1,0 +1,100 @@
+"""Which trainer ranks have gone silent: their Dask worker sends the scheduler no
+heartbeat any more.
+
+A worker heartbeats from its event loop every 0.5-5 s (longer with more workers),
+also while its actor trains: the actor's methods run on another thread. A rank whose
+worker has sent none for ``silent_s`` is hung: the process is stopped (``SIGSTOP``,
+a debugger), swapped out, or wedged so that even its event loop cannot run. Dask
+itself leaves such a worker in place while it holds a running task (its
+``worker-ttl`` did not remove a stopped trainer's worker in 6 minutes), so the trainer
+call would wait out its whole deadline with nothing on the terminal. A rank stuck in a
+collective still heartbeats; ``trainer.dist_timeout_s`` ends that one.
+
+The check compares the scheduler's ``last_seen`` of each worker with the value of
+the previous probe, on this process's clock only, so it holds when the scheduler
+runs on another machine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+__all__ = ["Heartbeats", "QuietNotice"]
+
+
+class Heartbeats:
+    """The heartbeats of the workers at ``addrs`` (rank order), probed at most every
+    ``every_s``; ``silent_s`` 0 = never silent."""
+
+    def __init__(self, client: Any, addrs: list[str], silent_s: float, every_s: float = 1.0):
+        self.client, self.addrs = client, list(addrs)
+        self.silent_s, self.every_s = float(silent_s), float(every_s)
+        self._seen: dict[str, tuple[Any, float]] = {}  # addr -> (last_seen, when it moved)
+        self._next_probe = 0.0
+        self._quiet: dict[int, float] = {}
+
+    def quiet(self) -> dict[int, float]:
+        """Seconds since each rank's worker last sent a heartbeat (as far as this
+        process has seen: counted from the first probe), probing the scheduler at most
+        every ``every_s``; a worker the scheduler no longer has is not listed (its
+        actor's call fails on its own)."""
+        now = time.monotonic()
+        if now < self._next_probe:
+            return self._quiet
+        self._next_probe = now + self.every_s
+        try:
+            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        except Exception:  # a scheduler that does not answer is found by the controller
+            return self._quiet
+        quiet = {}
+        for rank, addr in enumerate(self.addrs):
+            info = workers.get(addr)
+            if info is None:
+                self._seen.pop(addr, None)
+                continue
+            seen = info.get("last_seen")
+            before = self._seen.get(addr)
+            if before is None or before[0] != seen:
+                self._seen[addr] = before = (seen, now)
+            quiet[rank] = now - before[1]
+        self._quiet = quiet
+        return quiet
+
+    def silent(self) -> list[tuple[int, float]]:
+        """``(rank, seconds without a heartbeat)`` of every rank silent for ``silent_s``."""
+        if not self.silent_s:
+            return []
+        return [(r, s) for r, s in self.quiet().items() if s >= self.silent_s]
+
+
+class QuietNotice:
+    """The line a controller waiting on the trainer prints once a rank's worker has
+    sent no heartbeat for ``every_s`` (and again every ``every_s``): a healthy but
+    slow step prints nothing."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = float(every_s)
+        self._next = self.every_s
+
+    def line(self, step: int, heartbeats: Heartbeats | None) -> str | None:
+        if heartbeats is None:
+            return None
+        quiet = heartbeats.quiet()
+        if not quiet:
+            return None
+        rank, seconds = max(quiet.items(), key=lambda kv: kv[1])
+        if seconds < self._next:
+            if seconds < self.every_s:
+                self._next = self.every_s  # it answered again: start over
+            return None
+        self._next = seconds + self.every_s
+        then = (
+            f"the run stops at runtime_monitor.trainer_silent_s={heartbeats.silent_s:g}"
+            if heartbeats.silent_s
+            else "the call ends at its deadline (runtime_monitor.trainer_silent_s=0)"
+        )
+        return (
+            f"step {step}: trainer rank {rank} (worker {heartbeats.addrs[rank]}) has sent no "
+            f"heartbeat for {seconds:.0f}s: stopped (SIGSTOP, a debugger) or wedged?; {then}"
+        )

@@ -1,0 +1,67 @@
+"""``Heartbeats`` on a real LocalCluster: a worker process that is stopped (SIGSTOP)
+goes silent after ``silent_s`` and is named by ``QuietNotice``; a worker busy with
+GIL-holding Python work keeps heartbeating (no false alarm); a continued one is
+heard again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from nexrl.trainer.heartbeats import Heartbeats, QuietNotice
+
+DEADLINE_S = 120.0
+
+
+def _busy(seconds: float) -> int:
+    """Pure-Python work: holds the GIL except at the interpreter's switch interval."""
+    end, n = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        n += sum(range(1000))
+    return n
+
+
+def _poll(beats: Heartbeats, until: Any) -> list[tuple[int, float]]:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        silent = beats.silent()
+        if until(silent):
+            return silent
+        time.sleep(0.2)
+    raise AssertionError(f"not reached in {DEADLINE_S}s: {beats.quiet()}")
+
+
+def test_a_stopped_worker_goes_silent_and_a_busy_one_does_not(local_cluster: Any) -> None:
+    client = local_cluster
+    addrs = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    pids = client.run(os.getpid)
+    beats = Heartbeats(client, addrs, silent_s=10.0, every_s=0.2)
+    notice = QuietNotice(every_s=10.0)
+
+    # busy for twice silent_s: its event loop still heartbeats
+    busy = client.submit(_busy, 20.0, workers=[addrs[0]], pure=False)
+    longest = 0.0
+    while not busy.done():
+        assert beats.silent() == []
+        assert notice.line(1, beats) is None
+        longest = max(longest, beats.quiet().get(0, 0.0))
+        time.sleep(0.2)
+    assert busy.result() > 0
+    print(f"longest gap between heartbeats of the busy worker: {longest:.2f}s")
+
+    os.kill(pids[addrs[1]], signal.SIGSTOP)
+    try:
+        silent = _poll(beats, lambda s: bool(s))
+        assert [rank for rank, _ in silent] == [1] and silent[0][1] >= 10.0
+        line = notice.line(7, beats)
+        assert line is not None and line.startswith(
+            f"step 7: trainer rank 1 (worker {addrs[1]}) has sent no heartbeat for"
+        )
+        assert "runtime_monitor.trainer_silent_s=10" in line
+        assert notice.line(7, beats) is None  # once per every_s, not on every poll
+    finally:
+        os.kill(pids[addrs[1]], signal.SIGCONT)
+    _poll(beats, lambda s: s == [])  # heard again
+    assert client.submit(_busy, 0.1, workers=[addrs[1]], pure=False).result(timeout=60) > 0
