@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +114,64 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_server_killed_under_running_rollouts_costs_no_failure_budget(tmp_path: Path) -> None:
+    """kill -9 while a step's rollouts wait on the server, with the default 10 s health
+    check: the failed rollouts make the driver look at the server at once (not at the
+    next check), and their failures, the dead server's, are not counted against
+    ``runtime_monitor.max_task_failures`` (0 here: any counted failure stops the run).
+    Before, the run rolled out against the dead address until the next check and a
+    default-recipe run stopped with ``21 rollout groups failed``."""
+    out = tmp_path / "run"
+    recipe = load_recipe_checked(
+        RECIPE,
+        overrides(
+            out,
+            "runtime_monitor.health_check_interval_s=10",
+            "runtime_monitor.max_task_failures=0",
+            steps=STEPS,
+        ),
+    )
+    controller = Controller(recipe, progress=False)
+    hit: list[int] = []
+
+    def kill_the_server_under_rollouts() -> None:
+        wait_for_step(out, 2)
+        c = controller.components
+        assert c is not None and c.supervisor.server is not None
+        pid = int(c.supervisor.server.pid)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any(
+                g.task is not None and g.task.rollout.status == "pending"
+                for g in c.dispatcher.running("train")
+            ):
+                os.kill(pid, signal.SIGSTOP)  # no request finishes from here on
+                time.sleep(0.2)
+                if any(
+                    g.task is not None and g.task.rollout.status == "pending"
+                    for g in c.dispatcher.running("train")
+                ):
+                    os.kill(pid, signal.SIGKILL)
+                    hit.append(pid)
+                    return
+                os.kill(pid, signal.SIGCONT)  # they had finished: the next step's
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=kill_the_server_under_rollouts, daemon=True)
+    thread.start()
+    result = controller.run()
+    thread.join(timeout=10)
+    assert hit, "the server was never killed with rollouts waiting on it"
+    assert result.steps == STEPS
+    rows = train_rows(out)
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    assert rows[-1]["inference/restarts"] == 1
+    assert rows[-1]["rollout/failed_groups"] >= 1  # the kill hit running rollouts
+    trained = sum(r["batch/size"] for r in rows)
+    assert trained == 8 * len(controller.scheduler.trained) == STEPS * 32
+    assert_pool_record_matches(out, rows)
+    log = (out / "logs" / "driver.log").read_text()
+    # restarted when its rollouts failed, well before the next 10 s health check
+    assert "the embedded server exited (code -9); restarting on v" in log

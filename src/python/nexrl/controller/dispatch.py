@@ -63,6 +63,7 @@ class Task:
     evaluate: Any
     submitted: float
     tag: str
+    base_urls: tuple[str, ...] = ()  # the inference servers its rollouts were sent to
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,7 @@ class RolloutDispatcher:
         now = self._clock()
         for groups, rollout, evaluate in zip(chunks, rollouts, evaluates, strict=True):
             members = [InFlight(items, tag) for items in groups]
-            task = Task(members, rollout, evaluate, now, tag)
+            task = Task(members, rollout, evaluate, now, tag, tuple(spec.base_urls))
             for g in members:
                 g.task = task
             self._tasks.append(task)

@@ -86,6 +86,7 @@ class Controller:
         self.version = 0
         self.stop_reason: str | None = None
         self.summary: str | None = None  # the end-of-run summary, once written
+        self._replaced_server_failures = 0  # failed groups sent to a server replaced since
         self.counters: dict[str, float] = {
             "failed_groups": 0,
             "duplicate_trajectories_dropped": 0,
@@ -702,13 +703,29 @@ class Controller:
             else:
                 self._val_summaries.append(summary)
         limit = int(self.cfg.runtime_monitor.max_task_failures)
+        parts = self.parts
+        if any(f.component == "rollout" for _, f in h.failed) and parts.supervisor.exited():
+            # every rollout sent to a dead server fails: start another now, not at the
+            # next health check (runtime_monitor.health_check_interval_s)
+            parts.supervisor.check()
+            self._follow_inference_restarts()
+        current = tuple(parts.dispatcher.spec.base_urls)
         for g, failure in h.failed:
             if says_no_space(failure.error):  # a pool chunk could not be written
                 raise ControllerError(f"rollout: {failure.describe()}")
             self.scheduler.record_failure(g, failure)
-            if self.counters["failed_groups"] > limit:
+            if (
+                failure.component == "rollout"
+                and g.task is not None
+                and g.task.base_urls != current
+            ):
+                # sent to a server that died and was replaced since: rolled out again,
+                # counted in inference/restarts, not against max_task_failures
+                self._replaced_server_failures += 1
+            failed = self.counters["failed_groups"] - self._replaced_server_failures
+            if failed > limit:
                 raise ControllerError(
-                    f"{int(self.counters['failed_groups'])} rollout groups failed (limit "
+                    f"{int(failed)} rollout groups failed (limit "
                     f"runtime_monitor.max_task_failures={limit}); last: {failure.describe()}"
                 )
 

@@ -258,6 +258,11 @@ class InferenceSupervisor:
         self._missed = 0
         self._start_embedded()
 
+    def exited(self) -> bool:
+        """A server nexrl started whose process has ended (killed, crashed): every
+        request sent to it fails until ``check`` starts another."""
+        return self.owns_server and self.server is not None and not self.server.alive()
+
     def check(self) -> bool:
         """Health check; a dead or hung server nexrl owns is restarted on the newest
         weights. Returns True when the service was restarted (callers must update the
