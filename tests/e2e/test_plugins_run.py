@@ -41,7 +41,10 @@ def test_the_trainer_actor_trains_with_the_plugins_estimator(tmp_path: Path) -> 
         RECIPE,
         overrides(out, f"plugins=[{plugin}]", "algorithm.advantage_estimator=marked_grpo", steps=2),
     )
-    assert list(calls.iterdir()) == []  # importing the plugin in the driver calls nothing
+    # the recipe check calls the estimator once in the driver, on its 4-sample test batch
+    (checked,) = calls.iterdir()
+    assert checked.read_text() == "4" and checked.name.startswith(f"{os.getpid()}-")
+    checked.unlink()
     result = Controller(recipe, progress=False).run()
     assert (result.steps, result.stopped_by) == (2, None)
     assert [r["step"] for r in train_rows(out)] == [1, 2]

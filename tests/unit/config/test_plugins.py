@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -176,3 +178,80 @@ def test_a_plugin_registers_a_metric_sink_that_the_check_accepts_and_the_tracker
     finally:  # unit test files share a process: other tests list the valid sinks
         METRIC_SINKS._entries.pop(name, None)
     assert (tmp_path / "run" / "lines.txt").read_text() == '{"step": 3, "reward/mean": 0.5}\n'
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (  # the calling convention not followed
+            "def estimator(rewards, mask):\n    return rewards, rewards",
+            r"raised TypeError: estimator\(\) takes 2 positional arguments but 4 were given",
+        ),
+        (  # one advantage per sample instead of per token
+            "def estimator(token_level_rewards, response_mask, group_ids, run_ids=None):\n"
+            "    s = token_level_rewards.sum(-1)\n    return s, s",
+            r"returned shapes \[\(4,\), \(4,\)\] for a \[4, 3\] batch",
+        ),
+        (
+            "def estimator(token_level_rewards, response_mask, group_ids, run_ids=None):\n"
+            "    adv = token_level_rewards * float('nan')\n    return adv, adv",
+            r"returned NaN/inf on finite rewards",
+        ),
+    ],
+)
+def test_a_plugin_estimator_that_cannot_train_is_one_line_before_the_run(
+    tmp_path: Path, body: str, problem: str
+) -> None:
+    """Before, each of these started the cluster and stopped at step 1 with a trainer
+    error naming no file and saying to run the same command again."""
+    name = unique("broken_estimator")
+    plugin = tmp_path / "broken.py"
+    plugin.write_text(
+        f"from nexrl.algorithms import ADVANTAGE_ESTIMATORS\n\n\n"
+        f'@ADVANTAGE_ESTIMATORS.register("{name}")\n{body}\n'
+    )
+    (line,) = problems_of(f"plugins=[{plugin}]", f"algorithm.advantage_estimator={name}")
+    assert line.startswith(f"algorithm.advantage_estimator: '{name}' ({plugin}:4) ")
+    assert re.search(problem, line), line
+    assert "returns (advantages [B, T], returns [B, T])" in line
+
+
+def test_a_plugin_policy_loss_returning_per_token_losses_is_one_line(tmp_path: Path) -> None:
+    name = unique("broken_loss")
+    plugin = tmp_path / "loss.py"
+    plugin.write_text(
+        textwrap.dedent(
+            f"""
+            from nexrl.algorithms import POLICY_LOSSES
+
+
+            @POLICY_LOSSES.register("{name}")
+            def loss(log_prob, old_log_prob, advantages, response_mask, loss_agg_mode="token-mean"):
+                return -advantages * log_prob, {{}}
+            """
+        )
+    )
+    (line,) = problems_of(f"plugins=[{plugin}]", f"algorithm.policy_loss={name}")
+    assert line.startswith(
+        f"algorithm.policy_loss: '{name}' ({plugin}:5) returned a loss of shape (4, 3), "
+        "not one number"
+    )
+
+
+def test_every_built_in_estimator_and_loss_pass_the_dry_run() -> None:
+    from nexrl.algorithms import LOSS_AGGREGATIONS, POLICY_LOSSES
+
+    def built_in(registry: Any) -> list[str]:  # not the other tests' plugins
+        return [n for n in registry.names() if registry.get(n).__module__.startswith("nexrl.")]
+
+    for estimator in built_in(ADVANTAGE_ESTIMATORS):
+        for loss in built_in(POLICY_LOSSES):
+            for agg in LOSS_AGGREGATIONS.names():
+                load_recipe_checked(
+                    DEFAULT,
+                    [
+                        f"algorithm.advantage_estimator={estimator}",
+                        f"algorithm.policy_loss={loss}",
+                        f"algorithm.loss_agg_mode={agg}",
+                    ],
+                )

@@ -1,5 +1,6 @@
 """The algorithms' checks: every ``algorithm`` name is registered (built in or by a
-plugin), and every field set is one the chosen functions take."""
+plugin), every field set is one the chosen functions take, and the chosen advantage
+estimator and policy loss run on a small batch as the trainer calls them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from omegaconf import DictConfig
 
 from nexrl.config.checks import register_check
 
-__all__ = ["groups_of_one_learn", "registered_algorithms", "settings_apply"]
+__all__ = ["chosen_pieces_run", "groups_of_one_learn", "registered_algorithms", "settings_apply"]
 
 
 @register_check
@@ -95,3 +96,112 @@ def groups_of_one_learn(cfg: DictConfig, roots: list[Path]) -> list[str]:
         "trajectory_pool.batch_size a multiple of it) or an estimator with a batch "
         "baseline (reinforce_plus_plus)"
     ]
+
+
+_ESTIMATOR_CALL = (
+    "it is called as fn(token_level_rewards [B, T], response_mask [B, T], group_ids [B], "
+    "run_ids [B] | None, **options) and returns (advantages [B, T], returns [B, T])"
+)
+_LOSS_CALL = (
+    "it is called as fn(log_prob [B, T], old_log_prob [B, T], advantages [B, T], "
+    "response_mask [B, T], loss_agg_mode, **options) and returns (loss [], metrics dict)"
+)
+
+
+def _where(fn: object) -> str:
+    """``file:line`` of a registered function (a plugin's or nexrl's own)."""
+    try:
+        return f"{inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]}"  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return getattr(fn, "__module__", "?")
+
+
+@register_check
+def chosen_pieces_run(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """The advantage estimator and policy loss the recipe chooses (a plugin's above all),
+    called as the trainer calls them on 2 prompts x 2 samples of 3 response tokens (one
+    padded): one that raises (a wrong signature), returns the wrong shapes or NaN/inf is
+    one line naming the field, the function's file and the calling convention, before
+    any cluster starts, instead of a trainer failure at step 1."""
+    import torch
+
+    from nexrl.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, resolve_algorithm
+    from nexrl.algorithms.defaults import LOSS_FIELDS
+    from nexrl.algorithms.registry import call_with_options
+    from nexrl.config.schema import typed
+
+    if str(cfg.mode) != "rl":
+        return []
+    if cfg.algorithm.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+        return []  # registered_algorithms says so
+    if cfg.algorithm.policy_loss not in POLICY_LOSSES:
+        return []
+    # the values in effect in the trainer (null fields filled from the chosen pieces)
+    a = resolve_algorithm(
+        typed(cfg.algorithm), max_response_length=int(cfg.rollout_worker.max_response_length)
+    )
+    out: list[str] = []
+    mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    rewards = torch.zeros(4, 3)
+    rewards[torch.arange(4), mask.sum(-1) - 1] = torch.tensor([1.0, 0.0, 0.5, 1.0])
+    advantages = torch.tensor([[0.5] * 3, [-0.5] * 3, [-0.5] * 3, [0.5] * 3]) * mask
+    name = a.advantage_estimator
+    fn = ADVANTAGE_ESTIMATORS.get(name)
+    options = {
+        k: getattr(a, k)
+        for k in ("norm_adv_by_std", "std_ddof", "gamma")
+        if getattr(a, k) is not None
+    }
+    problem = None
+    try:
+        got = call_with_options(
+            fn, rewards, mask, torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 0, 1]), **options
+        )
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            problem = f"returned {type(got).__name__}, not a pair (advantages, returns)"
+        elif not all(isinstance(t, torch.Tensor) and t.shape == mask.shape for t in got):
+            shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t) for t in got]
+            problem = f"returned shapes {shapes} for a [4, 3] batch"
+        elif not all(bool(torch.isfinite(t[mask]).all()) for t in got):
+            problem = "returned NaN/inf on finite rewards"
+        else:
+            advantages = got[0].detach().float()
+    except Exception as exc:
+        problem = f"raised {type(exc).__name__}: {exc}"
+    if problem:
+        out.append(
+            f"algorithm.advantage_estimator: {name!r} ({_where(fn)}) {problem} on a test "
+            f"batch of 2 prompts x 2 samples; {_ESTIMATOR_CALL}"
+        )
+    name = a.policy_loss
+    fn = POLICY_LOSSES.get(name)
+    old = torch.log(torch.full((4, 3), 0.5))
+    log_prob = (old + torch.tensor([0.1, -0.1, 0.05])).requires_grad_(True)
+    options = {k: getattr(a, k) for k in LOSS_FIELDS if getattr(a, k) is not None}
+    problem = None
+    try:
+        got = call_with_options(
+            fn,
+            log_prob,
+            old,
+            advantages,
+            mask,
+            a.loss_agg_mode or "token-mean",
+            loss_norm_length=a.loss_norm_length,
+            **options,
+        )
+        if not (isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[1], dict)):
+            problem = f"returned {type(got).__name__}, not a pair (loss, metrics dict)"
+        elif not (isinstance(got[0], torch.Tensor) and got[0].numel() == 1):
+            shape = tuple(got[0].shape) if isinstance(got[0], torch.Tensor) else type(got[0])
+            problem = f"returned a loss of shape {shape}, not one number"
+        elif not bool(torch.isfinite(got[0]).all()):
+            problem = "returned a NaN/inf loss on finite log-probs and advantages"
+    except Exception as exc:
+        problem = f"raised {type(exc).__name__}: {exc}"
+    if problem:
+        out.append(
+            f"algorithm.policy_loss: {name!r} ({_where(fn)}) {problem} on a test batch "
+            f"of 4 samples; {_LOSS_CALL}"
+        )
+    return out
