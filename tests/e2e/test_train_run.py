@@ -84,6 +84,7 @@ def test_sync_run_trains_on_rollouts_from_the_reloaded_weights(tmp_path: Path) -
     for step in (1, 2, 3, 4):
         assert f"step {step}/4 reward=" in driver_log
     assert "validation at step 4: reward" in driver_log
+    assert "steps: 4 (1 -> 4)" in driver_log  # the summary too
 
     # Every trajectory handed to the trainer exactly once, 4 batches of 32.
     pairs = delivered_pairs(out)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.metrics import summarize, write_summary
+from nexrl.metrics import format_summary, summarize, write_summary
 
 # 8 training steps, validation before step 1 (step 0) and at steps 4 and 8. The
 # jsonl sink stamps every row with its clock (time, time/running_s), the step-0
@@ -40,6 +40,9 @@ def test_short_run_and_empty_run() -> None:
     s = summarize([{"step": 1, "time": 5.0, "reward/mean": 0.5, "x": None}])
     assert s["steps_run"] == 1
     assert s["reward_first5_mean"] == s["reward_last5_mean"] == 0.5
+    # the text says how many steps each mean covers: one here, not five
+    assert "reward (mean of 1 step): 0.500 at the start -> 0.500 at the end" in format_summary(s)
+    assert "reward (mean of 5 steps): 0.300 at the start" in format_summary(summarize(ROWS))
     assert s["val_reward_best"] is None
     assert s["wall_time_s"] == 0.0
     empty = summarize([])

@@ -382,6 +382,7 @@ class Controller:
         if self._cluster_changed:
             parts.record_cluster()
         summary = self.summary = parts.finish()  # printed by run() once all is closed
+        logging.getLogger(DETAILS_LOGGER).info("%s", summary)  # logs/driver.log has it too
         failed = self.evaluator_policy.check_finished()
         if failed is not None:
             raise ControllerError(failed)
@@ -718,9 +719,12 @@ class Controller:
                 failure.component == "rollout"
                 and g.task is not None
                 and g.task.base_urls != current
+                and parts.supervisor.restarts <= limit
             ):
                 # sent to a server that died and was replaced since: rolled out again,
-                # counted in inference/restarts, not against max_task_failures
+                # counted in inference/restarts, not against max_task_failures (up to
+                # max_task_failures restarts: a server that a request kills again and
+                # again must still stop the run)
                 self._replaced_server_failures += 1
             failed = self.counters["failed_groups"] - self._replaced_server_failures
             if failed > limit:

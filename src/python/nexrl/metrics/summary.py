@@ -57,7 +57,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     * ``steps_run``, ``first_step``, ``last_step``: distinct training steps (rows
       with only ``val/`` metrics, like a validation before step 1, do not count);
     * ``reward_first5_mean`` / ``reward_last5_mean``: mean ``reward/mean`` over the
-      first / last 5 steps that have it (fewer if the run is shorter);
+      first / last 5 steps that have it (fewer if the run is shorter: ``reward_window``
+      steps each);
     * ``val_reward_first`` / ``val_reward_last`` / ``val_reward_best`` and
       ``val_reward_best_step`` from ``val/reward/mean``;
     * ``evaluator_errors``: samples whose evaluator raised (the last
@@ -82,6 +83,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "steps_run": len(steps),
         "first_step": steps[0] if steps else None,
         "last_step": steps[-1] if steps else None,
+        "reward_window": min(WINDOW, len(reward)),  # steps each of the two means covers
         "reward_first5_mean": _mean(reward[:WINDOW]),
         "reward_last5_mean": _mean(reward[-WINDOW:]),
         "val_reward_first": val[0][1] if val else None,
@@ -103,6 +105,10 @@ def _duration(seconds: float) -> str:
     return f"{m}m {sec:02d}s" if m else f"{sec}s"
 
 
+def _steps(n: int) -> str:
+    return "1 step" if n == 1 else f"{n} steps"
+
+
 def _f(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
@@ -120,8 +126,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         ]
     if s["reward_first5_mean"] is not None:
         lines.append(
-            f"reward (mean of {WINDOW} steps): {_f(s['reward_first5_mean'])} at the start -> "
-            f"{_f(s['reward_last5_mean'])} at the end"
+            f"reward (mean of {_steps(s.get('reward_window', WINDOW))}): "
+            f"{_f(s['reward_first5_mean'])} at the start -> {_f(s['reward_last5_mean'])} at the end"
         )
     if s["val_reward_first"] is not None:
         lines.append(
