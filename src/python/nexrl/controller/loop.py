@@ -719,12 +719,12 @@ class Controller:
                 failure.component == "rollout"
                 and g.task is not None
                 and g.task.base_urls != current
-                and parts.supervisor.restarts <= limit
+                and parts.supervisor.restarts <= max(3, limit)
             ):
                 # sent to a server that died and was replaced since: rolled out again,
                 # counted in inference/restarts, not against max_task_failures (up to
-                # max_task_failures restarts: a server that a request kills again and
-                # again must still stop the run)
+                # max(3, max_task_failures) restarts: a server that a request kills again
+                # and again must still stop the run)
                 self._replaced_server_failures += 1
             failed = self.counters["failed_groups"] - self._replaced_server_failures
             if failed > limit:
