@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,7 @@ def _save(arch: str, tokenizer_dir: Path, out: Path) -> Path:
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     torch.manual_seed(0)
+    model: Any
     if arch == "llama":
         model = LlamaForCausalLM(
             LlamaConfig(
