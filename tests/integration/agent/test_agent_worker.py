@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,20 @@ from tests.integration.inference._helpers import SERVED_NAME
 CALL = '<tool_call>{"name": "f"}</tool_call>'
 ITEM = {"group_id": 3, "run_id": 1, "data_item": {"prompt": "max 1 2 3", "answer": "3"}}
 
+HANGS = 40  # more hung tool calls than a shared pool of threads held (32)
 TOOLS_PY = """
 import time
+from pathlib import Path
 CALLS = []
+HUNG = []
+def hangs_first():
+    if len(HUNG) < @HANGS@:  # the first calls hang until the test releases them
+        HUNG.append(1)
+        deadline = time.monotonic() + 60
+        while not Path(__file__).with_name("release").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return "late"
+    return "answered"
 def f():
     CALLS.append(1)
     return {"calls": len(CALLS)}
@@ -29,7 +41,7 @@ def boom():
 def slow():
     time.sleep(30)
     return "late"
-"""
+""".replace("@HANGS@", str(HANGS))
 
 
 class Recorder(Evaluator):
@@ -115,6 +127,36 @@ def test_a_tool_that_raises_or_hangs_answers_with_an_error(
     (tool_msg,) = [m for m in episode.target.observation if m["role"] == "tool"]
     assert tool_msg["content"].startswith(expected)
     assert time.monotonic() - start < 25  # the hung tool did not hold the episode
+
+
+def test_hung_tool_calls_never_starve_later_calls(
+    bigram_server: EmbeddedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each call has a thread of its own: with a shared pool, once the pool was full of hung
+    # calls, every later call of every episode queued behind them and timed out unrun (the
+    # run went on with reward 0 and nothing said why).
+    config = agent_yaml(tmp_path, "hangs_first", max_turns=1, tool_timeout_s=1)
+    caplog.set_level(logging.INFO, logger="nexrl.rollout_worker.agent.worker")
+
+    async def go() -> tuple[list[Any], Any]:
+        async with InferenceClient(bigram_server.base_url, SERVED_NAME, timeout_s=60) as client:
+            worker = AgentRolloutWorker(client, Recorder(), {}, agent=load_agent_config(config))
+            hung = await asyncio.gather(
+                *(worker.run_agent({**ITEM, "run_id": r}) for r in range(HANGS))
+            )
+            return hung, await worker.run_agent(ITEM)
+
+    try:
+        hung, later = asyncio.run(go())
+    finally:
+        (tmp_path / "release").write_text("")
+    for episode in hung:
+        (tool_msg,) = [m for m in episode.target.observation if m["role"] == "tool"]
+        assert tool_msg["content"] == "error: tool f did not answer within 1s"
+    (tool_msg,) = [m for m in later.target.observation if m["role"] == "tool"]
+    assert tool_msg["content"] == "answered"
+    said = [r.getMessage() for r in caplog.records]
+    assert "tool f did not answer within 1s (tool_timeout_s)" in said[0]
 
 
 def test_context_limit_ends_the_episode(bigram_server: EmbeddedServer, tmp_path: Path) -> None:

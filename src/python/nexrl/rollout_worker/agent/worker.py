@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from concurrent.futures import ThreadPoolExecutor
+import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from nexrl.rollout_worker.agent.config import AgentConfig, ToolSpec
@@ -44,9 +46,11 @@ __all__ = [
     "shape_trajectories",
 ]
 
+log = logging.getLogger(__name__)
+
 TRAJECTORY_MODES = ("per_call", "episode")
-# Tools run in their own threads: a hung tool only costs its thread, never the event loop.
-_TOOL_POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="nexrl-tool")
+# Tools whose failure was shown on the terminal in this process (later ones: the log only).
+_WARNED: set[str] = set()
 
 
 class AgentRolloutWorker(BaseRolloutWorker):
@@ -125,21 +129,66 @@ class AgentRolloutWorker(BaseRolloutWorker):
         return await self._call_tool(tool, args)
 
     async def _call_tool(self, tool: ToolSpec, args: dict[str, Any]) -> str:
-        loop = asyncio.get_running_loop()
         timeout = self.agent.tool_timeout_s
         try:
-            result = await asyncio.wait_for(
-                loop.run_in_executor(_TOOL_POOL, lambda: tool.function(**args)), timeout
-            )
+            result = await asyncio.wait_for(in_own_thread(lambda: tool.function(**args)), timeout)
         except TimeoutError:
+            _warn(
+                tool.name,
+                "tool %s did not answer within %gs (tool_timeout_s); the model got an error "
+                "and the call's thread is left running",
+                tool.name,
+                timeout,
+            )
             return f"error: tool {tool.name} did not answer within {timeout:g}s"
         except Exception as exc:  # the tool's own error goes back to the model
+            _warn(tool.name, "tool %s raised; the model got an error", tool.name, exc=exc)
             return f"error: {tool.name} raised {type(exc).__name__}: {exc}"
         return result if isinstance(result, str) else json.dumps(result)
 
     # -- trajectories ---------------------------------------------------------
     def score(self, episode: Episode) -> list[Trajectory]:
         return shape_trajectories(self.call_trajectories(episode), episode, self.trajectory_mode)
+
+
+def in_own_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
+    """``fn()`` in a daemon thread of its own, as a future of the running loop. A call that
+    hangs keeps its own thread only (Python cannot stop a thread): with a shared pool of
+    threads, once the pool was full of hung calls every later call would queue behind them
+    and time out without ever running."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if future.done():  # cancelled meanwhile (timed out)
+            return
+        if exc is None:
+            future.set_result(result)
+        else:
+            future.set_exception(exc)
+
+    def target() -> None:
+        result: Any = None
+        exc: BaseException | None = None
+        try:
+            result = fn()
+        except BaseException as e:  # handed to the awaiting episode
+            exc = e
+        try:
+            loop.call_soon_threadsafe(settle, result, exc)
+        except RuntimeError:  # the loop closed meanwhile: nobody waits for it
+            pass
+
+    threading.Thread(target=target, name="nexrl-tool", daemon=True).start()
+    return future
+
+
+def _warn(tool: str, message: str, *args: Any, exc: BaseException | None = None) -> None:
+    """A tool's failure: a warning (one line on the terminal) the first time for each tool
+    in this process, the log file only after that; the traceback always in the log."""
+    level = logging.INFO if tool in _WARNED else logging.WARNING
+    _WARNED.add(tool)
+    log.log(level, message, *args, exc_info=exc)
 
 
 def check_trajectory_mode(mode: str) -> str:
