@@ -41,6 +41,8 @@ def boom():
 def slow():
     time.sleep(30)
     return "late"
+def not_json():
+    return {1, 2}
 """.replace("@HANGS@", str(HANGS))
 
 
@@ -117,7 +119,12 @@ def test_multi_turn_episode_runs_each_tool_call_and_keeps_every_model_call(
 
 @pytest.mark.parametrize(
     ("tool", "expected"),
-    [("boom", "error: f raised RuntimeError: boom"), ("slow", "error: tool f did not answer")],
+    [
+        ("boom", "error: f raised RuntimeError: boom"),
+        ("slow", "error: tool f did not answer"),
+        # once a TypeError out of json.dumps that failed the group, naming no tool
+        ("not_json", "error: f returned set, which is not JSON"),
+    ],
 )
 def test_a_tool_that_raises_or_hangs_answers_with_an_error(
     bigram_server: EmbeddedServer, tmp_path: Path, tool: str, expected: str

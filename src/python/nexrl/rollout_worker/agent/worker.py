@@ -144,7 +144,21 @@ class AgentRolloutWorker(BaseRolloutWorker):
         except Exception as exc:  # the tool's own error goes back to the model
             _warn(tool.name, "tool %s raised; the model got an error", tool.name, exc=exc)
             return f"error: {tool.name} raised {type(exc).__name__}: {exc}"
-        return result if isinstance(result, str) else json.dumps(result)
+        if isinstance(result, str):
+            return result
+        try:
+            return json.dumps(result)
+        except (TypeError, ValueError) as exc:  # e.g. a numpy number, a set, an object
+            what = type(result).__name__
+            _warn(
+                tool.name,
+                "tool %s returned %s, which is not JSON: return a str or a JSON value "
+                "(dict, list, str, int, float, bool, None); the model got an error",
+                tool.name,
+                what,
+                exc=exc,
+            )
+            return f"error: {tool.name} returned {what}, which is not JSON"
 
     # -- trajectories ---------------------------------------------------------
     def score(self, episode: Episode) -> list[Trajectory]:
