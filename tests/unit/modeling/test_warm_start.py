@@ -74,7 +74,17 @@ def write_jsonl(path: Path, rows: list[object]) -> Path:
     [
         ("not json", r"f\.jsonl:2: not valid JSON"),
         ('{"text": "hi"}', r"f\.jsonl:2: expected an object with a 'messages' list"),
-        ('{"messages": [{"role": "bot", "content": "x"}]}', r"messages\[0\] needs a role"),
+        ('{"messages": [{"role": "bot", "content": "x"}]}', r"messages\[0\] needs a role.*not 'bot'"),
+        # an assistant turn with nothing in it (a misspelt key, an empty answer) taught the
+        # model to answer nothing, and --check said the data was valid
+        (
+            '{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "text": "4"}]}',
+            r"messages\[1\] \(assistant\) has no 'content' and no 'tool_calls'",
+        ),
+        (
+            '{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}]}',
+            r"messages\[1\] \(assistant\) has no 'content'",
+        ),
         ('{"messages": [{"role": "user", "content": "x"}]}', "no assistant message"),
         ('{"messages": [{"role": "user", "content": 3}]}', r"messages\[0\]\.content"),
     ],

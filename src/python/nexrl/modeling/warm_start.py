@@ -61,9 +61,16 @@ def _check_row(row: Any, where: str) -> Demo:
         raise WarmStartError(f"{where}: expected an object with a 'messages' list")
     for i, m in enumerate(row["messages"]):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise WarmStartError(f"{where}: messages[{i}] needs a role, one of {ROLES}")
+            got = f", not {m.get('role')!r}" if isinstance(m, dict) and "role" in m else ""
+            raise WarmStartError(f"{where}: messages[{i}] needs a role, one of {ROLES}{got}")
         if not isinstance(m.get("content") or "", str):
             raise WarmStartError(f"{where}: messages[{i}].content must be a string")
+        if m["role"] == "assistant" and not m.get("content") and not m.get("tool_calls"):
+            # nothing to learn but the end of the turn: the model would learn to say nothing
+            raise WarmStartError(
+                f"{where}: messages[{i}] (assistant) has no 'content' and no 'tool_calls': "
+                "nothing to learn from it"
+            )
     if not any(m["role"] == "assistant" for m in row["messages"]):
         raise WarmStartError(f"{where}: no assistant message to learn from")
     tools = row.get("tools")
