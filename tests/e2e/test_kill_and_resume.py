@@ -203,3 +203,56 @@ def test_ctrl_c_checkpoints_and_exits_cleanly(
     reached = train_rows(out)[-1]["step"]
     assert reached >= 2
     assert is_complete(out / "checkpoints" / f"step_{reached}")
+
+
+def test_ctrl_c_with_groups_in_flight_then_resume_of_whole_loaded_batches(
+    tmp_path: Path,
+) -> None:
+    """The openai_agent recipe (per-call trajectories, ``loaded_batch_finished``) in
+    fully-async: the next batch's groups are in flight while a step trains, and after
+    Ctrl-C they reach the pool while the run stops. The resume must not wait for them:
+    it did, for good ('step N: waiting 841s for a batch: 0 trajectories in flight')."""
+    out = tmp_path / "run"
+
+    def command(steps: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "nexrl.cli.train",
+            "recipes/openai_agent/openai_agent_tiny.yaml",
+            *overrides(out, "weight.sync_mode=fully-async", steps=steps),
+        ]
+
+    first = subprocess.Popen(
+        command(50),
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_for_step(out, 3, first)
+        os.killpg(first.pid, signal.SIGINT)
+        _, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 130, err[-3000:]
+    reached = train_rows(out)[-1]["step"]
+    second = subprocess.run(
+        command(reached + 2),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,  # the hang: a TimeoutExpired
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    resumed = [
+        line
+        for line in (out / "logs" / "driver.log").read_text().splitlines()
+        if f"at step {reached} " in line and "groups were in flight" in line
+    ]
+    assert resumed and " 0 groups were in flight" not in resumed[-1], resumed  # the case
+    assert [r["step"] for r in train_rows(out)] == list(range(1, reached + 3))
+    assert processes_using(out) == []

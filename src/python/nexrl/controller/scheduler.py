@@ -74,9 +74,13 @@ class RolloutScheduler:
     # -- resume -----------------------------------------------------------------
     def restore(self, pending: list[Group], trained: dict[Any, str], skip: set[int]) -> None:
         """State of a checkpoint: ``pending`` is rolled out again (except ``skip``)."""
-        self.retry = list(pending)
-        self.trained = {int(k): v for k, v in trained.items()}
         self.skip = set(skip)
+        # A group in flight at the checkpoint that reached the pool anyway is not queued:
+        # left in ``retry``, it kept ``idle`` False for good while ``top_up`` (the pool
+        # full enough) never came to drop it, and a 'loaded_batch_finished' pool, which
+        # waits for ``idle``, never handed out a batch again.
+        self.retry = [g for g in pending if int(g[0]["group_id"]) not in self.skip]
+        self.trained = {int(k): v for k, v in trained.items()}
 
     def pending(self, dispatcher: RolloutDispatcher) -> list[Group]:
         """Groups handed out and not in the pool yet: what a checkpoint re-dispatches."""
