@@ -126,9 +126,12 @@ def test_user_guide_print_config_shows_the_resolved_algorithm(
     from nexrl.cli.train import main
 
     (command,) = [
-        b for b in re.findall(r"```\n(.*?)```", _algorithms_section(), re.S) if "nexrl train" in b
+        b for b in re.findall(r"```\n(.*?)```", _algorithms_section(), re.S) if "--print-config" in b
     ]
-    args = command.split()[2:]
+    # the command of "Running a recipe" (there is no `nexrl` executable to run)
+    runner = "./pants run src/python/nexrl:train -- "
+    assert command.startswith(runner), command
+    args = command[len(runner) :].split()
     assert main(args) == 0
     printed = OmegaConf.create(capsys.readouterr().out)
     assert printed.algorithm.clip_ratio_low == 3e-4 and printed.algorithm.clip_ratio_high == 4e-4
