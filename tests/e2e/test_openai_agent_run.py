@@ -6,6 +6,8 @@ futures score and commit the episodes, the trainer steps."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from nexrl.pool import TrajectoryPool
 from nexrl.pool.config import PoolConfig
 from nexrl.recipe import load_recipe_checked
 from nexrl.types import Trajectory
-from tests.e2e._recipe import overrides, train_rows
+from tests.e2e._recipe import overrides, subprocess_env, train_rows
 
 RECIPE = "recipes/openai_agent/openai_agent_tiny.yaml"
 RECORDING_AGENT = "tests/e2e/_recording_agent.py:run"
@@ -82,3 +84,29 @@ def test_an_unmodified_agent_trains_on_exactly_what_the_server_sampled(
         assert (t1.group_id, t1.run_id) == (t2.group_id, t2.run_id)
         versions.add(t1.policy_version)
     assert versions == {0, 1, 2}  # each step sampled from the weights of the step before
+
+
+def test_a_failed_group_is_retried_while_the_pool_holds_the_rest_of_its_batch(
+    tmp_path: Path,
+) -> None:
+    """Per-call trajectories (two per episode) and whole loaded batches: one group of the
+    first batch fails its tries while the batch's other groups reach the pool. The retry
+    must go out: held back while the pool looked full (two trajectories an episode count
+    a group twice), the step waited for good with nothing in flight."""
+    out, fails = tmp_path / "run", tmp_path / "fails"
+    fails.mkdir()
+    env = {**subprocess_env(), "NEXRL_TEST_FAIL_DIR": str(fails), "NEXRL_TEST_FAIL_S": "2"}
+    args = [
+        *overrides(out, "rollout_worker.agent_entrypoint=tests/e2e/_flaky_agent.py:run", steps=2),
+        "weight.sync_mode=sync",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "nexrl.cli.train", RECIPE, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,  # the hang: a TimeoutExpired
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "failed (attempt 1 of" in proc.stderr, proc.stderr[-3000:]  # the case
+    assert [r["step"] for r in train_rows(out)] == [1, 2]

@@ -150,10 +150,24 @@ class RolloutScheduler:
         """Dispatch groups until ``target`` are running or in the pool (``pool_groups()``:
         groups committed and not handed out yet), at most ``max_in_flight`` running."""
         running = len(dispatcher.running("train"))
-        if running >= min(self.target, self.max_in_flight):
-            return  # nothing to dispatch: skip reading the pool's stats
-        outstanding = running + pool_groups()
         out: list[Group] = []
+        # Retries first, whatever the pool holds: a failed group belongs to batches already
+        # handed out, which cannot finish without it. (Held back while the pool looked
+        # full, e.g. per-call trajectories that count a group twice, a retry never went
+        # out, the scheduler was never idle, and a 'loaded_batch_finished' step waited for
+        # good with nothing in flight.)
+        while self.retry and running < self.max_in_flight:
+            ready = self._next_retry()
+            if ready is None:
+                break  # the rest wait for their backoff
+            if int(ready[0]["group_id"]) not in self.skip:
+                out.append(ready)
+                running += 1
+        if running >= min(self.target, self.max_in_flight):
+            if out:
+                dispatcher.submit_groups(out)
+            return  # nothing more to dispatch: skip reading the pool's stats
+        outstanding = running + pool_groups()
         while outstanding < self.target and running < self.max_in_flight:
             ready = self._next_retry() if self.retry else None
             if ready is not None:
