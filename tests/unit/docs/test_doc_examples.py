@@ -126,7 +126,9 @@ def test_user_guide_print_config_shows_the_resolved_algorithm(
     from nexrl.cli.train import main
 
     (command,) = [
-        b for b in re.findall(r"```\n(.*?)```", _algorithms_section(), re.S) if "--print-config" in b
+        b
+        for b in re.findall(r"```\n(.*?)```", _algorithms_section(), re.S)
+        if "--print-config" in b
     ]
     # the command of "Running a recipe" (there is no `nexrl` executable to run)
     runner = "./pants run src/python/nexrl:train -- "

@@ -74,7 +74,10 @@ def write_jsonl(path: Path, rows: list[object]) -> Path:
     [
         ("not json", r"f\.jsonl:2: not valid JSON"),
         ('{"text": "hi"}', r"f\.jsonl:2: expected an object with a 'messages' list"),
-        ('{"messages": [{"role": "bot", "content": "x"}]}', r"messages\[0\] needs a role.*not 'bot'"),
+        (
+            '{"messages": [{"role": "bot", "content": "x"}]}',
+            r"messages\[0\] needs a role.*not 'bot'",
+        ),
         # an assistant turn with nothing in it (a misspelt key, an empty answer) taught the
         # model to answer nothing, and --check said the data was valid
         (

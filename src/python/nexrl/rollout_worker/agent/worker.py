@@ -26,6 +26,7 @@ re-renders earlier turns differently is reported, never silently re-tokenized.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -188,10 +189,8 @@ def in_own_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
             result = fn()
         except BaseException as e:  # handed to the awaiting episode
             exc = e
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
             loop.call_soon_threadsafe(settle, result, exc)
-        except RuntimeError:  # the loop closed meanwhile: nobody waits for it
-            pass
 
     threading.Thread(target=target, name="nexrl-tool", daemon=True).start()
     return future
