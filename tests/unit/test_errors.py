@@ -38,7 +38,7 @@ from nexrl.rollout_worker.openai_agent.entrypoint import AgentError
 from nexrl.runtime.kubernetes import KubernetesError
 from nexrl.runtime.remote_server import InferenceJobLost
 from nexrl.runtime.slurm import SlurmError
-from nexrl.trainer.actor import TrainerGroupError, TrainerLostError
+from nexrl.trainer.actor import TrainerGroupError, TrainerLostError, TrainerSilentError
 from nexrl.trainer.base import TrainerError
 from nexrl.trainer.sft_data import SftDataError
 from nexrl.training_service.client import TrainingClientError
@@ -69,6 +69,7 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     TrainerError: (RuntimeError,),
     TrainerGroupError: (RuntimeError,),
     TrainerLostError: (TrainerGroupError, RuntimeError),
+    TrainerSilentError: (TrainerGroupError, RuntimeError),
     SandboxUnavailable: (RuntimeError,),
     KubernetesError: (RuntimeError,),
     MetricSinkError: (RuntimeError,),

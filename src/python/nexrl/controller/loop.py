@@ -625,6 +625,9 @@ class Controller:
         """Harvest finished rollouts, count failures, watch inference, top up."""
         parts = self.parts
         self._watch_scheduler()
+        check_trainer = getattr(parts.trainer, "check_heartbeats", None)
+        if check_trainer is not None:  # a stopped trainer worker also holds rollout tasks
+            check_trainer(f"worker (step {self.step + 1})")
         self._record(parts.dispatcher.harvest())
         now = time.monotonic()
         if now - self._last_health >= float(self.cfg.runtime_monitor.health_check_interval_s):

@@ -211,6 +211,24 @@ def _failed(fut: Any) -> bool:
     return False
 
 
+def raise_if_silent(what: str, heartbeats: Heartbeats | None, workers: list[str]) -> None:
+    """``TrainerSilentError`` naming the ranks whose worker has sent no heartbeat for
+    ``heartbeats.silent_s`` (``what``: the trainer call, or what the run waited for)."""
+    silent = heartbeats.silent() if heartbeats is not None else []
+    if not silent or heartbeats is None:
+        return
+    ranks = ", ".join(
+        f"rank {r} (worker {workers[r] if r < len(workers) else '?'}) for {s:.0f}s"
+        for r, s in silent
+    )
+    raise TrainerSilentError(
+        f"trainer {what}: no heartbeat from {ranks}: the process is stopped (SIGSTOP, a "
+        f"debugger), swapped out or wedged "
+        f"(runtime_monitor.trainer_silent_s={heartbeats.silent_s:g})",
+        tuple(r for r, _ in silent),
+    )
+
+
 class PendingCall:
     """A collective call running on every rank (``TrainerGroup.start``).
 
@@ -238,20 +256,7 @@ class PendingCall:
 
     def check_heartbeats(self) -> None:
         """``TrainerSilentError`` naming the ranks whose worker has gone silent."""
-        silent = self.heartbeats.silent() if self.heartbeats is not None else []
-        if not silent:
-            return
-        assert self.heartbeats is not None
-        ranks = ", ".join(
-            f"rank {r} (worker {self.workers[r] if r < len(self.workers) else '?'}) for {s:.0f}s"
-            for r, s in silent
-        )
-        raise TrainerSilentError(
-            f"trainer {self.method}: no heartbeat from {ranks}: the process is stopped "
-            f"(SIGSTOP, a debugger), swapped out or wedged "
-            f"(runtime_monitor.trainer_silent_s={self.heartbeats.silent_s:g})",
-            tuple(r for r, _ in silent),
-        )
+        raise_if_silent(self.method, self.heartbeats, self.workers)
 
     def wait(self, timeout_s: float) -> bool:
         """Block until every rank has answered or ``timeout_s`` passed (no sleep past
@@ -405,6 +410,12 @@ class TrainerGroup:
                 ) from exc
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
         return PendingCall(method, pending, deadline, self.heartbeats, self.workers)
+
+    def check_heartbeats(self, what: str) -> None:
+        """``TrainerSilentError`` when a rank's worker has gone silent, also between
+        calls: a stopped worker holds its rollout tasks too, so the run may be waiting
+        for a batch rather than for the trainer."""
+        raise_if_silent(what, self.heartbeats, self.workers)
 
     # -- convenience wrappers (rank 0's answer) -----------------------------------------
     def setup_info(self) -> list[dict[str, Any]]:
