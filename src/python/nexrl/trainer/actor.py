@@ -211,16 +211,13 @@ def _failed(fut: Any) -> bool:
     return False
 
 
-def raise_if_silent(what: str, heartbeats: Heartbeats | None, workers: list[str]) -> None:
+def raise_if_silent(what: str, heartbeats: Heartbeats | None) -> None:
     """``TrainerSilentError`` naming the ranks whose worker has sent no heartbeat for
     ``heartbeats.silent_s`` (``what``: the trainer call, or what the run waited for)."""
     silent = heartbeats.silent() if heartbeats is not None else []
     if not silent or heartbeats is None:
         return
-    ranks = ", ".join(
-        f"rank {r} (worker {workers[r] if r < len(workers) else '?'}) for {s:.0f}s"
-        for r, s in silent
-    )
+    ranks = ", ".join(f"rank {r} (worker {heartbeats.addrs[r]}) for {s:.0f}s" for r, s in silent)
     raise TrainerSilentError(
         f"trainer {what}: no heartbeat from {ranks}: the process is stopped (SIGSTOP, a "
         f"debugger), swapped out or wedged "
@@ -242,21 +239,18 @@ class PendingCall:
         futures: list[Any],
         deadline: float,
         heartbeats: Heartbeats | None = None,
-        workers: list[str] | None = None,
     ) -> None:
         self.method = method
         self.futures = futures
         self.deadline = deadline
         self.heartbeats = heartbeats
-        self.workers = workers or []
-        self.started = time.monotonic()
 
     def done(self) -> bool:
         return all(f.done() for f in self.futures)
 
     def check_heartbeats(self) -> None:
         """``TrainerSilentError`` naming the ranks whose worker has gone silent."""
-        raise_if_silent(self.method, self.heartbeats, self.workers)
+        raise_if_silent(self.method, self.heartbeats)
 
     def wait(self, timeout_s: float) -> bool:
         """Block until every rank has answered or ``timeout_s`` passed (no sleep past
@@ -409,13 +403,13 @@ class TrainerGroup:
                     (rank,),
                 ) from exc
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
-        return PendingCall(method, pending, deadline, self.heartbeats, self.workers)
+        return PendingCall(method, pending, deadline, self.heartbeats)
 
     def check_heartbeats(self, what: str) -> None:
         """``TrainerSilentError`` when a rank's worker has gone silent, also between
         calls: a stopped worker holds its rollout tasks too, so the run may be waiting
         for a batch rather than for the trainer."""
-        raise_if_silent(what, self.heartbeats, self.workers)
+        raise_if_silent(what, self.heartbeats)
 
     # -- convenience wrappers (rank 0's answer) -----------------------------------------
     def setup_info(self) -> list[dict[str, Any]]:
