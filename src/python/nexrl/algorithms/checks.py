@@ -126,8 +126,7 @@ def chosen_pieces_run(cfg: DictConfig, roots: list[Path]) -> list[str]:
     import torch
 
     from nexrl.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES, resolve_algorithm
-    from nexrl.algorithms.defaults import LOSS_FIELDS
-    from nexrl.algorithms.registry import call_with_options
+    from nexrl.algorithms.calls import call_advantage_estimator, call_policy_loss
     from nexrl.config.schema import typed
 
     if str(cfg.mode) != "rl":
@@ -137,9 +136,12 @@ def chosen_pieces_run(cfg: DictConfig, roots: list[Path]) -> list[str]:
     if cfg.algorithm.policy_loss not in POLICY_LOSSES:
         return []
     # the values in effect in the trainer (null fields filled from the chosen pieces)
-    a = resolve_algorithm(
-        typed(cfg.algorithm), max_response_length=int(cfg.rollout_worker.max_response_length)
-    )
+    try:
+        a = resolve_algorithm(
+            typed(cfg.algorithm), max_response_length=int(cfg.rollout_worker.max_response_length)
+        )
+    except Exception:  # an unknown mode or a field a piece does not take: named elsewhere
+        return []
     out: list[str] = []
     mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 1, 0], [1, 1, 1]], dtype=torch.bool)
     rewards = torch.zeros(4, 3)
@@ -147,15 +149,10 @@ def chosen_pieces_run(cfg: DictConfig, roots: list[Path]) -> list[str]:
     advantages = torch.tensor([[0.5] * 3, [-0.5] * 3, [-0.5] * 3, [0.5] * 3]) * mask
     name = a.advantage_estimator
     fn = ADVANTAGE_ESTIMATORS.get(name)
-    options = {
-        k: getattr(a, k)
-        for k in ("norm_adv_by_std", "std_ddof", "gamma")
-        if getattr(a, k) is not None
-    }
     problem = None
     try:
-        got = call_with_options(
-            fn, rewards, mask, torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 0, 1]), **options
+        got = call_advantage_estimator(
+            a, rewards, mask, torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 0, 1])
         )
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
             problem = f"returned {type(got).__name__}, not a pair (advantages, returns)"
@@ -177,19 +174,9 @@ def chosen_pieces_run(cfg: DictConfig, roots: list[Path]) -> list[str]:
     fn = POLICY_LOSSES.get(name)
     old = torch.log(torch.full((4, 3), 0.5))
     log_prob = (old + torch.tensor([0.1, -0.1, 0.05])).requires_grad_(True)
-    options = {k: getattr(a, k) for k in LOSS_FIELDS if getattr(a, k) is not None}
     problem = None
     try:
-        got = call_with_options(
-            fn,
-            log_prob,
-            old,
-            advantages,
-            mask,
-            a.loss_agg_mode or "token-mean",
-            loss_norm_length=a.loss_norm_length,
-            **options,
-        )
+        got = call_policy_loss(a, log_prob, old, advantages, mask)
         if not (isinstance(got, (tuple, list)) and len(got) == 2 and isinstance(got[1], dict)):
             problem = f"returned {type(got).__name__}, not a pair (loss, metrics dict)"
         elif not (isinstance(got[0], torch.Tensor) and got[0].numel() == 1):

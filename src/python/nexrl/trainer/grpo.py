@@ -28,15 +28,13 @@ loss, as importance sampling prescribes.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from nexrl.algorithms import (
-    ADVANTAGE_ESTIMATORS,
     KL_PENALTIES,
     token_level_from_scalar,
     zero_variance_group_mask,
 )
-from nexrl.algorithms.registry import call_with_options
+from nexrl.algorithms.calls import call_advantage_estimator
 from nexrl.trainer.base import SelfHostedTrainer, TrainerError
 from nexrl.trainer.loss import correct_rollout
 from nexrl.types.batch import Batch
@@ -81,18 +79,8 @@ class SelfHostedGrpoTrainer(SelfHostedTrainer):
             metrics["actor/reward_kl"] = float(kl[mask].mean()) if mask.any() else 0.0
         batch["token_level_rewards"] = rewards
         run_ids = batch.tensors.get("run_ids")
-        options: dict[str, Any] = {
-            "norm_adv_by_std": algo.norm_adv_by_std,
-            "std_ddof": algo.std_ddof,
-        }
-        options["gamma"] = algo.gamma
-        advantages, returns = call_with_options(
-            ADVANTAGE_ESTIMATORS.get(algo.advantage_estimator),
-            rewards,
-            mask,
-            batch["group_ids"],
-            run_ids,
-            **{k: v for k, v in options.items() if v is not None},
+        advantages, returns = call_advantage_estimator(
+            algo, rewards, mask, batch["group_ids"], run_ids
         )
         batch["returns"] = returns
         if not deferred:

@@ -28,9 +28,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nexrl.algorithms import KL_PENALTIES, POLICY_LOSSES, agg_loss, rollout_correction
-from nexrl.algorithms.defaults import LOSS_FIELDS
-from nexrl.algorithms.registry import call_with_options
+from nexrl.algorithms import KL_PENALTIES, agg_loss, rollout_correction
+from nexrl.algorithms.calls import call_policy_loss
 from nexrl.config.sections.algorithm import AlgorithmConfig
 from nexrl.trainer.errors import TrainerError
 from nexrl.types.batch import Batch
@@ -85,17 +84,7 @@ def policy_gradient_loss(
     if "rollout_is_weights" in mb:
         advantages = advantages * mb["rollout_is_weights"].to(advantages.dtype)
     mode = algo.loss_agg_mode or "token-mean"
-    options = {name: getattr(algo, name) for name in LOSS_FIELDS if getattr(algo, name) is not None}
-    loss, pm = call_with_options(
-        POLICY_LOSSES.get(algo.policy_loss),
-        log_probs,
-        mb["old_log_probs"],
-        advantages,
-        mask,
-        mode,
-        loss_norm_length=algo.loss_norm_length,
-        **options,
-    )
+    loss, pm = call_policy_loss(algo, log_probs, mb["old_log_probs"], advantages, mask)
     metrics: dict[str, Tensor | float] = {"actor/pg_loss": loss.detach()}
     metrics.update({f"actor/{'pg_clipfrac' if k == 'clip_frac' else k}": v for k, v in pm.items()})
     norm = algo.loss_norm_length
