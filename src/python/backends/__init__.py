@@ -1,5 +1,6 @@
 """Engines behind nexrl's stable interfaces (DeepSpeed training, inference servers).
 
-Nothing here is imported by ``nexrl`` at import time: a recipe names its
-backend and only that module is imported.
+``nexrl`` never imports this package: ``backends.register`` fills nexrl's
+registries (imported as a built-in plugin by ``nexrl.plugins.registry``), and a
+recipe's choice imports only the engine it names.
 """

@@ -202,13 +202,14 @@ def test_the_user_guides_custom_worker_runs_as_written(
     import yaml
 
     from nexrl.recipe import load_recipe_checked
+    from nexrl.rollout_worker.registry import ROLLOUT_WORKERS
 
     text = Path("docs/user-guide.md").read_text()
     (code,) = [
         b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "AnswerWithOneDigit" in b
     ]
-    (lines,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "custom_worker:" in b]
-    spec = yaml.safe_load(lines)["rollout_worker"]["custom_worker"]
+    (lines,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if 'Digit"' in b]
+    spec = yaml.safe_load(lines)["rollout_worker"]["type"]
     path, name = spec.split(":")
     (tmp_path / path).parent.mkdir(parents=True)
     (tmp_path / path).write_text(code)
@@ -216,9 +217,9 @@ def test_the_user_guides_custom_worker_runs_as_written(
     # under a scratch folder) ...
     file = str(tmp_path / path)
     recipe = load_recipe_checked(
-        "recipes/max_digit/max_digit_tiny.yaml", [f"rollout_worker.custom_worker={file}:{name}"]
+        "recipes/max_digit/max_digit_tiny.yaml", [f"rollout_worker.type={file}:{name}"]
     )
-    cls = load_object(file, name, recipe.roots, "rollout_worker.custom_worker")
+    cls = ROLLOUT_WORKERS.get(recipe.cfg.rollout_worker.type, roots=recipe.roots)
     # ... and it rolls out against the server with the guide's system prompt.
     client = InferenceClient(embedded_server.base_url, SERVED_NAME, timeout_s=30, max_retries=1)
     (traj,) = asyncio.run(

@@ -4,7 +4,9 @@ docs/developer-guide.md lists every package of ``src/python/nexrl`` with a
 layer number and the process it runs in. These tests read that table and the
 code's imports (module level and inside functions, which is where cycles used
 to hide) and check the guide's two claims: every package is in the table, and a
-package imports only packages of lower layers (so there is no cycle).
+package imports only packages of lower layers (so there is no cycle). The
+engines in ``backends`` sit above all of ``nexrl``: nothing in ``nexrl`` imports
+them (they register themselves), and their own packages form no cycle either.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import ast
 import re
 from pathlib import Path
 
+import backends
 import nexrl
 
 SRC = Path(nexrl.__file__).parent
+BACKENDS = Path(backends.__file__).parent
 GUIDE = Path("docs/developer-guide.md")
 
 
@@ -79,3 +83,55 @@ def test_packages_import_only_lower_layers() -> None:
                     f"(layer {table[pkg]})"
                 )
     assert not wrong, "\n".join(wrong)
+
+
+def _imports_of(path: Path, top: str) -> set[tuple[str, int]]:
+    """(module, line) of every import of ``top`` or ``top.*`` in this file, anywhere."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] == top:
+                out.add((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            out.update((a.name, node.lineno) for a in node.names if a.name.split(".")[0] == top)
+    return out
+
+
+def test_nexrl_never_imports_backends() -> None:
+    wrong = [
+        f"{path}:{line}: imports {module}"
+        for path in sorted(SRC.rglob("*.py"))
+        for module, line in sorted(_imports_of(path, "backends"))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_backends_packages_form_no_cycle() -> None:
+    """The graph of backends' packages (backends.inference, backends.inference.embedded,
+    backends.training, ...: one node a folder) has no cycle."""
+    root = BACKENDS.parent
+
+    def folder_of(module: str) -> str:
+        return module if (root / module.replace(".", "/")).is_dir() else module.rpartition(".")[0]
+
+    graph: dict[str, set[str]] = {}
+    for path in sorted(BACKENDS.rglob("*.py")):
+        here = ".".join(path.parent.relative_to(root).parts)
+        for module, _ in _imports_of(path, "backends"):
+            if (target := folder_of(module)) != here:
+                graph.setdefault(here, set()).add(target)
+    state: dict[str, str] = {}
+
+    def cycle_from(node: str, path: list[str]) -> list[str] | None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return [*path, node, nxt]
+            if nxt not in state and (found := cycle_from(nxt, [*path, node])):
+                return found
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := cycle_from(start, [])):
+            raise AssertionError("package cycle in backends: " + " -> ".join(found))

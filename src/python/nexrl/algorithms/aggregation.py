@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from nexrl.util.registry import Registry
+from nexrl.plugins.registry import Registry
 
 __all__ = [
     "LOSS_AGGREGATIONS",

@@ -47,7 +47,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from nexrl.util.registry import Registry
+from nexrl.plugins.registry import Registry
 
 __all__ = [
     "ROLLOUT_CORRECTIONS",

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from nexrl.util.registry import Registry, UnknownNameError
+from nexrl.plugins.registry import Registry, UnknownNameError
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",

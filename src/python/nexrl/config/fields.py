@@ -10,7 +10,9 @@ Extra checks the validator applies, from the field metadata:
 * ``path``: the value (or each list item) names a file or folder that must
   exist, resolved against the recipe's workspace root;
 * ``minimum``: numbers must be >= this;
-* ``rl_only``: a required field that ``mode: sft`` (no rollouts) does not need.
+* ``rl_only``: a required field that ``mode: sft`` (no rollouts) does not need;
+* ``registry``: the kind of part the field selects (``nexrl.plugins.Registry``): a
+  registered name or ``path/to/file.py:Name``, checked by the component's check.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def cfg_field(
     path: bool = False,
     minimum: float | None = None,
     rl_only: bool = False,
+    registry: str | None = None,
 ) -> Any:
     """A documented dataclass field; ``default=MISSING`` makes it required."""
     metadata = {
@@ -41,6 +44,7 @@ def cfg_field(
         "path": path,
         "minimum": minimum,
         "rl_only": rl_only,
+        "registry": registry,
     }
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)

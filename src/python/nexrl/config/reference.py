@@ -63,6 +63,11 @@ def render() -> str:
         extra = ""
         if f.metadata.get("choices"):
             extra = " One of: " + ", ".join(f"`{c}`" for c in f.metadata["choices"]) + "."
+        if f.metadata.get("registry"):
+            extra = (
+                f" Takes a registered {f.metadata['registry']} name or `path/to/file.py:Name` "
+                "(developer guide, 'One way in')."
+            )
         row = f"| `{path}` | {_type(tp)} | {_default(f)} | {f.metadata['help']}{extra} |"
         if "." not in path:
             top.append(row)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -100,8 +101,18 @@ def loaded_classes_line(recipe: Recipe) -> str:
     if rw.custom_worker:
         spec = split_spec(str(rw.custom_worker), "rollout_worker.custom_worker")
         worker = f"{_where(recipe, spec)} (rollout_worker.custom_worker)"
+    elif ":" in str(rw.type):
+        spec = split_spec(str(rw.type), "rollout_worker.type")
+        worker = f"{_where(recipe, spec)} (rollout_worker.type)"
     else:
-        worker = f"built-in type '{rw.type}' (rollout_worker.type)"
+        from nexrl.rollout_worker.registry import ROLLOUT_WORKERS
+
+        cls = ROLLOUT_WORKERS.get(str(rw.type))
+        if cls.__module__.startswith("nexrl."):
+            worker = f"built-in type '{rw.type}' (rollout_worker.type)"
+        else:  # a plugin's
+            where = getattr(sys.modules.get(cls.__module__), "__file__", cls.__module__)
+            worker = f"{cls.__name__} ({where}), type '{rw.type}' (rollout_worker.type)"
     evaluator = _where(recipe, evaluator_spec(recipe))
     return f"rollout worker: {worker}; evaluator: {evaluator}"
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from nexrl.config.errors import RecipeError
+from nexrl.plugins.registry import Registry, UnknownNameError, is_spec
 from nexrl.types.episode import BaseEvaluationTarget, EvaluationRunResult
-from nexrl.util.registry import Registry, UnknownNameError
+from nexrl.types.evaluator import Evaluator
 
 __all__ = [
     "EVALUATORS",
@@ -29,6 +30,7 @@ __all__ = [
     "EvaluatorContext",
     "NamedEvaluator",
     "build",
+    "build_evaluator",
     "is_named",
     "parse_options",
     "register",
@@ -49,10 +51,9 @@ class EvaluatorContext:
     api_key: str = "EMPTY"
 
 
-class NamedEvaluator:
-    """An evaluator picked by name; ``Options`` is its options dataclass. It keeps the
-    evaluator contract of ``nexrl.rollout_worker.Evaluator`` (``evaluate`` and
-    ``required_fields``) without importing that layer."""
+class NamedEvaluator(Evaluator):
+    """An evaluator picked by name; ``Options`` is its options dataclass, built with
+    the recipe's ``rollout_worker.evaluator_options`` and the run's context."""
 
     name: ClassVar[str] = ""
     Options: ClassVar[type[Any]]
@@ -73,7 +74,11 @@ class NamedEvaluator:
         raise NotImplementedError
 
 
-EVALUATORS: Registry[type[NamedEvaluator]] = Registry("evaluator")
+# Evaluator classes of a recipe's own ('path/to/file.py:Class') need not subclass
+# Evaluator (an ``evaluate`` method is the contract), so the kind checks callables.
+EVALUATORS: Registry[type[NamedEvaluator]] = Registry(
+    "evaluator", field="rollout_worker.evaluator"
+)
 E = TypeVar("E", bound=type[NamedEvaluator])
 
 
@@ -154,8 +159,26 @@ def build(
 
     try:
         cls = EVALUATORS.get(name)
+        assert issubclass(cls, NamedEvaluator)
     except UnknownNameError as exc:
         raise RecipeError(
             [f"rollout_worker.evaluator: {exc} (or a class 'path/to/file.py:ClassName')"]
         ) from None
     return cls(parse_options(cls.Options, dict(options or {}), field), context)
+
+
+def build_evaluator(
+    value: str,
+    options: Mapping[str, Any] | None = None,
+    context: EvaluatorContext | None = None,
+    roots: Any = (),
+) -> Any:
+    """The recipe's evaluator (``rollout_worker.evaluator``): a registered name built
+    with its options and context, or the user's class (``path/to/file.py:Class``)
+    instantiated with no arguments."""
+    if not is_spec(value):
+        return build(value, options, context)
+    cls: Any = EVALUATORS.get(value, roots=roots)
+    if isinstance(cls, type) and issubclass(cls, NamedEvaluator):
+        return cls(parse_options(cls.Options, dict(options or {}), OPTIONS_FIELD), context)
+    return cls()

@@ -8,9 +8,17 @@ from omegaconf import DictConfig
 
 from nexrl.config.checks import register_check
 
-__all__ = ["inference_command", "inference_token"]
+__all__ = ["inference_backend", "inference_command", "inference_token"]
 
 FIELDS = ("model", "host", "port", "served_model_name")
+
+
+@register_check
+def inference_backend(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``service.inference_service.backend``: a registered reload adapter or a class."""
+    from nexrl.inference.reload import RELOAD_ADAPTERS
+
+    return RELOAD_ADAPTERS.problems(cfg.service.inference_service.backend, roots)
 
 
 @register_check

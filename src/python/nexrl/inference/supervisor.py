@@ -122,9 +122,9 @@ class InferenceSupervisor:
     def _start_embedded(self) -> None:
         factory = self.server_factory
         if factory is None:
-            from backends.inference.embedded import EmbeddedServer
+            from nexrl.inference.reload import INFERENCE_SERVERS, LOCAL_SERVER
 
-            factory = EmbeddedServer
+            factory = INFERENCE_SERVERS.get(LOCAL_SERVER)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.config
         model = self.model_path or ""
@@ -194,7 +194,7 @@ class InferenceSupervisor:
 
     def _adapter_for(self) -> Any:
         if self._adapter is None:
-            from backends.inference.adapters import make_reload_adapter
+            from nexrl.inference.reload import make_reload_adapter
 
             extra = {"lora_name": self.lora_name} if self.lora_name else {}
             self._adapter = make_reload_adapter(

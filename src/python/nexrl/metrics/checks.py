@@ -8,6 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from nexrl.config.checks import register_check
+from nexrl.plugins.registry import is_spec
 
 __all__ = ["logger_backends"]
 
@@ -19,7 +20,9 @@ def logger_backends(cfg: DictConfig, roots: list[Path]) -> list[str]:
     out = []
     valid = ", ".join(METRIC_SINKS)
     for name in cfg.logger.backends:
-        if name not in METRIC_SINKS:
+        if is_spec(name):
+            out.extend(METRIC_SINKS.problems(name, roots))
+        elif name not in METRIC_SINKS:
             close = difflib.get_close_matches(str(name), list(METRIC_SINKS), n=1, cutoff=0.5)
             hint = f"did you mean '{close[0]}'? " if close else ""
             out.append(f"logger.backends: unknown metric sink '{name}'; {hint}valid: {valid}")

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import IO, Any, ClassVar
 
 from nexrl.errors import NexrlError
+from nexrl.plugins.registry import Registry
 from nexrl.util.files import atomic_write_text
-from nexrl.util.registry import Registry
 
 __all__ = [
     "METRICS_FILE",
@@ -385,7 +385,10 @@ class WandbSink(MetricSink):
         self._run.finish()
 
 
-# logger.backends names; a plugin adds its own sink with METRIC_SINKS.register("name").
-METRIC_SINKS: Registry[type[MetricSink]] = Registry("metric sink")
+# logger.backends names; a plugin adds its own sink with METRIC_SINKS.register("name"),
+# or a recipe names a class, 'path/to/file.py:MySink' (a MetricSink).
+METRIC_SINKS: Registry[type[MetricSink]] = Registry(
+    "metric sink", base=MetricSink, field="logger.backends"
+)
 for _cls in (ConsoleSink, JsonlSink, TensorBoardSink, MlflowSink, WandbSink):
     METRIC_SINKS.register(_cls.name)(_cls)

@@ -9,7 +9,7 @@ going away never stops training.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from nexrl.metrics.sinks import (
     MetricSinkError,
     parse_metric_lines,
 )
+from nexrl.plugins.registry import is_spec
 
 __all__ = ["MetricsTracker", "read_metrics"]
 
@@ -52,9 +53,12 @@ class MetricsTracker:
         run_name: str,
         config: dict[str, Any] | None = None,
         resume_step: int | None = None,
+        roots: Sequence[Path] = (),
     ) -> None:
+        """``backends``: sink names or classes ('path/to/file.py:Sink', files looked up
+        under ``roots``, the recipe's folders; else the working directory)."""
         names = list(dict.fromkeys([JsonlSink.name, *backends]))
-        unknown = [n for n in names if n not in METRIC_SINKS]
+        unknown = [n for n in names if n not in METRIC_SINKS and not is_spec(n)]
         if unknown:
             raise MetricSinkError(
                 f"logger.backends: unknown metric sink(s) {', '.join(map(repr, unknown))}; "
@@ -66,7 +70,7 @@ class MetricsTracker:
         try:
             for name in names:
                 self.sinks.append(
-                    METRIC_SINKS.get(name)(
+                    METRIC_SINKS.get(name, roots=roots)(
                         self.output_dir, run_name=run_name, config=config, resume_step=resume_step
                     )
                 )

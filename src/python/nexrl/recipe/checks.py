@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from nexrl.config.checks import register_check
 
-__all__ = ["cluster_tls", "run_settings", "sync_mode_settings"]
+__all__ = ["cluster_tls", "cluster_type", "run_settings", "sync_mode_settings"]
 
 
 @register_check
@@ -48,3 +48,11 @@ def cluster_tls(cfg: DictConfig, roots: list[Path]) -> list[str]:
     from nexrl.runtime.tls import recipe_problems
 
     return recipe_problems(cfg.cluster, roots)
+
+
+@register_check
+def cluster_type(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``cluster.type``: a registered cluster type or a 'path/to/file.py:start' function."""
+    from nexrl.runtime.cluster import CLUSTER_TYPES
+
+    return CLUSTER_TYPES.problems(cfg.cluster.type, roots)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nexrl.inference import InferenceClient
 from nexrl.rollout_worker.evaluator import Evaluator
@@ -44,6 +44,9 @@ from nexrl.types.episode import (
     call_trajectory,
 )
 from nexrl.util.rows import row_text
+
+if TYPE_CHECKING:
+    from nexrl.rollout_worker.spec import RolloutSpec
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +138,30 @@ class BaseRolloutWorker:
     async def rollout(self, item: dict[str, Any]) -> list[Trajectory]:
         """Run one episode for ``item`` (a data-loader item) and score it."""
         return self.score(await self.run_agent(item))
+
+    # -- how a run builds the worker (``rollout_worker.type``) ----------------------
+    @classmethod
+    def from_spec(
+        cls, spec: RolloutSpec, client: Any, evaluator: Evaluator, recorder: Any = None
+    ) -> BaseRolloutWorker:
+        """This class's worker for a run: ``cls(client, evaluator, sampling, prompt_key)``
+        with the run's seed. A worker type that needs more of the recipe (an agent
+        config, a recorder) overrides it."""
+        worker = cls(client, evaluator, dict(spec.sampling), spec.prompt_key)
+        worker.seed = spec.seed  # set after construction: custom __init__s need not forward it
+        return worker
+
+    @classmethod
+    def needs_recorder(cls, spec: RolloutSpec) -> bool:
+        """Whether ``from_spec`` wants the process's recording agent service."""
+        return False
+
+    @classmethod
+    def rollout_limit_s(cls, spec: RolloutSpec) -> float:
+        """Seconds one group's rollout may take. Each model call is bounded by
+        timeout_s (retries included); the margin covers multi-call episodes queued
+        behind each other on a busy service."""
+        return spec.timeout_s * 4 + 30.0
 
     @classmethod
     def scores_separately(cls) -> bool:

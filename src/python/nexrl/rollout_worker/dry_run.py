@@ -89,12 +89,19 @@ def instantiate_evaluator(cfg: DictConfig, roots: list[Path]) -> tuple[Any, list
 
 
 def instantiate_worker(cfg: DictConfig, roots: list[Path], evaluator: Any) -> tuple[Any, list[str]]:
-    """``(custom worker instance or None, problems)``; ``(None, [])`` without one."""
-    spec = cfg.rollout_worker.custom_worker
+    """``(custom worker instance or None, problems)``; ``(None, [])`` without one. A
+    class is ``rollout_worker.type: path/to/file.py:Class`` (or the older
+    ``custom_worker``); a registered type name is only looked up."""
+    from nexrl.plugins.registry import is_spec
+    from nexrl.rollout_worker.registry import FIELD, ROLLOUT_WORKERS
+
+    spec, field = cfg.rollout_worker.custom_worker, WORKER
+    if not spec and is_spec(cfg.rollout_worker.type):
+        spec, field = cfg.rollout_worker.type, FIELD
     if not spec:
-        return None, []
+        return None, ROLLOUT_WORKERS.problems(cfg.rollout_worker.type, roots)
     try:
-        cls: Any = load_spec(str(spec), roots, WORKER)
+        cls: Any = load_spec(str(spec), roots, field)
     except RecipeError as exc:
         return None, list(exc.problems)
     from nexrl.inference.client import InferenceClient
@@ -102,11 +109,11 @@ def instantiate_worker(cfg: DictConfig, roots: list[Path], evaluator: Any) -> tu
 
     if not (isinstance(cls, type) and issubclass(cls, BaseRolloutWorker)):
         return None, [
-            f"{WORKER}: {cls!r} ({_where(cls)}) is not a subclass of BaseRolloutWorker "
+            f"{field}: {cls!r} ({_where(cls)}) is not a subclass of BaseRolloutWorker "
             "(from nexrl.rollout_worker import SimpleRolloutWorker)"
         ]
     if problem := missing_episode_method(cls):
-        return None, [f"{WORKER}: {problem} ({_where(cls)})"]
+        return None, [f"{field}: {problem} ({_where(cls)})"]
     if evaluator is None:
         return None, []  # its problem is reported already
     rw = cfg.rollout_worker
@@ -116,7 +123,7 @@ def instantiate_worker(cfg: DictConfig, roots: list[Path], evaluator: Any) -> tu
     try:
         return cls(client, evaluator, sampling, str(cfg.data.prompt_key)), []
     except Exception as exc:
-        return None, [f"{WORKER}: {cls.__name__}(...) failed ({_where(cls)}): {_one_line(exc)}"]
+        return None, [f"{field}: {cls.__name__}(...) failed ({_where(cls)}): {_one_line(exc)}"]
 
 
 def required_fields(obj: Any) -> tuple[str, ...]:

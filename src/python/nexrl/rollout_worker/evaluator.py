@@ -1,28 +1,6 @@
-"""The evaluator contract: ``evaluate(data, evaluation_target) -> EvaluationRunResult``."""
+"""The evaluator contract (``nexrl.types.evaluator``), where recipes import it from:
+``from nexrl.rollout_worker import Evaluator, BaseEvaluationTarget, EvaluationRunResult``."""
 
-from __future__ import annotations
-
-from abc import ABC, abstractmethod
-from typing import Any, ClassVar
-
-from nexrl.types.episode import BaseEvaluationTarget, EvaluationRunResult
+from nexrl.types.evaluator import BaseEvaluationTarget, EvaluationRunResult, Evaluator
 
 __all__ = ["BaseEvaluationTarget", "EvaluationRunResult", "Evaluator"]
-
-
-class Evaluator(ABC):
-    """Subclass and implement ``evaluate``; named in a recipe as
-    ``rollout_worker.evaluator: "path/to/file.py:ClassName"`` (or pick one of the
-    library's by name, ``rollout_worker.evaluator: exact_match``: ``nexrl.evaluators``).
-
-    ``required_fields`` names the data-row fields ``evaluate`` reads (besides the
-    prompt): ``--check`` reads the first rows of every data file and reports a row
-    that lacks one, with its file and row number."""
-
-    required_fields: ClassVar[tuple[str, ...]] = ()
-
-    @abstractmethod
-    def evaluate(
-        self, data: dict[str, Any], evaluation_target: BaseEvaluationTarget
-    ) -> EvaluationRunResult:
-        """Score one rollout of ``data`` (the original data row)."""

@@ -11,11 +11,14 @@ in 16 requests take ~0.08 s against ~0.4 s for 128 requests (docs/benchmarks.md)
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nexrl.inference import Generation
 from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
-from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
+from nexrl.rollout_worker.evaluator import BaseEvaluationTarget, Evaluator
+
+if TYPE_CHECKING:
+    from nexrl.rollout_worker.spec import RolloutSpec
 
 
 class SimpleRolloutWorker(BaseRolloutWorker):
@@ -24,6 +27,16 @@ class SimpleRolloutWorker(BaseRolloutWorker):
     #: The server takes one seed per choice (``seeds``, the embedded server): a seeded
     #: group samples exactly what one request per item would. Else one ``seed``.
     choice_seeds: bool = True
+
+    @classmethod
+    def from_spec(
+        cls, spec: RolloutSpec, client: Any, evaluator: Evaluator, recorder: Any = None
+    ) -> BaseRolloutWorker:
+        worker = super().from_spec(spec, client, evaluator, recorder)
+        assert isinstance(worker, SimpleRolloutWorker)
+        worker.group_requests = spec.group_requests
+        worker.choice_seeds = not spec.versions_from_pool  # the embedded server's own
+        return worker
 
     async def run_agent(self, item: dict[str, Any]) -> Episode:
         """Ask the model once; the answer is the final answer."""

@@ -28,11 +28,13 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from nexrl.pool.config import PoolConfig
 from nexrl.rollout_worker.base import BaseRolloutWorker, Episode
+from nexrl.rollout_worker.cache import CACHE_LOCK, process_cached
+from nexrl.rollout_worker.registry import worker_class
+from nexrl.rollout_worker.spec import RolloutSpec
 from nexrl.types import Trajectory
 
 __all__ = [
@@ -44,66 +46,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RolloutSpec:
-    """Everything a rollout or evaluator future needs (small and picklable).
-
-    Attributes:
-        worker_type: built-in worker ('simple', 'agent', 'openai_agent').
-        custom_worker: ``(file, class)`` of a custom rollout worker, or None.
-        evaluator: ``(file, class)`` of the recipe's evaluator, or
-            ``("nexrl.evaluators", name)`` for a named one.
-        evaluator_options: a named evaluator's options, as JSON.
-        roots: folders relative recipe paths are searched in (absolute).
-        base_urls: the inference service's replicas.
-        served_model_name / api_key: sent with every request.
-        timeout_s / max_retries: per inference request (openai client).
-        sampling: OpenAI sampling parameters (temperature, top_p, max_tokens).
-        prompt_key: data column holding the prompt.
-        pool: the trajectory pool config (store resolved).
-        group_requests: one request with ``n`` per prompt group
-            (``rollout_worker.one_request_per_group``; the 'simple' worker).
-        batch_requests: chat calls made at the same moment go in one batch request
-            (``rollout_worker.batch_requests``; the embedded server only).
-        versions_from_pool: the engines do not report policy versions (``base_urls``
-            replicas: vLLM, SGLang): tag each reply with the version the controller
-            last loaded everywhere, read from the pool's weight-sync record when the
-            request starts (``InferenceClient``'s ``version_source``).
-    """
-
-    worker_type: str
-    evaluator: tuple[str, str]
-    roots: tuple[str, ...]
-    base_urls: tuple[str, ...]
-    served_model_name: str
-    sampling: tuple[tuple[str, Any], ...]
-    pool: PoolConfig
-    custom_worker: tuple[str, str] | None = None
-    api_key: str = "EMPTY"
-    timeout_s: float = 60.0
-    max_retries: int = 2
-    prompt_key: str = "prompt"
-    agent_config: str | None = None  # absolute path, for worker_type 'agent'
-    agent_trajectory: str = "per_call"
-    agent_entrypoint: str | None = None  # 'file.py:function', for worker_type 'openai_agent'
-    agent_timeout_s: float = 300.0
-    seed: int | None = None  # per-request sampling seeds (BaseRolloutWorker.request_seed)
-    versions_from_pool: bool = False
-    group_requests: bool = True
-    batch_requests: bool = False
-    evaluator_options: str = "{}"
-
-    def with_sampling(self, **overrides: Any) -> RolloutSpec:
-        from dataclasses import replace
-
-        return replace(self, sampling=tuple({**dict(self.sampling), **overrides}.items()))
-
-    def with_base_urls(self, urls: list[str]) -> RolloutSpec:
-        from dataclasses import replace
-
-        return replace(self, base_urls=tuple(urls))
 
 
 @dataclass(frozen=True)
@@ -128,116 +70,22 @@ class GroupSummary:
     committed: bool = False
 
 
-_CACHE: dict[tuple[str, ...], Any] = {}
-_CACHE_LOCK = threading.Lock()
-
-
-def _cached(key: tuple[str, ...], build: Any) -> Any:
-    with _CACHE_LOCK:
-        if key not in _CACHE:
-            _CACHE[key] = build()
-        return _CACHE[key]
-
-
-def _load(spec: tuple[str, str], roots: tuple[str, ...], field_name: str) -> Any:
-    from nexrl.plugins import load_object
-
-    return load_object(spec[0], spec[1], [Path(r) for r in roots], field_name)
-
-
-def worker_class(spec: RolloutSpec) -> type[BaseRolloutWorker]:
-    """The rollout worker class the recipe names (custom class or built-in type)."""
-    custom = spec.custom_worker
-    if custom is not None:
-        cls = _cached(
-            ("worker", *custom, *spec.roots),
-            lambda: _load(custom, spec.roots, "rollout_worker.custom_worker"),
-        )
-        if not (isinstance(cls, type) and issubclass(cls, BaseRolloutWorker)):
-            raise TypeError(
-                f"rollout_worker.custom_worker: {cls!r} is not a subclass "
-                "of nexrl.rollout_worker.base.BaseRolloutWorker"
-            )
-        return cls
-    from nexrl.rollout_worker.agent import AgentRolloutWorker
-    from nexrl.rollout_worker.openai_agent import OpenAIAgentWorker
-    from nexrl.rollout_worker.simple import SimpleRolloutWorker
-
-    builtin: dict[str, type[BaseRolloutWorker]] = {
-        "simple": SimpleRolloutWorker,
-        "agent": AgentRolloutWorker,
-        "openai_agent": OpenAIAgentWorker,
-    }
-    if spec.worker_type not in builtin:
-        raise ValueError(
-            f"rollout_worker.type: {spec.worker_type!r} is not available in this build "
-            f"(available: {', '.join(builtin)})"
-        )
-    return builtin[spec.worker_type]
-
-
 def evaluator(spec: RolloutSpec) -> Any:
     """The recipe's evaluator, one instance per process (a named one built with its
     options and the run's inference service as its context)."""
-    from nexrl.evaluators.registry import NAMED_SOURCE, EvaluatorContext, build
+    from nexrl.evaluators.registry import NAMED_SOURCE, EvaluatorContext, build_evaluator
 
-    if spec.evaluator[0] == NAMED_SOURCE:
-        context = EvaluatorContext(spec.base_urls, spec.served_model_name, spec.api_key)
-        return _cached(
-            ("evaluator", *spec.evaluator, spec.evaluator_options),
-            lambda: build(spec.evaluator[1], json.loads(spec.evaluator_options), context),
-        )
-    return _cached(
-        ("evaluator", *spec.evaluator, *spec.roots),
-        lambda: _load(spec.evaluator, spec.roots, "rollout_worker.evaluator")(),
+    source, name = spec.evaluator
+    value = name if source == NAMED_SOURCE else f"{source}:{name}"
+    context = EvaluatorContext(spec.base_urls, spec.served_model_name, spec.api_key)
+    return process_cached(
+        ("evaluator", value, spec.evaluator_options, *spec.roots),
+        lambda: build_evaluator(value, json.loads(spec.evaluator_options), context, spec.roots),
     )
 
 
 def _worker(spec: RolloutSpec, client: Any, recorder: Any = None) -> BaseRolloutWorker:
-    cls = worker_class(spec)
-    if _runs_openai_agent(spec):
-        from nexrl.rollout_worker.openai_agent import OpenAIAgentWorker, load_entrypoint
-
-        entry = spec.agent_entrypoint
-        assert entry is not None
-        agent_fn = _cached(
-            ("openai_agent", entry, *spec.roots),
-            lambda: load_entrypoint(entry, [Path(r) for r in spec.roots]),
-        )
-        return OpenAIAgentWorker(
-            client,
-            evaluator(spec),
-            dict(spec.sampling),
-            spec.prompt_key,
-            agent=agent_fn,
-            recorder=recorder,
-            model=spec.served_model_name,
-            timeout_s=spec.agent_timeout_s,
-            trajectory_mode=spec.agent_trajectory,
-            seed=spec.seed,
-        )
-    if spec.worker_type == "agent" and spec.custom_worker is None:
-        from nexrl.rollout_worker.agent import AgentRolloutWorker, load_agent_config
-
-        assert spec.agent_config is not None
-        agent = _cached(("agent", spec.agent_config), lambda: load_agent_config(spec.agent_config))
-        return AgentRolloutWorker(
-            client,
-            evaluator(spec),
-            dict(spec.sampling),
-            spec.prompt_key,
-            agent=agent,
-            trajectory_mode=spec.agent_trajectory,
-            seed=spec.seed,
-        )
-    worker = cls(client, evaluator(spec), dict(spec.sampling), spec.prompt_key)
-    worker.seed = spec.seed  # set after construction: custom __init__s need not forward it
-    from nexrl.rollout_worker.simple import SimpleRolloutWorker
-
-    if isinstance(worker, SimpleRolloutWorker):
-        worker.group_requests = spec.group_requests
-        worker.choice_seeds = not spec.versions_from_pool  # the embedded server's own
-    return worker
+    return worker_class(spec).from_spec(spec, client, evaluator(spec), recorder)
 
 
 class _LoopThread:
@@ -306,7 +154,7 @@ class _LoopThread:
             spec.timeout_s,
             spec.max_retries,
         )
-        with _CACHE_LOCK:
+        with CACHE_LOCK:
             if key not in self.clients:
                 self.clients[key] = Recorder(
                     spec.base_urls,
@@ -334,30 +182,15 @@ def loaded_version(pool: PoolConfig) -> Any:
     return version
 
 
-def _runs_openai_agent(spec: RolloutSpec) -> bool:
-    return spec.worker_type == "openai_agent" and spec.custom_worker is None
-
-
 _LOOP: _LoopThread | None = None
 
 
 def _loop() -> _LoopThread:
     global _LOOP
-    with _CACHE_LOCK:
+    with CACHE_LOCK:
         if _LOOP is None or not _LOOP.thread.is_alive():
             _LOOP = _LoopThread()
         return _LOOP
-
-
-def _rollout_limit(spec: RolloutSpec) -> float:
-    """Seconds one group's rollout may take. Each model call is bounded by timeout_s
-    (retries included); the margin covers multi-call episodes queued behind each other
-    on a busy service. An agent function's episode is bounded by agent_timeout_s (its
-    own AgentError first)."""
-    limit = spec.timeout_s * 4 + 30.0
-    if _runs_openai_agent(spec):
-        limit = max(limit, spec.agent_timeout_s + 30.0)
-    return limit
 
 
 async def _rollout_group(
@@ -391,11 +224,12 @@ def rollout_groups_task(
 ) -> list[list[Episode | Trajectory] | GroupError]:
     """Roll out several groups at once (their model calls run concurrently on the
     process's event loop); per group its outputs, or a ``GroupError`` once its rollout
-    raised ``1 + retries`` times (each try bounded by ``_rollout_limit``). One group's
+    raised ``1 + retries`` times (each try bounded by the worker class's ``rollout_limit_s``). One group's
     failure never fails the others."""
     runner = _loop()
-    recorder = runner.recorder(spec) if _runs_openai_agent(spec) else None
-    limit = _rollout_limit(spec)
+    cls = worker_class(spec)
+    recorder = runner.recorder(spec) if cls.needs_recorder(spec) else None
+    limit = cls.rollout_limit_s(spec)
 
     async def bounded(items: list[dict[str, Any]]) -> list[Episode | Trajectory]:
         try:

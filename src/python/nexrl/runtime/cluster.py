@@ -1,6 +1,7 @@
 """Build the Dask cluster a recipe asks for: the same code on a laptop and a cluster.
 
-``cluster.type``:
+``cluster.type`` (``CLUSTER_TYPES``: a registered name, or a plugin's own
+``(ClusterRequest) -> ClusterHandle`` function):
 
 * ``local``: a ``LocalCluster`` of worker processes on this machine. Every
   worker offers ``GPU`` resource units (``resource.trainer_gpus``, 1 by
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from nexrl.config.sections.cluster import ClusterConfig
+from nexrl.plugins.registry import Registry
 from nexrl.runtime import own_session
 from nexrl.util.dask_workers import workers_of
 
@@ -199,6 +201,81 @@ def local_cluster_kwargs(
     }
 
 
+@dataclass(frozen=True)
+class ClusterRequest:
+    """What a cluster type is asked to start: the recipe's ``cluster`` section and the
+    run's needs (see ``start_cluster``)."""
+
+    cfg: ClusterConfig
+    experiment: str
+    gpus_per_worker: int = 1
+    trainer_ranks: int = 1
+    inference_job: bool = False
+    log_dir: str | Path | None = None
+    security: Any = None  # distributed.Security of cluster.tls, or None
+    should_stop: Callable[[], bool] | None = None
+
+
+# ``cluster.type``: a function ``(ClusterRequest) -> ClusterHandle``; a plugin adds its own
+# with ``@CLUSTER_TYPES.register("name")``, or a recipe names one 'path/to/file.py:start'.
+CLUSTER_TYPES: Registry[Callable[[ClusterRequest], ClusterHandle]] = Registry(
+    "cluster type", field="cluster.type"
+)
+
+
+@CLUSTER_TYPES.register("address")
+def _address(req: ClusterRequest) -> ClusterHandle:
+    from distributed import Client
+
+    return ClusterHandle(Client(req.cfg.address, timeout="60s", security=req.security), None)
+
+
+@CLUSTER_TYPES.register("local")
+def _local(req: ClusterRequest) -> ClusterHandle:
+    from distributed import Client, LocalCluster
+
+    with warnings.catch_warnings():
+        # "Port 8787 is already in use ... Hosting the HTTP server on port N instead"
+        # (4 lines): another run holds the port; the URL the run prints is the real one
+        warnings.filterwarnings("ignore", message=r"Port \d+ is already in use")
+        cluster = LocalCluster(**local_cluster_kwargs(req.cfg, req.gpus_per_worker, req.security))
+    return ClusterHandle(Client(cluster, timeout="120s", security=req.security), cluster)
+
+
+@CLUSTER_TYPES.register("slurm")
+def _slurm(req: ClusterRequest) -> ClusterHandle:
+    from nexrl.runtime.slurm import start_slurm
+
+    client, cluster, jobs, trainers, server = start_slurm(
+        req.cfg.slurm,
+        req.experiment,
+        trainer_gpus=req.gpus_per_worker,
+        trainer_ranks=req.trainer_ranks,
+        inference=req.inference_job,
+        log_dir=req.log_dir,
+        security=req.security,
+        should_stop=req.should_stop,
+    )
+    return ClusterHandle(client, cluster, jobs, trainers, server)
+
+
+@CLUSTER_TYPES.register("kubernetes")
+def _kubernetes(req: ClusterRequest) -> ClusterHandle:
+    from nexrl.runtime.kubernetes import group_names, start_kubernetes
+
+    if req.security is not None:  # the recipe check says so first
+        raise ValueError("cluster.tls is not wired for cluster.type 'kubernetes'")
+    client, cluster, trainers, server = start_kubernetes(
+        req.cfg.kubernetes,
+        req.experiment,
+        trainer_gpus=req.gpus_per_worker,
+        trainer_ranks=req.trainer_ranks,
+        inference=req.inference_job,
+    )
+    group = group_names(req.experiment, 0, req.inference_job).get("inference")
+    return ClusterHandle(client, cluster, None, trainers, server, group)
+
+
 def start_cluster(
     cfg: ClusterConfig,
     experiment: str,
@@ -211,67 +288,33 @@ def start_cluster(
     roots: Sequence[Path] = (),
     should_stop: Callable[[], bool] | None = None,
 ) -> ClusterHandle:
-    """Start (or connect to) the cluster and return a connected client.
+    """Start (or connect to) the cluster ``cfg.type`` names and return a connected client.
 
     ``plugins`` (resolved by ``nexrl.plugins.resolve_plugins``) are imported in
     every worker, present and future, before the client is returned. On Slurm,
     ``trainer_ranks`` jobs for the trainer and (``inference_job``) one for the
     embedded server are submitted and joined first; job output goes to ``log_dir``.
     On Kubernetes, the same as worker groups (pods). ``roots`` are where relative
-    ``cluster.tls`` file paths resolve (the recipe's roots). ``should_stop`` (the
-    run's Ctrl-C) ends a wait for Slurm jobs with ``KeyboardInterrupt``.
+    ``cluster.tls`` file paths (and a 'path/to/file.py:start' type) resolve (the
+    recipe's roots). ``should_stop`` (the run's Ctrl-C) ends a wait for Slurm jobs
+    with ``KeyboardInterrupt``.
     """
-    from distributed import Client
-
     from nexrl.runtime.tls import security as tls_security
     from nexrl.runtime.worker_env import apply_in_driver
 
+    start = CLUSTER_TYPES.get(str(cfg.type), roots=roots)
     apply_in_driver()  # before any nanny of this process reads its config
-    security = tls_security(cfg.tls, roots)
-    if cfg.type == "address":
-        client = Client(cfg.address, timeout="60s", security=security)
-        return _with_plugins(ClusterHandle(client, None), plugins)
-    cluster: Any
-    if cfg.type == "local":
-        from distributed import LocalCluster
-
-        with warnings.catch_warnings():
-            # "Port 8787 is already in use ... Hosting the HTTP server on port N instead"
-            # (4 lines): another run holds the port; the URL the run prints is the real one
-            warnings.filterwarnings("ignore", message=r"Port \d+ is already in use")
-            cluster = LocalCluster(**local_cluster_kwargs(cfg, gpus_per_worker, security))
-    elif cfg.type == "slurm":
-        from nexrl.runtime.slurm import start_slurm
-
-        client, cluster, jobs, trainers, server = start_slurm(
-            cfg.slurm,
-            experiment,
-            trainer_gpus=gpus_per_worker,
-            trainer_ranks=trainer_ranks,
-            inference=inference_job,
-            log_dir=log_dir,
-            security=security,
-            should_stop=should_stop,
-        )
-        handle = ClusterHandle(client, cluster, jobs, trainers, server)
-        return _with_plugins(handle, plugins)
-    else:
-        from nexrl.runtime.kubernetes import group_names, start_kubernetes
-
-        if security is not None:  # the recipe check says so first
-            raise ValueError("cluster.tls is not wired for cluster.type 'kubernetes'")
-        client, cluster, trainers, server = start_kubernetes(
-            cfg.kubernetes,
-            experiment,
-            trainer_gpus=gpus_per_worker,
-            trainer_ranks=trainer_ranks,
-            inference=inference_job,
-        )
-        group = group_names(experiment, 0, inference_job).get("inference")
-        handle = ClusterHandle(client, cluster, None, trainers, server, group)
-        return _with_plugins(handle, plugins)
-    client = Client(cluster, timeout="120s", security=security)
-    return _with_plugins(ClusterHandle(client, cluster), plugins)
+    request = ClusterRequest(
+        cfg,
+        experiment,
+        gpus_per_worker,
+        trainer_ranks,
+        inference_job,
+        log_dir,
+        tls_security(cfg.tls, roots),
+        should_stop,
+    )
+    return _with_plugins(start(request), plugins)
 
 
 def _with_plugins(handle: ClusterHandle, plugins: Sequence[str]) -> ClusterHandle:

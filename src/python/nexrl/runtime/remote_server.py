@@ -26,15 +26,6 @@ class InferenceJobLost(RuntimeError, NexrlError):
     """The inference job's worker is gone: its server cannot be restarted there."""
 
 
-def self_address() -> str | None:
-    from distributed import get_worker
-
-    try:
-        return str(get_worker().address)
-    except ValueError:
-        return None
-
-
 class ServerHost:
     """Runs on the inference worker (a Dask actor): owns the server process there."""
 
@@ -46,14 +37,15 @@ class ServerHost:
 
         from distributed.utils import get_ip
 
-        from backends.inference.embedded import EmbeddedServer
+        from nexrl.inference.reload import INFERENCE_SERVERS, LOCAL_SERVER
 
+        server_cls = INFERENCE_SERVERS.get(LOCAL_SERVER)
         self.stop()
         # the node's address (the rollouts run on other nodes): the supervisor's
         # ``host`` (loopback by default) does not apply here; a token is required
         kwargs = {k: v for k, v in kwargs.items() if k != "host"}
         host = os.environ.get("NEXRL_INFERENCE_HOST") or get_ip()
-        self.server = EmbeddedServer(model, host=host, **kwargs).start()
+        self.server = server_cls(model, host=host, **kwargs).start()
         return {
             "base_url": self.server.base_url,
             "pid": self.server.pid,

@@ -37,10 +37,15 @@ def zero_problems(zero_stage: int, offload_optimizer: bool, offload_param: bool)
 
 @register_check
 def trainer_fits_backend(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    from nexrl.trainer.engine import TRAINING_ENGINES
+    from nexrl.trainer.registry import TRAINERS
+
     t = cfg.trainer
-    out = []
-    allowed = TRAINER_BACKENDS.get(t.type, ())
-    if t.backend not in allowed:
+    out = TRAINERS.problems(t.type, roots) + TRAINING_ENGINES.problems(t.backend, roots)
+    # a built-in trainer on another built-in engine; a plugin's pairs are its own to know
+    allowed = TRAINER_BACKENDS.get(t.type)
+    builtin_engines = {b for bs in TRAINER_BACKENDS.values() for b in bs}
+    if not out and allowed is not None and t.backend in builtin_engines - set(allowed):
         out.append(
             f"trainer.type '{t.type}' runs on backend(s) {', '.join(allowed)}, "
             f"not trainer.backend '{t.backend}'"

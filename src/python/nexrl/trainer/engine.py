@@ -1,10 +1,13 @@
-"""The training-engine interface trainers program against, and the backend loader.
+"""The training-engine interface trainers program against, and the engine registry.
 
-A backend module ``backends.training.<name>_engine`` (``trainer.backend``) exposes
-``build_engine(model, config, *, total_optimizer_steps, dist_timeout_s) ->
-TrainingEngine`` and may list the packages it needs in ``REQUIRES``. It is
-imported by name only when a recipe selects it, so ``nexrl`` never imports
-DeepSpeed at module import time.
+``TRAINING_ENGINES`` maps ``trainer.backend`` to a ``build_engine(model, config, *,
+total_optimizer_steps, dist_timeout_s) -> TrainingEngine`` function. Engines
+register themselves: ``backends/__init__.py`` registers ``deepspeed`` lazily
+(``backends.training.deepspeed_engine:build_engine``, imported only when a recipe
+selects it, so ``nexrl`` never imports DeepSpeed at module import time); a
+plugin adds its own with ``@TRAINING_ENGINES.register("name")`` or names a
+function directly, ``trainer.backend: path/to/file.py:build_engine``. The
+engine's module may list the packages it needs in ``REQUIRES``.
 
 Gradient accumulation is driven by the trainer, not by the engine's counter:
 before each micro-batch's forward the trainer calls
@@ -17,16 +20,17 @@ applies nothing and returns a non-finite norm when the gradients are not finite;
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
+import sys
 from collections.abc import Callable
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from nexrl.config.errors import RecipeError
+from nexrl.plugins.registry import Registry
 
-__all__ = ["TrainingEngine", "load_backend"]
+__all__ = ["TRAINING_ENGINES", "TrainingEngine", "load_backend"]
 
 
 @runtime_checkable
@@ -104,19 +108,22 @@ class TrainingEngine(Protocol):
 
 BuildEngine = Callable[..., TrainingEngine]
 
+TRAINING_ENGINES: Registry[BuildEngine] = Registry("training engine", field="trainer.backend")
+
 
 def load_backend(name: str) -> BuildEngine:
-    """``build_engine`` of ``backends.training.<name>_engine`` (imported now, by name)."""
-    module_name = f"backends.training.{name}_engine"
+    """The ``build_engine`` function ``trainer.backend`` names (its module imported now)."""
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
+        build = TRAINING_ENGINES.get(name)
+    except (KeyError, RecipeError) as exc:
+        cause = exc.problems[0] if isinstance(exc, RecipeError) else str(exc)
         raise RecipeError(
             [
-                f"trainer.backend '{name}': cannot import {module_name} ({exc}); install the "
+                f"trainer.backend '{name}': cannot import it ({cause}); install the "
                 f"backend's packages (deepspeed for 'deepspeed') or pick another backend"
             ]
         ) from None
+    module = sys.modules.get(getattr(build, "__module__", ""), None)
     missing = [m for m in getattr(module, "REQUIRES", ()) if importlib.util.find_spec(m) is None]
     if missing:
         raise RecipeError(
@@ -125,7 +132,6 @@ def load_backend(name: str) -> BuildEngine:
                 f"(pip install {' '.join(missing)})"
             ]
         )
-    build = getattr(module, "build_engine", None)
     if not callable(build):
-        raise RecipeError([f"trainer.backend '{name}': {module_name} defines no build_engine()"])
-    return cast(BuildEngine, build)
+        raise RecipeError([f"trainer.backend '{name}': {build!r} is not a build_engine function"])
+    return build

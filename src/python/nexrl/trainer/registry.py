@@ -1,9 +1,11 @@
-"""Trainer classes by ``trainer.type``, custom trainers from a file, and the factory.
+"""Trainer classes by ``trainer.type``: a registered name or a class; the factory.
 
-``trainer.custom_trainer: "path/to/file.py:ClassName"`` names a user class (a
-subclass of ``SelfHostedTrainer``, usually of ``SelfHostedGrpoTrainer``
-overriding ``_prepare_batch``); it takes precedence
-over ``trainer.type``. Every mistake raises ``RecipeError`` naming the field,
+``trainer.type`` is a registered trainer (``self_hosted_grpo``,
+``self_hosted_sft``, or a plugin's ``@TRAINERS.register("name")``) or a user
+class, ``path/to/file.py:ClassName`` (a subclass of ``SelfHostedTrainer``,
+usually of ``SelfHostedGrpoTrainer`` overriding ``prepare_batch``).
+``trainer.custom_trainer`` is the older form of a class in ``type``; it takes
+precedence over ``trainer.type``. Every mistake raises ``RecipeError`` naming the field,
 the file and the fix.
 """
 
@@ -16,15 +18,17 @@ from typing import Any
 
 from nexrl.config.errors import RecipeError
 from nexrl.plugins import load_object, split_spec
+from nexrl.plugins.registry import Registry
 from nexrl.trainer.base import SelfHostedTrainer
 from nexrl.trainer.grpo import SelfHostedGrpoTrainer
 from nexrl.trainer.sft import SelfHostedSftTrainer
 from nexrl.trainer.spec import TrainerSpec
-from nexrl.util.registry import Registry
 
 __all__ = ["TRAINERS", "create_trainer", "load_custom_trainer", "resolve_trainer_class"]
 
-TRAINERS: Registry[type[SelfHostedTrainer]] = Registry("trainer type")
+TRAINERS: Registry[type[SelfHostedTrainer]] = Registry(
+    "trainer type", base=SelfHostedTrainer, field="trainer.type"
+)
 TRAINERS.register("self_hosted_grpo")(SelfHostedGrpoTrainer)
 TRAINERS.register("self_hosted_sft")(SelfHostedSftTrainer)
 
@@ -57,7 +61,7 @@ def resolve_trainer_class(
     if custom:
         return load_custom_trainer(str(custom), roots)
     try:
-        return TRAINERS.get(trainer_cfg.type)
+        return TRAINERS.get(trainer_cfg.type, roots=[Path(r) for r in roots] or [Path.cwd()])
     except KeyError as exc:
         raise RecipeError([f"trainer.type: {exc}"]) from None
 

@@ -160,8 +160,9 @@ class ClusterConfig:
     type: str = cfg_field(
         "local",
         help="'local' (LocalCluster on this machine), 'address' (existing scheduler), "
-        "'slurm' (dask-jobqueue) or 'kubernetes' (dask-kubernetes).",
-        choices=("local", "address", "slurm", "kubernetes"),
+        "'slurm' (dask-jobqueue) or 'kubernetes' (dask-kubernetes); one of your own is a "
+        "function (ClusterRequest) -> ClusterHandle (nexrl.runtime.cluster).",
+        registry="cluster type",
     )
     address: str | None = cfg_field(None, help="Scheduler address for type 'address'.")
     n_workers: int | None = cfg_field(

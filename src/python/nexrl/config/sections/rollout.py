@@ -15,8 +15,8 @@ class RolloutWorkerConfig:
         help="Built-in worker: 'simple' (one chat completion per sample), 'agent' "
         "(multi-turn tool-calling agent from agent_config_path) or 'openai_agent' (an "
         "unmodified OpenAI-API agent function, agent_entrypoint, run against a recording "
-        "agent service).",
-        choices=("simple", "agent", "openai_agent"),
+        "agent service); a class of your own is a BaseRolloutWorker.",
+        registry="rollout worker type",
     )
     evaluator: str = cfg_field(
         MISSING,
@@ -48,7 +48,8 @@ class RolloutWorkerConfig:
     custom_worker: str | None = cfg_field(
         None,
         help="Optional custom rollout worker class as 'path/to/file.py:ClassName' (or "
-        "'package.module:ClassName'), a subclass of BaseRolloutWorker; overrides 'type'.",
+        "'package.module:ClassName'), a subclass of BaseRolloutWorker; overrides 'type' (the "
+        "older form of giving the class as 'type').",
     )
     agent_config_path: str | None = cfg_field(
         None,

@@ -22,8 +22,9 @@ class ValidateConfig:
 class InferenceServiceConfig:
     backend: str = cfg_field(
         "embedded",
-        help="'embedded' (started by nexrl), 'vllm' or 'sglang' (already running at base_urls).",
-        choices=("embedded", "vllm", "sglang"),
+        help="'embedded' (started by nexrl), 'vllm' or 'sglang' (already running at base_urls, "
+        "or started by 'command'); one of your own is a nexrl.inference.reload.ReloadAdapter.",
+        registry="reload adapter",
     )
     base_urls: list[str] = cfg_field(
         default_factory=list,

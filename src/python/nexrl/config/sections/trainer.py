@@ -43,10 +43,15 @@ class LoraConfig:
 class TrainerConfig:
     type: str = cfg_field(
         "self_hosted_grpo",
-        help="Built-in trainer: self_hosted_grpo (RL) or self_hosted_sft (cross-entropy).",
-        choices=tuple(TRAINER_BACKENDS),
+        help="Trainer: self_hosted_grpo (RL) or self_hosted_sft (cross-entropy); a class of "
+        "your own is a SelfHostedTrainer.",
+        registry="trainer type",
     )
-    backend: str = cfg_field("deepspeed", help="Training backend.", choices=("deepspeed",))
+    backend: str = cfg_field(
+        "deepspeed",
+        help="Training engine: deepspeed; one of your own is a build_engine function.",
+        registry="training engine",
+    )
     mode: str = cfg_field(
         "self-hosted",
         help="Where the trainer runs. 'self-hosted': trainer actors in the run's Dask "

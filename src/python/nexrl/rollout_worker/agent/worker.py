@@ -31,13 +31,16 @@ import json
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nexrl.rollout_worker.agent.config import AgentConfig, ToolSpec
 from nexrl.rollout_worker.base import BaseRolloutWorker, Episode, trained_calls
 from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
 from nexrl.types import Trajectory
 from nexrl.types.episode import merge_episode
+
+if TYPE_CHECKING:
+    from nexrl.rollout_worker.spec import RolloutSpec
 
 __all__ = [
     "TRAJECTORY_MODES",
@@ -72,6 +75,28 @@ class AgentRolloutWorker(BaseRolloutWorker):
         # the agent's llm_config overrides the recipe's sampling settings
         super().__init__(client, evaluator, {**sampling, **agent.llm_config}, prompt_key, seed=seed)
         self.agent = agent
+
+    @classmethod
+    def from_spec(
+        cls, spec: RolloutSpec, client: Any, evaluator: Any, recorder: Any = None
+    ) -> BaseRolloutWorker:
+        """The worker of ``rollout_worker.agent_config_path`` (loaded once per process)."""
+        if spec.agent_config is None:  # a subclass that builds its own agent
+            return super().from_spec(spec, client, evaluator, recorder)
+        from nexrl.rollout_worker.agent.config import load_agent_config
+        from nexrl.rollout_worker.cache import process_cached
+
+        path = spec.agent_config
+        agent = process_cached(("agent", path), lambda: load_agent_config(path))
+        return cls(
+            client,
+            evaluator,
+            dict(spec.sampling),
+            spec.prompt_key,
+            agent=agent,
+            trajectory_mode=spec.agent_trajectory,
+            seed=spec.seed,
+        )
 
     # -- the episode ----------------------------------------------------------
     async def run_agent(self, item: dict[str, Any]) -> Episode:

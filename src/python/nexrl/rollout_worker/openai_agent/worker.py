@@ -24,6 +24,7 @@ import copy
 import functools
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nexrl.rollout_worker.agent.worker import check_trajectory_mode, shape_trajectories
@@ -34,6 +35,7 @@ from nexrl.types import Trajectory
 
 if TYPE_CHECKING:
     from nexrl.rollout_worker.openai_agent.recorder import Recorder
+    from nexrl.rollout_worker.spec import RolloutSpec
 
 __all__ = ["OpenAIAgentWorker"]
 
@@ -62,6 +64,46 @@ class OpenAIAgentWorker(BaseRolloutWorker):
         super().__init__(client, evaluator, sampling, prompt_key, seed=seed)
         self.agent, self.recorder, self.model = agent, recorder, model
         self.timeout_s = timeout_s
+
+    @classmethod
+    def from_spec(
+        cls, spec: RolloutSpec, client: Any, evaluator: Any, recorder: Any = None
+    ) -> BaseRolloutWorker:
+        """The worker of ``rollout_worker.agent_entrypoint`` (loaded once per process),
+        recording through the process's ``recorder``."""
+        entry = spec.agent_entrypoint
+        if entry is None:  # a subclass that brings its own agent
+            return super().from_spec(spec, client, evaluator, recorder)
+        from nexrl.rollout_worker.cache import process_cached
+        from nexrl.rollout_worker.openai_agent.entrypoint import load_entrypoint
+
+        agent_fn = process_cached(
+            ("openai_agent", entry, *spec.roots),
+            lambda: load_entrypoint(entry, [Path(r) for r in spec.roots]),
+        )
+        return cls(
+            client,
+            evaluator,
+            dict(spec.sampling),
+            spec.prompt_key,
+            agent=agent_fn,
+            recorder=recorder,
+            model=spec.served_model_name,
+            timeout_s=spec.agent_timeout_s,
+            trajectory_mode=spec.agent_trajectory,
+            seed=spec.seed,
+        )
+
+    @classmethod
+    def needs_recorder(cls, spec: RolloutSpec) -> bool:
+        return spec.agent_entrypoint is not None
+
+    @classmethod
+    def rollout_limit_s(cls, spec: RolloutSpec) -> float:
+        """An agent function's episode is bounded by agent_timeout_s (its own
+        AgentError first)."""
+        limit = super().rollout_limit_s(spec)
+        return max(limit, spec.agent_timeout_s + 30.0) if cls.needs_recorder(spec) else limit
 
     async def run_agent(self, item: dict[str, Any]) -> Episode:
         recorder = self.recorder

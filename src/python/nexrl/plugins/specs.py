@@ -1,4 +1,4 @@
-"""The extension points: user classes and functions, and a recipe's ``plugins:``.
+"""User classes and functions by ``path/to/file.py:Name``, and a recipe's ``plugins:``.
 
 Every user-supplied class or function is named in one form,
 ``path/to/file.py:Name`` (a recipe path: looked up in the working directory,
@@ -43,7 +43,6 @@ __all__ = [
     "load_object",
     "load_plugins",
     "load_spec",
-    "resolve_path",
     "resolve_plugins",
     "split_spec",
 ]
