@@ -14,6 +14,7 @@ resume), ``loop`` (the step). The inference supervisor is
 ``nexrl.inference.supervisor``; the initial model, ``nexrl.modeling.prepare``.
 """
 
-from nexrl.controller.loop import Controller, ControllerError, RunResult
+from nexrl.controller.errors import ControllerError, RunResult
+from nexrl.controller.loop import Controller
 
 __all__ = ["Controller", "ControllerError", "RunResult"]

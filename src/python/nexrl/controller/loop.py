@@ -35,7 +35,6 @@ import logging
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,10 +43,10 @@ from omegaconf import OmegaConf
 
 from nexrl.controller.components import DETAILS_LOGGER, Components, build_components
 from nexrl.controller.dispatch import Harvest
+from nexrl.controller.errors import ControllerError, RunResult
 from nexrl.controller.evaluator_stats import EvaluatorFailurePolicy, evaluator_metrics
 from nexrl.controller.scheduler import RolloutScheduler
 from nexrl.controller.state import ControllerState, committed_group_ids
-from nexrl.errors import NexrlError
 from nexrl.recipe import Recipe
 from nexrl.trainer.heartbeats import QuietNotice
 from nexrl.util.disk import free_bytes, human_bytes, no_space_left, says_no_space
@@ -60,18 +59,6 @@ __all__ = ["Controller", "ControllerError", "RunResult"]
 logger = logging.getLogger(__name__)
 POLL_S = 0.05
 VAL_ITEMS_PER_TASK = 16
-
-
-class ControllerError(RuntimeError, NexrlError):
-    """The run stopped on an error; the message names the failing component."""
-
-
-@dataclass
-class RunResult:
-    steps: int
-    output_dir: Path
-    stopped_by: str | None
-    summary: str
 
 
 class Controller:

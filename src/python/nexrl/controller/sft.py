@@ -31,7 +31,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from nexrl.controller.loop import ControllerError
+from nexrl.controller.errors import ControllerError
 from nexrl.controller.rundir import RunDir
 from nexrl.controller.setup import absolute_output_dir, load_tokenizer, pad_token_id
 from nexrl.modeling.folder import chat_template_needed, require_chat_template, tokenizer_field
