@@ -41,8 +41,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from omegaconf import OmegaConf
 
-from nexrl.controller.components import DETAILS_LOGGER, Components, build_components
+from nexrl.controller.build import build_components
+from nexrl.controller.components import Components
 from nexrl.controller.dispatch import Harvest
+from nexrl.controller.driver_log import DETAILS_LOGGER
 from nexrl.controller.errors import ControllerError, RunResult
 from nexrl.controller.evaluator_stats import EvaluatorFailurePolicy, evaluator_metrics
 from nexrl.controller.scheduler import RolloutScheduler
