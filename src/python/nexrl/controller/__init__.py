@@ -6,14 +6,23 @@
     result = Controller(load_recipe_checked("recipes/max_digit/max_digit_tiny.yaml")).run()
 
 Everything here runs in the driver process. Modules, in data-flow order:
-``setup`` / ``rundir`` / ``components`` (recipe → running pieces), ``dispatch``
-(rollout and evaluator futures; the functions they run on Dask workers are in
-``nexrl.rollout_worker.tasks``), ``scheduler`` (which groups go out: top-up,
-retry, skip, dedup), ``sync`` (weight-sync modes), ``state`` (checkpoint and
-resume), ``loop`` (the step). The inference supervisor is
-``nexrl.inference.supervisor``; the initial model, ``nexrl.modeling.prepare``.
+``setup`` / ``rundir`` / ``build`` (recipe → running pieces, started in order) /
+``components`` (those pieces, ``cluster.json``, plots, shutdown) / ``driver_log``
+(``logs/driver.log``), ``dispatch`` (rollout and evaluator futures; the functions
+they run on Dask workers are in ``nexrl.rollout_worker.tasks``), ``scheduler``
+(which groups go out: top-up, retry, skip, dedup), ``harvest`` (what comes back:
+groups done, failures counted), ``sampling`` (dynamic sampling's filtered groups),
+``report`` (the step's metrics row), ``sync`` (weight-sync modes) / ``reload``
+(inference reloads a step's snapshot), ``validation``, ``checkpoints`` / ``state``
+(checkpoint) / ``resume``, ``watch`` (workers lost, the scheduler gone, inference
+restarts), ``signals`` (Ctrl-C, SIGTERM), ``diagnostics`` (the one line that stops
+a run, with how to resume), ``errors`` (``ControllerError``, ``RunResult``),
+``loop`` (the step, composing the above); ``sft`` (``mode: sft``). The inference
+supervisor is ``nexrl.inference.supervisor``; the initial model,
+``nexrl.modeling.prepare``.
 """
 
-from nexrl.controller.loop import Controller, ControllerError, RunResult
+from nexrl.controller.errors import ControllerError, RunResult
+from nexrl.controller.loop import Controller
 
 __all__ = ["Controller", "ControllerError", "RunResult"]

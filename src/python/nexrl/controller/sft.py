@@ -31,7 +31,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from nexrl.controller.loop import ControllerError
+from nexrl.controller.errors import ControllerError
 from nexrl.controller.rundir import RunDir
 from nexrl.controller.setup import absolute_output_dir, load_tokenizer, pad_token_id
 from nexrl.modeling.folder import chat_template_needed, require_chat_template, tokenizer_field
@@ -86,7 +86,7 @@ class SftRun:
 
     # -- setup --------------------------------------------------------------------
     def _build(self) -> None:
-        from nexrl.controller.components import DETAILS_LOGGER, _log_to_file
+        from nexrl.controller.driver_log import DETAILS_LOGGER, log_to_file
         from nexrl.metrics import MetricsTracker, ProgressDisplay
         from nexrl.runtime.cluster import start_cluster
         from nexrl.trainer import TrainerGroup, TrainerSpec
@@ -97,7 +97,7 @@ class SftRun:
         self.run_dir = RunDir(out)
         self._closers.append(self.run_dir.lock())  # one run per folder
         self.run_dir.prepare(cfg, str(out / "pool.zarr"))
-        self._closers.append(_log_to_file(self.run_dir, str(cfg.logger.level)))
+        self._closers.append(log_to_file(self.run_dir, str(cfg.logger.level)))
 
         # model and data first: a bad row stops the run before any cluster starts
         model_dir, tok_dir = prepare_model(

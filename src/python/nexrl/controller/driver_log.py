@@ -1,0 +1,35 @@
+"""``logs/driver.log``: where the driver's log records go besides the terminal, and
+``DETAILS_LOGGER``, whose records go there only."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from nexrl.controller.rundir import RunDir
+from nexrl.util.logfile import QuietFileHandler
+
+__all__ = ["DETAILS_LOGGER", "log_to_file"]
+
+DETAILS_LOGGER = "nexrl.details"  # goes to logs/driver.log only, never to the terminal
+
+
+def log_to_file(run: RunDir, level: str) -> Any:
+    """Send log records to ``logs/driver.log``; returns the function that stops it."""
+    handler = QuietFileHandler(run.logs / "driver.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.DEBUG)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    logging.getLogger("nexrl").setLevel(level)
+    # DETAILS_LOGGER: records for this file only (the traceback of what stopped the run)
+    details = logging.getLogger(DETAILS_LOGGER)
+    details.addHandler(handler)
+    details.propagate = False
+
+    def stop() -> None:
+        root.removeHandler(handler)
+        details.removeHandler(handler)
+        handler.close()
+
+    return stop

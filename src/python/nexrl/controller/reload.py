@@ -1,0 +1,51 @@
+"""Weight sync at a step that published a snapshot: inference reloads it (how the
+modes differ: ``nexrl.controller.sync``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nexrl.controller.errors import ControllerError
+
+if TYPE_CHECKING:
+    from nexrl.controller.components import Components
+    from nexrl.controller.harvest import HarvestRecorder
+    from nexrl.controller.watch import ClusterWatch
+    from nexrl.trainer.result import StepResult
+
+__all__ = ["sync_weights"]
+
+
+def sync_weights(
+    parts: Components,
+    result: StepResult,
+    step: int,
+    version: int,
+    harvest: HarvestRecorder,
+    watch: ClusterWatch,
+    task_timeout_s: float,
+) -> dict[str, float]:
+    """Reload inference on the snapshot the step published (its path comes with the
+    step's result: nothing is looked up on disk); the step's ``weight``/``timing`` metrics."""
+    if result.snapshot_path is None or result.published_version != version:
+        raise ControllerError(
+            f"trainer published snapshot v{result.published_version} at step {step} "
+            f"but reported {result.snapshot_path or 'no path'} (policy v{version})"
+        )
+    out: dict[str, float] = {}
+    if parts.sync_policy.drain_before_reload:
+        t = time.perf_counter()
+        harvest.record(parts.dispatcher.drain(task_timeout_s), parts)
+        out["timing/drain"] = time.perf_counter() - t
+    out["weight/in_flight_at_reload"] = float(parts.dispatcher.running_trajectories("train"))
+    parts.pool.begin_weight_sync(version)
+    try:
+        out["timing/reload"] = parts.supervisor.reload(Path(result.snapshot_path), version)
+    except Exception as exc:
+        raise ControllerError(f"inference: {exc}") from exc
+    watch.follow_inference_restarts(parts)  # a hung server is replaced by the reload
+    parts.pool.end_weight_sync(version)
+    out["version/inference"] = float(version)
+    return out

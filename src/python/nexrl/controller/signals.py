@@ -1,0 +1,39 @@
+"""Ctrl-C (SIGINT) or SIGTERM: the run stops at the next safe point (checkpoint, then
+exit); a second Ctrl-C stops it at once."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from typing import Any
+
+__all__ = ["StopSignals"]
+
+logger = logging.getLogger("nexrl.controller.loop")  # the controller's log lines keep one name
+
+
+class StopSignals:
+    """``reason``: the signal's name once one arrived (None before)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        def handler(signum: int, _frame: Any) -> None:
+            name = signal.Signals(signum).name
+            if self.reason is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt  # a second Ctrl-C: stop now
+            self.reason = name
+            logger.warning("%s: stopping at the next safe point (checkpoint, then exit)", name)
+
+        previous: dict[int, Any] = {}
+        with contextlib.suppress(ValueError):  # not the main thread: no handlers
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, handler)
+        self._previous = previous
+
+    def restore(self) -> None:
+        for sig, h in self._previous.items():
+            signal.signal(sig, h)
