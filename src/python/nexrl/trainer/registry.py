@@ -2,7 +2,7 @@
 
 ``trainer.custom_trainer: "path/to/file.py:ClassName"`` names a user class (a
 subclass of ``SelfHostedTrainer``, usually of ``SelfHostedGrpoTrainer``
-overriding ``_prepare_batch``); it takes precedence
+overriding ``prepare_batch``); it takes precedence
 over ``trainer.type``. Every mistake raises ``RecipeError`` naming the field,
 the file and the fix.
 """
@@ -43,7 +43,7 @@ def load_custom_trainer(spec: str, roots: Sequence[str | Path] = ()) -> type[Sel
             [
                 f"{FIELD}: '{class_name}' in '{file}' is a {kind} that does not "
                 "subclass nexrl.trainer.SelfHostedTrainer; derive it from SelfHostedTrainer or "
-                "SelfHostedGrpoTrainer and override _prepare_batch / _compute_loss"
+                "SelfHostedGrpoTrainer and override prepare_batch / compute_loss"
             ]
         )
     return obj
