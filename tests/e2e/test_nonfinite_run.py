@@ -3,7 +3,7 @@ counted in metrics.jsonl and on the progress line, and the run goes on; a run
 whose every step is poisoned stops with one clear error, its rows kept.
 
 The poison is a NaN advantage, injected by a custom trainer (``trainer.custom_trainer``)
-after GRPO's ``_prepare_batch`` on the steps listed in its file.
+after GRPO's ``prepare_batch`` on the steps listed in its file.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ POISONED = {steps}
 
 
 class PoisonedTrainer(SelfHostedGrpoTrainer):
-    def _prepare_batch(self, batch):
-        batch, metrics = super()._prepare_batch(batch)
+    def prepare_batch(self, batch):
+        batch, metrics = super().prepare_batch(batch)
         if self.global_step + 1 in POISONED:
             batch["advantages"][0, 0] = math.nan
         return batch, metrics

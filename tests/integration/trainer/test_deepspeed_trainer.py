@@ -53,7 +53,7 @@ def test_grpo_loss_decreases_and_good_responses_gain_probability(
     for _ in range(4):
         losses.append(trainer.train_step(batch)["actor/pg_loss"])
     assert all(b < a for a, b in itertools.pairwise(losses)), losses
-    prepared, _ = trainer._prepare_batch(batch)
+    prepared, _ = trainer.prepare_batch(batch)
     new = trainer.compute_log_probs(prepared)
     gain = (new - batch["behaviour_log_probs"])[prepared["response_mask"].bool()]
     adv = prepared["advantages"][prepared["response_mask"].bool()]

@@ -266,3 +266,14 @@ def test_cluster_guide_tls_commands_make_files_its_recipe_lines_accept(
         load_recipe_checked(Path("recipes/max_digit/max_digit_tiny.yaml"), lines)
     (problem,) = err.value.problems
     assert problem.startswith("cluster.tls.cert/key:")
+
+
+def test_trainer_guide_custom_trainer_overrides_the_public_hooks() -> None:
+    import warnings
+
+    (block,) = [b for b in python_blocks("docs/trainer.md") if "class MyTrainer" in b]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an old hook name (_prepare_batch) would warn
+        namespace: dict[str, Any] = {}
+        exec(compile(block, "docs/trainer.md", "exec"), namespace)
+    assert "prepare_batch" in vars(namespace["MyTrainer"])

@@ -21,8 +21,8 @@ GOOD = """
 from nexrl.trainer import SelfHostedGrpoTrainer
 
 class MyTrainer(SelfHostedGrpoTrainer):
-    def _prepare_batch(self, batch):
-        batch, metrics = super()._prepare_batch(batch)
+    def prepare_batch(self, batch):
+        batch, metrics = super().prepare_batch(batch)
         return batch, {**metrics, "custom/seen": 1.0}
 
 class NotATrainer:

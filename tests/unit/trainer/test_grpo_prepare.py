@@ -1,4 +1,4 @@
-"""GRPO ``_prepare_batch`` and the generic step, on a plain-PyTorch engine (no DeepSpeed)."""
+"""GRPO ``prepare_batch`` and the generic step, on a plain-PyTorch engine (no DeepSpeed)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def test_old_log_probs_rewards_and_advantages(tiny_model_dir: Path, vocab_size: 
     trainer = plain_trainer(spec(tiny_model_dir))
     raw = make_batch(vocab_size, model_dir=tiny_model_dir)
     raw.tensors["old_log_probs"] = torch.zeros_like(raw["old_log_probs"])  # must be recomputed
-    batch, _ = trainer._prepare_batch(raw)
+    batch, _ = trainer.prepare_batch(raw)
     expected = make_batch(vocab_size, model_dir=tiny_model_dir)["old_log_probs"]
     assert torch.allclose(batch["old_log_probs"], expected, atol=1e-5)
     rewards = batch["token_level_rewards"]
@@ -37,7 +37,7 @@ def test_zero_variance_groups_are_dropped(tiny_model_dir: Path, vocab_size: int)
     trainer = plain_trainer(spec(tiny_model_dir, algorithm={"filter_zero_variance_groups": True}))
     raw = make_batch(vocab_size, groups=3, group_size=4)
     raw.tensors["rewards"][raw["group_ids"] == 1] = 1.0  # group 1 carries no signal
-    batch, metrics = trainer._prepare_batch(raw)
+    batch, metrics = trainer.prepare_batch(raw)
     assert len(batch) == 8 and 1 not in batch["group_ids"].tolist()
     assert metrics["filter/dropped_group_frac"] == pytest.approx(1 / 3)
 
@@ -67,7 +67,7 @@ def test_tis_weights_come_from_old_vs_rollout_log_probs(
     shift[::2] = math.log(3.0)  # behaviour 3x less likely -> weight min(3, 2) = 2
     shift[1::4] = math.log(1.5)  # -> weight 1.5
     raw.tensors["behaviour_log_probs"] = raw["behaviour_log_probs"] - shift
-    b, metrics = tis._prepare_batch(raw)
+    b, metrics = tis.prepare_batch(raw)
     valid = raw["response_mask"].bool()
     weight = torch.where(valid, torch.exp(shift).clamp(max=2.0), 0.0)
     assert torch.allclose(b["rollout_is_weights"], weight, atol=1e-5)
@@ -81,7 +81,7 @@ def test_kl_in_reward_subtracts_the_penalty(tiny_model_dir: Path, vocab_size: in
     assert trainer.ref_model is not None and not trainer.use_kl_loss
     batch = make_batch(vocab_size, model_dir=tiny_model_dir)
     trainer.train_step(batch)  # move the policy away from the reference
-    out, metrics = trainer._prepare_batch(make_batch(vocab_size, model_dir=tiny_model_dir))
+    out, metrics = trainer.prepare_batch(make_batch(vocab_size, model_dir=tiny_model_dir))
     mask = out["response_mask"].bool()
     kl = KL_PENALTIES.get("k1")(out["old_log_probs"], out["ref_log_probs"], mask)
     expected = token_level_from_scalar(out["rewards"], out["response_mask"]) - 0.5 * kl
@@ -184,7 +184,7 @@ def test_micro_batching_matches_one_full_batch(tiny_model_dir: Path, vocab_size:
 
 def test_base_trainer_needs_advantages(tiny_model_dir: Path, vocab_size: int) -> None:
     trainer = plain_trainer(spec(tiny_model_dir), cls=SelfHostedTrainer)
-    with pytest.raises(TrainerError, match=r"no 'advantages'.*_prepare_batch"):
+    with pytest.raises(TrainerError, match=r"no 'advantages'.*prepare_batch"):
         trainer.train_step(make_batch(vocab_size))
 
 

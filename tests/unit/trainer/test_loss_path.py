@@ -1,8 +1,8 @@
 """The trainer's loss path against hand-computed fixtures.
 
 Each test builds a ``Batch`` with known log-probs and advantages and goes
-through what a step runs: ``SelfHostedGrpoTrainer._prepare_batch`` (advantages,
-rollout correction) and ``_compute_loss`` (the micro-batch loss) of a trainer
+through what a step runs: ``SelfHostedGrpoTrainer.prepare_batch`` (advantages,
+rollout correction) and ``compute_loss`` (the micro-batch loss) of a trainer
 built from a spec (on a plain-PyTorch engine), so the recipe's ``algorithm``
 section, resolved to each algorithm's own defaults, is what is tested.
 """
@@ -89,7 +89,7 @@ def test_gspo_gets_its_own_bounds_and_sequence_aggregation(tiny_model_dir: Path)
     # seq-mean-token-mean: (-1.0004 + exp(1e-4)) / 2
     shift = torch.tensor([[LN(2.0), 0.0], [1e-4, 1e-4]], dtype=torch.float64)
     log_probs = (mb["old_log_probs"] + shift).requires_grad_()
-    loss, metrics = trainer._compute_loss(mb, log_probs, None)
+    loss, metrics = trainer.compute_loss(mb, log_probs, None)
     assert loss.item() == pytest.approx((-1.0004 + math.exp(1e-4)) / 2, abs=1e-12)
     assert float(metrics["actor/pg_clipfrac"]) == pytest.approx(0.5)
     loss.backward()
@@ -99,7 +99,7 @@ def test_gspo_gets_its_own_bounds_and_sequence_aggregation(tiny_model_dir: Path)
     torch.testing.assert_close(log_probs.grad, expected)
     # PPO's bounds (0.2) would have clipped seq 0 at 1.2 instead: the recipe can ask for them.
     wide = trainer_with(tiny_model_dir, policy_loss="gspo", clip_ratio_low=0.2, clip_ratio_high=0.2)
-    loss, _ = wide._compute_loss(mb, mb["old_log_probs"] + shift, None)
+    loss, _ = wide.compute_loss(mb, mb["old_log_probs"] + shift, None)
     assert loss.item() == pytest.approx((-1.2 + math.exp(1e-4)) / 2, abs=1e-12)
 
 
@@ -132,7 +132,7 @@ AGG_ADV = [[1.0, 2.0, 3.0], [4.0], []]
 def test_each_aggregation_mode(tiny_model_dir: Path, mode: str, expected: float) -> None:
     trainer = trainer_with(tiny_model_dir, loss_agg_mode=mode, loss_norm_length=5.0)
     mb = batch_of([3, 1, 0], old=[[-1.0] * 3, [-1.0], []], advantages=AGG_ADV)
-    loss, _ = trainer._compute_loss(mb, mb["old_log_probs"].clone(), None)
+    loss, _ = trainer.compute_loss(mb, mb["old_log_probs"].clone(), None)
     assert loss.item() == pytest.approx(expected)
 
 
@@ -168,7 +168,7 @@ def test_dr_grpo_no_std_and_constant_normaliser(tiny_model_dir: Path) -> None:
     lengths = [1, 3, 2, 4]
     old = [[-1.0] * n for n in lengths]
     raw = batch_of(lengths, rewards=[1.0, 1.0, 0.0, 0.0], old=old)
-    batch, _ = trainer._prepare_batch(raw)
+    batch, _ = trainer.prepare_batch(raw)
     # mean 0.5, no division by the std: A = +-0.5 (GRPO would give +-0.5 / 0.57735)
     expected_adv = torch.tensor([0.5, 0.5, -0.5, -0.5])
     valid = batch["response_mask"].bool()
@@ -176,7 +176,7 @@ def test_dr_grpo_no_std_and_constant_normaliser(tiny_model_dir: Path) -> None:
         assert torch.allclose(batch["advantages"][i, :n].float(), expected_adv[i].expand(n))
     assert not batch["advantages"][~valid].any()
     # L_t = -A_t; token sums -0.5, -1.5, +1.0, +2.0 -> (1.0 / C) / 4 sequences = 1/32
-    loss, _ = trainer._compute_loss(batch, batch["old_log_probs"].clone(), None)
+    loss, _ = trainer.compute_loss(batch, batch["old_log_probs"].clone(), None)
     assert loss.item() == pytest.approx(1 / 32)
 
 
@@ -201,7 +201,7 @@ def corrected(model_dir: Path, **rc: Any) -> tuple[Any, Batch, dict[str, float]]
     raw = batch_of([2, 3], rewards=[1.0, 0.0], old=RC_OLD)
     d = batch_of([2, 3], old=RC_D)["old_log_probs"]
     raw.tensors["behaviour_log_probs"] = raw["old_log_probs"] - d
-    batch, metrics = trainer._prepare_batch(raw)
+    batch, metrics = trainer.prepare_batch(raw)
     return trainer, batch, metrics
 
 
@@ -230,7 +230,7 @@ def test_tis_and_mis(
     masked: float,
 ) -> None:
     trainer, batch, metrics = corrected(tiny_model_dir, threshold=2.0, **rc)
-    out, _ = trainer._compute_loss(batch, batch["old_log_probs"].clone(), None)
+    out, _ = trainer.compute_loss(batch, batch["old_log_probs"].clone(), None)
     assert out.item() == pytest.approx(loss)
     assert metrics["rollout_corr/weight_mean"] == pytest.approx(weight_mean)
     assert metrics["rollout_corr/clipped_frac"] == pytest.approx(clipped)
@@ -268,7 +268,7 @@ def test_importance_sampling_max_ratio_from_the_config(tiny_model_dir: Path) -> 
     mb = batch_of([2], old=[[-1.0, -1.0]], advantages=[[1.0, 1.0]])
     shift = torch.tensor([[LN(2.0), LN(1.2)]], dtype=torch.float64)
     # w = [min(2, 1.5), 1.2]; L_t = -A w_t; token-mean = -(1.5 + 1.2) / 2
-    loss, metrics = trainer._compute_loss(mb, mb["old_log_probs"] + shift, None)
+    loss, metrics = trainer.compute_loss(mb, mb["old_log_probs"] + shift, None)
     assert loss.item() == pytest.approx(-1.35)
     assert float(metrics["actor/pg_clipfrac"]) == pytest.approx(0.5)
 

@@ -9,6 +9,8 @@ from nexrl.trainer.base import SelfHostedTrainer, TrainerError
 from nexrl.trainer.batch_io import load_batch, save_batch
 from nexrl.trainer.engine import TrainingEngine, load_backend
 from nexrl.trainer.grpo import SelfHostedGrpoTrainer
+from nexrl.trainer.handle import TrainerHandle
+from nexrl.trainer.pending import PendingCall
 from nexrl.trainer.registry import (
     TRAINERS,
     create_trainer,
@@ -22,6 +24,7 @@ from nexrl.trainer.spec import TrainerSpec
 
 __all__ = [
     "TRAINERS",
+    "PendingCall",
     "RankInfo",
     "SelfHostedGrpoTrainer",
     "SelfHostedSftTrainer",
@@ -31,6 +34,7 @@ __all__ = [
     "TrainerError",
     "TrainerGroup",
     "TrainerGroupError",
+    "TrainerHandle",
     "TrainerSpec",
     "TrainingEngine",
     "create_trainer",

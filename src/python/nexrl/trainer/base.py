@@ -3,12 +3,12 @@
 One ``train_step(batch)`` (every rank gets the same global batch)::
 
     metrics  = stats of the batch as received (rewards, lengths, groups)
-    batch, m = self._prepare_batch(batch)         # hook; on the global batch
+    batch, m = self.prepare_batch(batch)          # hook; on the global batch
     N        = loss units of the prepared batch    # tokens or sequences (agg mode)
     shard    = rows [r*n, (r+1)*n) of the batch padded to a multiple of W ranks
     for epoch in range(ppo_epochs):               # one optimizer step per pass
         for each micro-batch b of the shard:      # the last one sets the boundary
-            L_b = self._compute_loss(b, log_probs, entropy)   # mean over b's n_b units
+            L_b = self.compute_loss(b, log_probs, entropy)    # mean over b's n_b units
             backward(L_b * n_b / N * W)
         step()                                    # DeepSpeed averages over W ranks
 
@@ -37,8 +37,14 @@ estimator's own defaults). ``beta`` is the KL controller's value (``KL_CONTROLLE
 instead (see ``SelfHostedGrpoTrainer``). A reference model (a frozen copy of
 the initial model) is loaded when either needs it.
 
-Subclasses override ``_prepare_batch`` (must leave ``advantages`` and
-``old_log_probs`` for the default loss) and/or ``_compute_loss``.
+Subclasses override the hooks ``prepare_batch`` (must leave ``advantages`` and
+``old_log_probs`` for the default loss), ``compute_loss`` and/or ``forward``
+(the micro-batch's response log-probs and entropy). Their old names
+(``_prepare_batch``, ...) still work, with a warning (``nexrl.trainer.hooks``).
+
+Where the parts live: the micro-batch update and the global log-probs in
+``nexrl.trainer.update``, snapshots, checkpoints and the resume in
+``nexrl.trainer.saving``, the batch's metrics in ``nexrl.trainer.step_metrics``.
 """
 
 from __future__ import annotations
@@ -47,8 +53,6 @@ import logging
 import math
 import random
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,54 +62,26 @@ from torch import Tensor
 
 from nexrl.algorithms import KL_CONTROLLERS, resolve_algorithm
 from nexrl.algorithms.registry import call_with_options
+from nexrl.trainer import saving
 from nexrl.trainer.batch_io import load_batch
 from nexrl.trainer.engine import TrainingEngine, load_backend
 from nexrl.trainer.errors import TrainerError
-from nexrl.trainer.lora import adapter_config, adapter_state_dict, apply_lora, lora_enabled
+from nexrl.trainer.hooks import adopt_old_hook_names
+from nexrl.trainer.lora import apply_lora, lora_enabled
 from nexrl.trainer.loss import policy_gradient_loss
-from nexrl.trainer.ops import (
-    disable_dropout,
-    loss_units,
-    micro_batches,
-    model_inputs,
-    response_log_probs,
-    response_valid,
-    shard_rows,
-)
+from nexrl.trainer.ops import disable_dropout, loss_units, model_inputs, response_log_probs
 from nexrl.trainer.result import StepResult
 from nexrl.trainer.schedule import schedule_change_note
 from nexrl.trainer.spec import TrainerSpec
+from nexrl.trainer.step_metrics import input_metrics, stats, timed
+from nexrl.trainer.update import count_nonfinite, global_log_probs, update_policy
 from nexrl.types.batch import Batch
 from nexrl.weights.checkpoint import CheckpointManager
-from nexrl.weights.snapshot import (
-    PublishedSnapshot,
-    SnapshotPublisher,
-    list_snapshots,
-    verify_snapshot,
-)
+from nexrl.weights.snapshot import PublishedSnapshot, SnapshotPublisher
 
 __all__ = ["SelfHostedTrainer", "TrainerError", "call_with_options"]
 
 logger = logging.getLogger(__name__)
-
-
-class _WeightedSums:
-    """Metric sums weighted by each micro-batch's share of the loss units."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float | Tensor] = {}
-
-    def add(self, metrics: dict[str, Tensor | float], weight: float) -> None:
-        for k, v in metrics.items():
-            self.sums[k] = self.sums.get(k, 0.0) + v * weight
-
-    def reduce(self, engine: TrainingEngine, divide: float) -> dict[str, float]:
-        keys = sorted(self.sums)
-        if not keys:
-            return {}
-        local = torch.tensor([float(self.sums[k]) for k in keys], dtype=torch.float64)
-        total = engine.all_reduce_sum(local).cpu()
-        return {k: float(v) / divide for k, v in zip(keys, total.tolist(), strict=True)}
 
 
 class SelfHostedTrainer:
@@ -113,6 +89,10 @@ class SelfHostedTrainer:
 
     #: Whether this trainer's loss uses a reference model (when the KL settings ask).
     uses_reference_model = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        adopt_old_hook_names(cls)  # a subclass overriding _prepare_batch & co. still works
 
     def __init__(
         self,
@@ -156,7 +136,7 @@ class SelfHostedTrainer:
         self.optimizer_steps = 0
         self.nonfinite_total = 0  # steps whose update was skipped for a NaN/inf loss
         self.nonfinite_streak = 0  # ... in a row, up to now
-        # set by step() for the _prepare_batch call: old log-probs may come from the
+        # set by step() for the prepare_batch call: old log-probs may come from the
         # update's own forward (``_old_log_probs_from_update``)
         self.defer_old_log_probs = False
         self.extra_state: dict[str, Any] = {}
@@ -183,7 +163,7 @@ class SelfHostedTrainer:
         self.resumed_from: Path | None = None
         self.resume_note: str | None = None  # set on resume when corrupted files were passed over
         self.schedule_note: str | None = None  # set on resume when the schedule's end moved
-        self._resume()
+        saving.resume(self)  # the checkpoint resume.mode picks, if any
 
     # -- construction -----------------------------------------------------------
     @property
@@ -216,40 +196,6 @@ class SelfHostedTrainer:
         ref = self._load_model(self.spec.model_path, dtype)
         ref.to(self.device).eval().requires_grad_(False)
         return ref
-
-    def _resume(self) -> None:
-        spec = self.spec
-        manager = self.checkpoints
-        if manager is None and spec.resume_mode == "from_path" and spec.resume_path:
-            manager = CheckpointManager(spec.resume_path)
-        path = manager.resolve(spec.resume_mode, spec.resume_path) if manager else None
-        notes = []
-        if manager is not None and path is not None:
-            self.load_state_dict(manager.load(self.engine, path))
-            self.resumed_from = path
-            if manager.skipped:  # (the manager logged it)
-                notes.append(
-                    f"corrupted checkpoint skipped: {'; '.join(manager.skipped)}; "
-                    f"resumed from {path} instead"
-                )
-        if self.publisher is not None:  # snapshots a lost run published past this point
-            self.publisher.discard_newer_than(self.policy_version)
-        if path is not None and spec.snapshot_dir is not None and self.policy_version > 0:
-            problem = None
-            if self.rank == 0:
-                have = dict(list_snapshots(spec.snapshot_dir))
-                snap = have.get(self.policy_version)
-                problem = "missing" if snap is None else verify_snapshot(snap)
-                if snap is not None and problem is not None:
-                    notes.append(
-                        f"corrupted snapshot v{self.policy_version}: {problem}; published it "
-                        f"again from checkpoint {path}"
-                    )
-                    logger.warning("%s", notes[-1])
-            redo = torch.tensor([1.0 if problem is not None else 0.0])
-            if float(self.engine.all_reduce_sum(redo).sum()) > 0:
-                self.publish_snapshot()
-        self.resume_note = " | ".join(notes) or None
 
     # -- state ------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -295,11 +241,11 @@ class SelfHostedTrainer:
         if not isinstance(batch, Batch):
             batch = load_batch(batch)
         timings: dict[str, float] = {}
-        metrics = self._input_metrics(batch)
+        metrics = input_metrics(batch)
         self.defer_old_log_probs = self._old_log_probs_from_update()
         try:
-            with _timed(timings, "prepare"):
-                batch, prepared = self._prepare_batch(batch)
+            with timed(timings, "prepare"):
+                batch, prepared = self.prepare_batch(batch)
         finally:
             self.defer_old_log_probs = False
         metrics.update(prepared)
@@ -307,7 +253,7 @@ class SelfHostedTrainer:
         updated = units > 0
         nonfinite = False
         if updated:
-            with _timed(timings, "update"):
+            with timed(timings, "update"):
                 metrics.update(self._update(batch, units))
             nonfinite = metrics.pop("train/nonfinite_epochs", 0.0) > 0
             applied = metrics.pop("train/applied_epochs", 1.0) > 0
@@ -318,23 +264,23 @@ class SelfHostedTrainer:
             if applied and kl is not None and math.isfinite(kl):
                 self.kl_ctrl.update(kl, n_steps=len(batch))
         self.global_step += 1
-        self._count_nonfinite(nonfinite, metrics)
+        count_nonfinite(self, nonfinite, metrics)
         metrics["actor/update_skipped"] = 0.0 if updated else 1.0
         metrics["actor/kl_coef"] = float(self.kl_ctrl.value)
         if "advantages" in batch and len(batch):
-            metrics.update(_stats("critic/advantages", batch["advantages"], batch["response_mask"]))
+            metrics.update(stats("critic/advantages", batch["advantages"], batch["response_mask"]))
         tokens = float(batch["attention_mask"].sum()) if len(batch) else 0.0
         compute = time.perf_counter() - start
         metrics["perf/tokens"] = tokens
         metrics["perf/tokens_per_s"] = tokens / compute if compute > 0 else 0.0
         published: int | None = None
         snapshot: PublishedSnapshot | None = None
-        if self._snapshot_due(updated):
-            with _timed(timings, "snapshot"):
+        if saving.snapshot_due(self, updated):
+            with timed(timings, "snapshot"):
                 snapshot = self.publish_snapshot()
             published = self.policy_version
-        if self._checkpoint_due():
-            with _timed(timings, "checkpoint"):
+        if saving.checkpoint_due(self):
+            with timed(timings, "checkpoint"):
                 self.save_checkpoint()
         metrics.update({f"timing/{k}": v for k, v in timings.items()})
         metrics["timing/step"] = time.perf_counter() - start
@@ -346,43 +292,14 @@ class SelfHostedTrainer:
             metrics=metrics,
         )
 
-    def _count_nonfinite(self, nonfinite: bool, metrics: dict[str, float]) -> None:
-        """Count a step skipped for a NaN/inf loss (one warning line); raise at the
-        ``trainer.max_nonfinite_steps``-th in a row."""
-        self.nonfinite_streak = self.nonfinite_streak + 1 if nonfinite else 0
-        self.nonfinite_total += int(nonfinite)
-        metrics["train/skipped_nonfinite"] = float(nonfinite)
-        metrics["train/skipped_nonfinite_total"] = float(self.nonfinite_total)
-        if not nonfinite:
-            return
-        limit = int(self.cfg.max_nonfinite_steps)
-        loss, norm = metrics.get("actor/loss", math.nan), metrics.get("actor/grad_norm", math.nan)
-        if self.nonfinite_streak >= limit:
-            raise TrainerError(
-                f"step {self.global_step}: the loss or gradient norm was NaN/inf for "
-                f"{self.nonfinite_streak} steps in a row (trainer.max_nonfinite_steps={limit}; "
-                f"loss {loss}, grad norm {norm}); no update was applied for them. Look for "
-                "NaN/inf rewards, advantages or log-probs in the batches, or lower trainer.lr"
-            )
-        if self.rank == 0:
-            logger.warning(
-                "step %d: the loss or gradient norm was NaN/inf (loss %s, grad norm %s); the "
-                "update was skipped (%d in a row, %d in all; the run stops at "
-                "trainer.max_nonfinite_steps=%d in a row)",
-                self.global_step,
-                loss,
-                norm,
-                self.nonfinite_streak,
-                self.nonfinite_total,
-                limit,
-            )
-
-    def _prepare_batch(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
-        """Hook: turn the received batch into what ``_compute_loss`` needs (identity here)."""
+    # -- hooks (subclasses override these) --------------------------------------------
+    def prepare_batch(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+        """Hook: turn the received global batch into what ``compute_loss`` needs, and
+        metrics (identity here)."""
         return batch, {}
 
     def _old_log_probs_from_update(self) -> bool:
-        """Whether this step's ``_prepare_batch`` may leave ``old_log_probs`` out for
+        """Whether this step's ``prepare_batch`` may leave ``old_log_probs`` out for
         ``_update`` to fill from its own forward (False here; see the GRPO trainer)."""
         return False
 
@@ -392,70 +309,26 @@ class SelfHostedTrainer:
         return {}
 
     def _update(self, batch: Batch, units: int) -> dict[str, float]:
-        shard = shard_rows(batch, self.rank, self.world_size)
-        mbs = micro_batches(shard, self.cfg.micro_batch_size)
-        sums, norms, lrs = _WeightedSums(), [], []
-        self.engine.train(True)
-        applied = nonfinite = 0
-        # pi_old = pi_theta before the update: with one epoch, the weights move only at
-        # the last micro-batch's step, so each micro-batch's forward IS the old policy
-        fill_old = "old_log_probs" not in batch and self.cfg.ppo_epochs == 1
-        old = torch.zeros(len(shard), batch.response_width) if fill_old else None
-        row = 0
-        for _ in range(self.cfg.ppo_epochs):
-            lrs.append(self.engine.lr())
-            finite = True
-            for i, mb in enumerate(mbs):
-                self.engine.set_boundary(i == len(mbs) - 1)
-                mb = mb.to(self.device)
-                log_probs, entropy = self._forward(mb, entropy_grad=self.algo.entropy_coeff > 0)
-                if old is not None:
-                    mb["old_log_probs"] = log_probs.detach()
-                    old[row : row + len(mb), : log_probs.shape[1]] = (
-                        log_probs.detach().float().cpu()
-                    )
-                    row += len(mb)
-                loss, m = self._compute_loss(mb, log_probs, entropy)
-                finite = finite and bool(torch.isfinite(loss.detach()).all())
-                share = loss_units(mb, self.loss_agg_mode) / units
-                self.engine.backward(loss * (share * self.world_size))
-                sums.add({**m, "actor/loss": loss.detach()}, share)
-            bad = self.engine.all_reduce_sum(torch.tensor([0.0 if finite else 1.0]))
-            if float(bad.sum()) > 0:  # every rank agrees: drop this epoch's gradients
-                self.engine.discard_gradients()
-                norms.append(math.nan)
-            else:
-                norms.append(self.engine.step())  # not finite: the engine applied nothing
-            if not math.isfinite(norms[-1]):
-                nonfinite += 1
-                break  # the same batch again would not do better
-            applied += 1
-            self.optimizer_steps += 1
-        out = sums.reduce(self.engine, divide=len(norms))
-        if old is not None:
-            full = self.engine.all_gather(old).cpu()[: len(batch)]
-            batch["old_log_probs"] = torch.where(response_valid(batch), full, 0.0)
-            out.update(self._after_old_log_probs(batch))
-        out["actor/grad_norm"] = float(np.mean(norms))
-        out["actor/lr"] = lrs[-1]
-        out["train/nonfinite_epochs"] = float(nonfinite)
-        out["train/applied_epochs"] = float(applied)
-        return out
+        return update_policy(self, batch, units)
 
-    def _forward(self, mb: Batch, *, entropy_grad: bool | None) -> tuple[Tensor, Tensor | None]:
+    def forward(self, mb: Batch, *, entropy_grad: bool | None) -> tuple[Tensor, Tensor | None]:
+        """Hook: the response log-probs ``[b, R]`` of a micro-batch (on the device) under
+        the policy being trained, and the entropy (None unless ``entropy_grad`` is set:
+        True keeps its gradient, False detaches it)."""
         out = self.engine.forward(**model_inputs(mb))
         return response_log_probs(
             out.logits, mb.prompt_width, mb["responses"], entropy_grad=entropy_grad
         )
 
-    def _compute_loss(
+    def compute_loss(
         self, mb: Batch, log_probs: Tensor, entropy: Tensor | None
     ) -> tuple[Tensor, dict[str, Tensor | float]]:
-        """Policy-gradient loss of a micro-batch (mean over its loss units) and metrics."""
+        """Hook: the loss of a micro-batch (mean over its loss units) and metrics; the
+        policy-gradient loss here."""
         if "advantages" not in mb:
             raise TrainerError(
                 f"{type(self).__name__}: the batch has no 'advantages'; compute them in "
-                "_prepare_batch (SelfHostedGrpoTrainer does) or override _compute_loss"
+                "prepare_batch (SelfHostedGrpoTrainer does) or override compute_loss"
             )
         return policy_gradient_loss(
             mb,
@@ -466,32 +339,19 @@ class SelfHostedTrainer:
             use_kl_loss=self.use_kl_loss,
         )
 
+    # the old names of the hooks (nexrl.trainer.hooks): callers and subclasses may use them
+    _prepare_batch = prepare_batch
+    _forward = forward
+    _compute_loss = compute_loss
+
     # -- log-probs on the global batch -----------------------------------------------
-    @torch.no_grad()
     def compute_log_probs(self, batch: Batch, *, reference: bool = False) -> Tensor:
         """Log-probs ``[B, R]`` (CPU, float32, 0 on padding) of the responses of the global
         ``batch`` under the current policy (or the reference model).
 
         Collective: each rank computes its shard, then the shards are all-gathered.
         """
-        if reference and self.ref_model is None:
-            raise TrainerError("reference log-probs asked for but no reference model is loaded")
-        shard = shard_rows(batch, self.rank, self.world_size)
-        out = torch.zeros(len(shard), batch.response_width, dtype=torch.float32)
-        self.engine.train(False)
-        row = 0
-        for mb in micro_batches(shard, self.cfg.micro_batch_size):
-            mb = mb.to(self.device)
-            if reference:
-                assert self.ref_model is not None
-                logits = self.ref_model(**model_inputs(mb)).logits
-            else:
-                logits = self.engine.forward(**model_inputs(mb)).logits
-            lp, _ = response_log_probs(logits, mb.prompt_width, mb["responses"], entropy_grad=None)
-            out[row : row + len(mb), : lp.shape[1]] = lp.float().cpu()
-            row += len(mb)
-        full = self.engine.all_gather(out).cpu()[: len(batch)]
-        return torch.where(response_valid(batch), full, 0.0)
+        return global_log_probs(self, batch, reference)
 
     def validation_loss(self, batch: Batch | str | Path) -> dict[str, float]:
         """``{"nll_sum", "tokens"}``: the negative log-likelihood of ``batch``'s
@@ -503,21 +363,6 @@ class SelfHostedTrainer:
         mask = batch["response_mask"].float()
         return {"nll_sum": float(-(log_probs * mask).sum()), "tokens": float(mask.sum())}
 
-    # -- metrics ----------------------------------------------------------------
-    def _input_metrics(self, batch: Batch) -> dict[str, float]:
-        m: dict[str, float] = {"batch/size": float(len(batch))}
-        if len(batch) == 0:
-            return m
-        if "rewards" in batch:
-            m.update(_stats("critic/rewards", batch["rewards"].float()))
-        if "attention_mask" in batch and "responses" in batch:
-            m.update(_stats("response_length", response_valid(batch).sum(-1).float()))
-            prompt = batch["attention_mask"][:, : batch.prompt_width].sum(-1).float()
-            m["prompt_length/mean"] = float(prompt.mean())
-        if "group_ids" in batch:
-            m["batch/num_groups"] = float(torch.unique(batch["group_ids"]).numel())
-        return m
-
     # -- weights ----------------------------------------------------------------
     def full_state_dict(self) -> dict[str, Tensor] | None:
         """Consolidated weights on rank 0 (collective under ZeRO-3)."""
@@ -525,56 +370,11 @@ class SelfHostedTrainer:
 
     def publish_snapshot(self) -> PublishedSnapshot | None:
         """Publish snapshot ``v{policy_version}`` (collective; rank 0 writes)."""
-        if self.spec.snapshot_dir is None:
-            raise TrainerError("publish_snapshot: no snapshot_dir configured")
-        state = self.engine.full_state_dict()
-        error = ""
-        if self.publisher is not None and state is not None:
-            try:
-                self.last_snapshot = self._publish(state)
-            except Exception as exc:  # report on every rank, never leave others waiting
-                error = f"{type(exc).__name__}: {exc}"
-        failed = self.engine.all_reduce_sum(torch.tensor([1.0 if error else 0.0]))
-        if float(failed.sum()) > 0:
-            raise TrainerError(
-                f"publishing snapshot v{self.policy_version} failed ({error or 'on rank 0'}); "
-                "'latest' still names the previous snapshot"
-            )
-        return self.last_snapshot if self.rank == 0 else None
-
-    def _publish(self, state: dict[str, Tensor]) -> PublishedSnapshot:
-        """Rank 0: the full weights, or with LoRA the adapter alone."""
-        assert self.publisher is not None
-        module = self.engine.module
-        if self.lora:
-            adapter = adapter_state_dict(module, state)
-            config = adapter_config(module, self.spec.model_path)
-            return self.publisher.publish_adapter(adapter, config, self.policy_version)
-        model_config = getattr(module, "config", self.model_config)
-        return self.publisher.publish(state, model_config, self.policy_version)
-
-    def _snapshot_due(self, updated: bool) -> bool:
-        return (
-            updated
-            and self.spec.snapshot_dir is not None
-            and self.policy_version % self.spec.sync_every == 0
-        )
-
-    def _checkpoint_due(self) -> bool:
-        if self.checkpoints is None or not self.spec.auto_checkpoint:
-            return False
-        every = self.cfg.save_every
-        return (every > 0 and self.global_step % every == 0) or (
-            self.global_step == self.cfg.total_train_steps
-        )
+        return saving.publish_snapshot(self)
 
     def save_checkpoint(self, extra_state: dict[str, Any] | None = None) -> Path | None:
         """Checkpoint ``step_{global_step}`` (collective); ``extra_state`` is saved with it."""
-        if self.checkpoints is None:
-            raise TrainerError("save_checkpoint: no checkpoint_dir configured")
-        if extra_state is not None:
-            self.extra_state = dict(extra_state)
-        return self.checkpoints.save(self.engine, self.global_step, self.state_dict())
+        return saving.save_checkpoint(self, extra_state)
 
     def close(self, destroy_process_group: bool = False) -> None:
         """Free the engine (and leave the process group when asked: actors do)."""
@@ -594,25 +394,3 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def _stats(prefix: str, values: Tensor, mask: Tensor | None = None) -> dict[str, float]:
-    v = values.detach().float()
-    if mask is not None:
-        v = v[mask.bool()]
-    if v.numel() == 0:
-        return {}
-    return {
-        f"{prefix}/mean": float(v.mean()),
-        f"{prefix}/max": float(v.max()),
-        f"{prefix}/min": float(v.min()),
-    }
-
-
-@contextmanager
-def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start

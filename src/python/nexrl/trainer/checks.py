@@ -56,7 +56,7 @@ def trainer_fits_backend(cfg: DictConfig, roots: list[Path]) -> list[str]:
 
 @register_check
 def custom_trainer(cfg: DictConfig, roots: list[Path]) -> list[str]:
-    """``trainer.custom_trainer`` names a class that loads and has ``_prepare_batch``."""
+    """``trainer.custom_trainer`` names a class that loads and has ``prepare_batch``."""
     spec = cfg.trainer.custom_trainer
     if not spec:
         return []
@@ -65,8 +65,8 @@ def custom_trainer(cfg: DictConfig, roots: list[Path]) -> list[str]:
         obj: Any = load_spec(str(spec), roots, field)
     except RecipeError as exc:
         return list(exc.problems)
-    if not callable(getattr(obj, "_prepare_batch", None)):
-        return [f"{field}: {str(spec).rpartition(':')[2]} has no '_prepare_batch' method"]
+    if not callable(getattr(obj, "prepare_batch", None)):
+        return [f"{field}: {str(spec).rpartition(':')[2]} has no 'prepare_batch' method"]
     return []
 
 

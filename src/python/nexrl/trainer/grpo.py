@@ -1,6 +1,6 @@
 """``SelfHostedGrpoTrainer``: GRPO (and any registered advantage estimator) on grouped batches.
 
-``_prepare_batch`` on the global batch (every rank computes the same result)::
+``prepare_batch`` on the global batch (every rank computes the same result)::
 
     1. filter_zero_variance_groups: drop groups whose rewards are all equal
     2. do_old_log_prob_compute: old_log_probs = log pi_theta(y_t) with the current
@@ -45,9 +45,9 @@ _NEEDS = ("rewards", "group_ids", "response_mask", "responses", "attention_mask"
 
 
 class SelfHostedGrpoTrainer(SelfHostedTrainer):
-    """Group-relative policy optimisation (see the module doc for ``_prepare_batch``)."""
+    """Group-relative policy optimisation (see the module doc for ``prepare_batch``)."""
 
-    def _prepare_batch(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+    def prepare_batch(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
         missing = [k for k in _NEEDS if k not in batch]
         if missing:
             raise TrainerError(f"GRPO batch lacks {missing}; build it with Batch.from_trajectories")
@@ -95,8 +95,8 @@ class SelfHostedGrpoTrainer(SelfHostedTrainer):
             and self.cfg.ppo_epochs == 1
             and algo.rollout_correction.mode == "none"
             and not algo.use_kl_in_reward
-            # a subclass's _prepare_batch may read old_log_probs after this one's
-            and type(self)._prepare_batch is SelfHostedGrpoTrainer._prepare_batch
+            # a subclass's prepare_batch may read old_log_probs after this one's
+            and type(self).prepare_batch is SelfHostedGrpoTrainer.prepare_batch
         )
 
     def _after_old_log_probs(self, batch: Batch) -> dict[str, float]:

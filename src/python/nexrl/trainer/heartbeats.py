@@ -20,7 +20,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["Heartbeats", "QuietNotice"]
+from nexrl.trainer.errors import TrainerSilentError
+
+__all__ = ["Heartbeats", "QuietNotice", "raise_if_silent"]
 
 
 class Heartbeats:
@@ -66,6 +68,21 @@ class Heartbeats:
         if not self.silent_s:
             return []
         return [(r, s) for r, s in self.quiet().items() if s >= self.silent_s]
+
+
+def raise_if_silent(what: str, heartbeats: Heartbeats | None) -> None:
+    """``TrainerSilentError`` naming the ranks whose worker has sent no heartbeat for
+    ``heartbeats.silent_s`` (``what``: the trainer call, or what the run waited for)."""
+    silent = heartbeats.silent() if heartbeats is not None else []
+    if not silent or heartbeats is None:
+        return
+    ranks = ", ".join(f"rank {r} (worker {heartbeats.addrs[r]}) for {s:.0f}s" for r, s in silent)
+    raise TrainerSilentError(
+        f"trainer {what}: no heartbeat from {ranks}: the process is stopped (SIGSTOP, a "
+        f"debugger), swapped out or wedged "
+        f"(runtime_monitor.trainer_silent_s={heartbeats.silent_s:g})",
+        tuple(r for r, _ in silent),
+    )
 
 
 class QuietNotice:

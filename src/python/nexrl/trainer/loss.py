@@ -1,7 +1,7 @@
 """The trainer's loss path: rollout correction on the global batch, the policy-gradient
 loss of a micro-batch.
 
-``correct_rollout(batch, algo)`` (from ``SelfHostedGrpoTrainer._prepare_batch``,
+``correct_rollout(batch, algo)`` (from ``SelfHostedGrpoTrainer.prepare_batch``,
 after the old log-probs and advantages): the importance weights of
 ``algorithm.rollout_correction`` (``nexrl.algorithms.correction``) from the
 trainer's ``old_log_probs`` and the rollout's ``behaviour_log_probs`` (the
@@ -10,7 +10,7 @@ takes masked tokens out of ``response_mask``. Returns the mismatch metrics
 (every step, also with ``mode: none``).
 
 ``policy_gradient_loss(mb, log_probs, entropy, algo, ...)`` (from
-``SelfHostedTrainer._compute_loss``, per micro-batch)::
+``SelfHostedTrainer.compute_loss``, per micro-batch)::
 
     A'  = A * rollout_is_weights                    (when present)
     L   = POLICY_LOSSES[policy_loss](log_pi, old_log_pi, A', mask, loss_agg_mode,
@@ -76,8 +76,8 @@ def policy_gradient_loss(
     for key in ("advantages", "old_log_probs", "response_mask"):
         if key not in mb:
             raise TrainerError(
-                f"the batch has no {key!r}; compute it in _prepare_batch "
-                "(SelfHostedGrpoTrainer does) or override _compute_loss"
+                f"the batch has no {key!r}; compute it in prepare_batch "
+                "(SelfHostedGrpoTrainer does) or override compute_loss"
             )
     mask = mb["response_mask"].bool()
     advantages = mb["advantages"]

@@ -47,7 +47,7 @@ def load_custom_trainer(spec: str, roots: Sequence[str | Path] = ()) -> type[Sel
             [
                 f"{FIELD}: '{class_name}' in '{file}' is a {kind} that does not "
                 "subclass nexrl.trainer.SelfHostedTrainer; derive it from SelfHostedTrainer or "
-                "SelfHostedGrpoTrainer and override _prepare_batch / _compute_loss"
+                "SelfHostedGrpoTrainer and override prepare_batch / compute_loss"
             ]
         )
     return obj

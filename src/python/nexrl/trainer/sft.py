@@ -22,7 +22,7 @@ class SelfHostedSftTrainer(SelfHostedTrainer):
 
     uses_reference_model = False
 
-    def _compute_loss(
+    def compute_loss(
         self, mb: Batch, log_probs: Tensor, entropy: Tensor | None
     ) -> tuple[Tensor, dict[str, Tensor | float]]:
         mask = mb["response_mask"].bool()

@@ -26,9 +26,9 @@ Losses by name: ``cross_entropy`` (negative log-likelihood of the
 ``response_mask`` tokens), or a policy loss registered in
 ``nexrl.algorithms.POLICY_LOSSES`` (``ppo_clip``, ``gspo``, ...). A policy loss
 uses the batch's ``advantages`` when given; otherwise the trainer's own
-``_prepare_batch`` computes them (GRPO: from ``rewards`` and ``group_ids``). The
+``prepare_batch`` computes them (GRPO: from ``rewards`` and ``group_ids``). The
 recipe's own ``algorithm.policy_loss`` goes through the trainer's
-``_compute_loss`` (a custom trainer's override included).
+``compute_loss`` (a custom trainer's override included).
 
 KL controller: each ``forward_backward`` of a policy loss records the batch's KL
 (``actor/reward_kl`` with KL in the reward, else ``actor/kl_loss``); an applied
@@ -130,7 +130,7 @@ class TrainingCore:
             start = time.perf_counter()
             metrics: dict[str, float] = {}
             if loss != CROSS_ENTROPY and "advantages" not in batch:
-                batch, prepared = t._prepare_batch(batch)
+                batch, prepared = t.prepare_batch(batch)
                 metrics.update(prepared)
             units = loss_units(batch, t.loss_agg_mode) if len(batch) else 0
             if units == 0:
@@ -146,7 +146,7 @@ class TrainingCore:
                 for mb in micro_batches(batch, t.cfg.micro_batch_size):
                     t.engine.set_boundary(False)
                     mb = mb.to(t.device)
-                    log_probs, entropy = t._forward(mb, entropy_grad=t.algo.entropy_coeff > 0)
+                    log_probs, entropy = t.forward(mb, entropy_grad=t.algo.entropy_coeff > 0)
                     value, m = self._loss(loss, mb, log_probs, entropy)
                     self._finite = self._finite and bool(torch.isfinite(value.detach()).all())
                     share = loss_units(mb, t.loss_agg_mode) / units
@@ -183,7 +183,7 @@ class TrainingCore:
         if "old_log_probs" not in mb:  # given advantages, no old log-probs: on-policy
             mb["old_log_probs"] = log_probs.detach()
         if name == t.algo.policy_loss:
-            return t._compute_loss(mb, log_probs, entropy)
+            return t.compute_loss(mb, log_probs, entropy)
         return policy_gradient_loss(
             mb,
             log_probs,

@@ -1,55 +1,51 @@
 """``ServiceTrainerGroup``: the controller's trainer in ``trainer.mode: training-service``.
 
-It offers what the controller uses of ``TrainerGroup`` (``setup_info``,
-``call``/``start`` of ``step``, ``extra_state``, ``publish_snapshot``,
-``save_checkpoint``, ``close``, ``timeout_s``), each as a call to the training
-service (``TrainingClient``). ``step`` is the service's fused ``train_step`` on
-the batch file the controller wrote to the run folder (shared storage), so the
-update is the self-hosted trainer's own, with the same numerics. Failures raise
-``TrainerGroupError`` (rank 0), which the controller already reports.
+It is a ``TrainerHandle`` (``nexrl.trainer.handle``), as ``TrainerGroup`` is:
+``setup_info``, ``call``/``start`` of ``step``, ``extra_state``,
+``publish_snapshot``, ``save_checkpoint``, ``close``, ``timeout_s``, each a call to
+the training service (``TrainingClient``) on a thread, as a one-rank
+``PendingCall``. ``step`` is the service's fused ``train_step`` on the batch file
+the controller wrote to the run folder (shared storage), so the update is the
+self-hosted trainer's own, with the same numerics. Failures raise
+``TrainerGroupError`` (rank 0), which the controller already reports. It watches
+no worker heartbeats: ``heartbeats`` is None and ``check_heartbeats`` does
+nothing (a service that stops answering fails its call, at the latest at the
+call's deadline).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import time
-from typing import Any
+from typing import Any, NoReturn
 
-from nexrl.trainer.actor import TrainerGroupError
+from nexrl.trainer.errors import TrainerGroupError
+from nexrl.trainer.handle import RankZeroCalls
+from nexrl.trainer.heartbeats import Heartbeats
+from nexrl.trainer.pending import PendingCall
 from nexrl.trainer.result import StepResult
 from nexrl.training_service.client import TrainingClient, TrainingClientError
 
 __all__ = ["ServiceTrainerGroup"]
 
 
-class _Pending:
-    """A service call running on a thread (the shape of ``actor.PendingCall``)."""
-
-    def __init__(self, method: str, future: concurrent.futures.Future[Any], deadline: float):
-        self.method, self.future, self.deadline = method, future, deadline
-
-    def done(self) -> bool:
-        return self.future.done()
-
-    def wait(self, timeout_s: float) -> bool:
-        concurrent.futures.wait([self.future], timeout=timeout_s)
-        return self.done()
-
-    def result(self) -> list[Any]:
-        try:
-            return [self.future.result(timeout=max(1.0, self.deadline - time.monotonic()))]
-        except concurrent.futures.TimeoutError:
-            raise TrainerGroupError(
-                f"training service: {self.method} still running at its deadline", (0,)
-            ) from None
-        except (TrainingClientError, OSError) as exc:
-            raise TrainerGroupError(f"training service: {self.method}: {exc}", (0,)) from exc
+def _service_failure(method: str, errors: list[tuple[int, BaseException]]) -> NoReturn:
+    """The ``PendingCall`` failure of a service call (one rank: 0)."""
+    _, exc = errors[0]
+    if isinstance(exc, concurrent.futures.TimeoutError):
+        raise TrainerGroupError(
+            f"training service: {method} still running at its deadline", (0,)
+        ) from None
+    if isinstance(exc, (TrainingClientError, OSError)):
+        raise TrainerGroupError(f"training service: {method}: {exc}", (0,)) from exc
+    raise exc
 
 
-class ServiceTrainerGroup:
+class ServiceTrainerGroup(RankZeroCalls):
     """The controller's trainer as a client of a training service (module doc)."""
 
     world_size = 1
+    heartbeats: Heartbeats | None = None  # no worker to watch (module doc)
 
     def __init__(
         self, client: TrainingClient, *, timeout_s: float = 900.0, handle: Any = None
@@ -80,31 +76,13 @@ class ServiceTrainerGroup:
             return self.client.save_state(extra)["path"]
         raise TrainerGroupError(f"training service: no method {method!r}")
 
-    def start(self, method: str, *args: Any, timeout_s: float | None = None) -> _Pending:
+    def start(self, method: str, *args: Any, timeout_s: float | None = None) -> PendingCall[Any]:
         future = self._pool.submit(self._run, method, *args)
-        return _Pending(method, future, time.monotonic() + (timeout_s or self.timeout_s))
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        return PendingCall(method, [future], deadline, failure=_service_failure)
 
-    def call(self, method: str, *args: Any, timeout_s: float | None = None) -> list[Any]:
-        return self.start(method, *args, timeout_s=timeout_s).result()
-
-    def setup_info(self) -> list[dict[str, Any]]:
-        return self.call("describe")
-
-    def step(self, batch_path: str) -> StepResult:
-        result: StepResult = self.call("step", batch_path)[0]
-        return result
-
-    def train_step(self, batch_path: str) -> dict[str, float]:
-        row: dict[str, float] = self.call("train_step", batch_path)[0]
-        return row
-
-    def publish_snapshot(self) -> str | None:
-        path: str | None = self.call("publish_snapshot")[0]
-        return path
-
-    def save_checkpoint(self, extra_state: dict[str, Any] | None = None) -> str | None:
-        path: str | None = self.call("save_checkpoint", extra_state)[0]
-        return path
+    def check_heartbeats(self, what: str) -> None:
+        """Nothing to check: a training service has no worker heartbeats (module doc)."""
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

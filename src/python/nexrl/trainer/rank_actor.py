@@ -1,0 +1,123 @@
+"""One trainer rank as a Dask actor: ``TrainerActor`` (its trainer built on the
+worker it is pinned to) and ``RankInfo`` (where it sits in the data-parallel group).
+
+``TrainerGroup`` (``nexrl.trainer.actor``) places one per rank and calls them
+together; each method here is one rank's share of a collective call.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from nexrl.trainer.errors import TrainerGroupError
+from nexrl.trainer.result import StepResult
+from nexrl.trainer.spec import TrainerSpec
+from nexrl.util.cpu import cpu_threads
+
+__all__ = ["RankInfo", "TrainerActor"]
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where one rank sits in the data-parallel group."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+    def env(self) -> dict[str, str]:
+        return {
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+        }
+
+
+class TrainerActor:
+    """One trainer rank living on a Dask worker (see the module doc)."""
+
+    def __init__(self, spec: TrainerSpec, info: RankInfo | None = None) -> None:
+        self.spec = spec
+        self.info = info
+        self.trainer: Any = None
+
+    def setup(self) -> dict[str, Any]:
+        """Join the process group and build the trainer (collective)."""
+        import torch
+
+        if self.info is not None:
+            os.environ.update(self.info.env())
+        if not torch.cuda.is_available():
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+            ranks = self.info.local_world_size if self.info else 1
+            torch.set_num_threads(cpu_threads(ranks, int(self.spec.trainer.cpu_threads)))
+        from nexrl.trainer.registry import create_trainer
+
+        self.trainer = create_trainer(self.spec)
+        return self.describe()
+
+    def _require(self) -> Any:
+        if self.trainer is None:
+            raise TrainerGroupError("trainer actor used before setup()")
+        return self.trainer
+
+    def describe(self) -> dict[str, Any]:
+        import torch
+
+        t = self.trainer
+        return {
+            # torch threads on CPU (trainer.cpu_threads, or the automatic share)
+            "cpu_threads": None if torch.cuda.is_available() else torch.get_num_threads(),
+            "rank": self.info.rank if self.info else 0,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "global_step": t.global_step if t else None,
+            "policy_version": t.policy_version if t else None,
+            "resumed_from": str(t.resumed_from) if t and t.resumed_from else None,
+            "schedule_note": getattr(t, "schedule_note", None) if t else None,
+            "resume_note": getattr(t, "resume_note", None) if t else None,
+        }
+
+    def train_step(self, batch: Any) -> dict[str, float]:
+        metrics: dict[str, float] = self._require().train_step(batch)
+        return metrics
+
+    def step(self, batch: Any) -> StepResult:
+        result: StepResult = self._require().step(batch)
+        return result
+
+    def validation_loss(self, batch: Any) -> dict[str, float]:
+        out: dict[str, float] = self._require().validation_loss(batch)
+        return out
+
+    def publish_snapshot(self) -> str | None:
+        snap = self._require().publish_snapshot()
+        return str(snap.path) if snap is not None else None
+
+    def save_checkpoint(self, extra_state: dict[str, Any] | None = None) -> str | None:
+        path = self._require().save_checkpoint(extra_state)
+        return str(path) if path is not None else None
+
+    def full_state_dict(self) -> dict[str, Any] | None:
+        state = self._require().full_state_dict()
+        return None if state is None else {k: v.detach().cpu() for k, v in state.items()}
+
+    def extra_state(self) -> dict[str, Any]:
+        """The caller's state saved with the checkpoint this trainer resumed from."""
+        return dict(self._require().extra_state)
+
+    def close(self) -> None:
+        """Free the trainer and leave the process group, so this worker can host a new one."""
+        if self.trainer is not None:
+            self.trainer.close(destroy_process_group=True)
+            self.trainer = None

@@ -1,0 +1,118 @@
+"""Both trainer front-ends are a ``TrainerHandle``; their calls are one ``PendingCall``."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from typing import Any
+
+import pytest
+
+from nexrl.trainer.actor import TrainerGroup
+from nexrl.trainer.errors import TrainerGroupError
+from nexrl.trainer.handle import TrainerHandle
+from nexrl.trainer.pending import PendingCall
+from nexrl.training_service.client import TrainingClientError
+from nexrl.training_service.group import ServiceTrainerGroup
+
+# What a controller uses of its trainer (nexrl.controller): the protocol, no more.
+CONTROLLER_USES = {
+    "timeout_s",
+    "world_size",
+    "heartbeats",
+    "check_heartbeats",
+    "start",
+    "call",
+    "setup_info",
+    "step",
+    "train_step",
+    "publish_snapshot",
+    "save_checkpoint",
+    "close",
+}
+
+
+# mypy checks these assignments structurally (./pants check)
+def _self_hosted(group: TrainerGroup) -> TrainerHandle:
+    return group
+
+
+def _service(group: ServiceTrainerGroup) -> TrainerHandle:
+    return group
+
+
+class _Client:
+    base_url = "http://service.invalid"
+
+    def __init__(self, **answers: Any) -> None:
+        self.answers = answers
+
+    def extra_state(self) -> Any:
+        answer = self.answers["extra_state"]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        pass
+
+
+def _protocol_members() -> set[str]:
+    names = set(TrainerHandle.__annotations__)
+    names |= {n for n in vars(TrainerHandle) if not n.startswith("_")}
+    return names
+
+
+def test_both_front_ends_are_trainer_handles() -> None:
+    assert _protocol_members() == CONTROLLER_USES
+    hosted = TrainerGroup(None, [], [], [], timeout_s=5.0)
+    service = ServiceTrainerGroup(_Client(), timeout_s=5.0)  # type: ignore[arg-type]
+    try:
+        for handle in (_self_hosted(hosted), _service(service)):
+            assert isinstance(handle, TrainerHandle)
+            assert all(hasattr(handle, n) for n in CONTROLLER_USES), type(handle)
+            assert handle.heartbeats is None  # no workers (the service never has any)
+            handle.check_heartbeats("worker (step 1)")  # nothing silent: no error
+    finally:
+        service.close()
+
+
+def test_a_service_call_is_a_one_rank_pending_call() -> None:
+    service = ServiceTrainerGroup(_Client(extra_state={"a": 1}), timeout_s=5.0)  # type: ignore[arg-type]
+    try:
+        pending = service.start("extra_state")
+        assert isinstance(pending, PendingCall)
+        assert pending.wait(5.0) and pending.result() == [{"a": 1}]
+        with pytest.raises(TrainerGroupError, match=r"^training service: no method 'nope'$"):
+            service.call("nope")
+    finally:
+        service.close()
+
+
+def test_a_failed_service_call_names_the_service() -> None:
+    failing = _Client(extra_state=TrainingClientError("HTTP 500: boom"))
+    service = ServiceTrainerGroup(failing, timeout_s=5.0)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(TrainerGroupError, match=r"^training service: extra_state: ") as err:
+            service.call("extra_state")
+        assert err.value.ranks == (0,)
+    finally:
+        service.close()
+
+
+def test_a_pending_call_names_the_failed_ranks() -> None:
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+
+        def fail() -> int:
+            raise ValueError("bad batch")
+
+        futures = [pool.submit(lambda: 7), pool.submit(fail)]
+        pending: PendingCall[int] = PendingCall("step", futures, time.monotonic() + 5.0)
+        with pytest.raises(
+            TrainerGroupError,
+            match=r"trainer step failed on rank\(s\) 1; rank 1: ValueError: bad batch",
+        ) as err:
+            pending.result()
+        assert err.value.ranks == (1,)
+        ok: PendingCall[int] = PendingCall("step", [pool.submit(lambda: 3)], time.monotonic() + 5.0)
+        assert ok.result() == [3]
