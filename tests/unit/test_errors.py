@@ -19,7 +19,7 @@ from nexrl.agent_service.server import AgentServiceStartError
 from nexrl.algorithms.registry import UnknownNameError
 from nexrl.cli.new_task import NewTaskError
 from nexrl.config.errors import RecipeError
-from nexrl.controller.loop import ControllerError
+from nexrl.controller import ControllerError
 from nexrl.controller.rundir import RunDirError
 from nexrl.data.errors import DataError
 from nexrl.errors import NexrlError

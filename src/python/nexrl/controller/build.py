@@ -42,6 +42,7 @@ from nexrl.recipe import Recipe
 
 if TYPE_CHECKING:
     from nexrl.runtime.cluster import ClusterHandle
+    from nexrl.trainer.handle import TrainerHandle
     from nexrl.training_service.group import ServiceTrainerGroup
 
 __all__ = ["build_components", "install_dashboard", "service_trainer"]
@@ -143,7 +144,7 @@ def _build(
     with ThreadPoolExecutor(1, thread_name_prefix="nexrl-inference-start") as background:
         server_up = background.submit(supervisor.start, model_dir, 0) if early else None
         trainer_timeout_s = float(cfg.runtime_monitor.task_timeout_s) + 600.0
-        trainer: TrainerGroup | ServiceTrainerGroup
+        trainer: TrainerHandle
         if str(cfg.trainer.mode) == "training-service":
             trainer = service_trainer(cfg, cluster, spec, trainer_timeout_s)
         else:
@@ -200,6 +201,7 @@ def _build(
         run_name=str(cfg.experiment_name),
         config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
         resume_step=step if resumed else None,
+        roots=recipe.roots,  # a sink class 'path/to/file.py:Name' resolves as the check did
     )
     closers.append(tracker.close)
     display = ProgressDisplay(

@@ -24,7 +24,7 @@ def save_checkpoint(
 ) -> None:
     """A trainer checkpoint at ``step`` with the controller's state; ``row``: the step's
     metrics row when it is not logged yet (a resume logs it if it is missing)."""
-    from nexrl.trainer.actor import TrainerGroupError
+    from nexrl.trainer.errors import TrainerGroupError
 
     pending = scheduler.pending(parts.dispatcher)
     state = ControllerState(

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from nexrl.metrics import MetricsTracker, ProgressDisplay
     from nexrl.pool import TrajectoryPool
     from nexrl.runtime.cluster import ClusterHandle
-    from nexrl.trainer import TrainerGroup
-    from nexrl.training_service.group import ServiceTrainerGroup
+    from nexrl.trainer.handle import TrainerHandle
 
 __all__ = ["Components", "write_cluster_record"]
 
@@ -40,7 +39,7 @@ class Components:
     run: RunDir
     sync_policy: SyncPolicy
     cluster: ClusterHandle
-    trainer: TrainerGroup | ServiceTrainerGroup  # trainer.mode: self-hosted | training-service
+    trainer: TrainerHandle  # trainer.mode: self-hosted (TrainerGroup) | training-service
     supervisor: InferenceSupervisor
     pool: TrajectoryPool
     loader: DataLoader

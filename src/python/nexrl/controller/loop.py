@@ -130,7 +130,7 @@ class Controller:
 
     # -- entry ------------------------------------------------------------------
     def run(self) -> RunResult:
-        from nexrl.trainer.actor import TrainerGroupError
+        from nexrl.trainer.errors import TrainerGroupError
 
         self.signals.install()
         try:
@@ -266,7 +266,7 @@ class Controller:
                     f"{parts.trainer.timeout_s:g}s (a hung rank?); see logs/driver.log"
                 )
             self._service(dispatch=parts.sync_policy.dispatch_while_training)
-            line = notice.line(self.step + 1, getattr(parts.trainer, "heartbeats", None))
+            line = notice.line(self.step + 1, parts.trainer.heartbeats)
             if line:
                 logger.warning("%s", line)
                 parts.progress.write(f"warning: {line}")
@@ -363,9 +363,8 @@ class Controller:
         parts = self.parts
         if scheduler_gone(parts.cluster):
             raise ControllerError(self._diagnosis().scheduler_lost())
-        check_trainer = getattr(parts.trainer, "check_heartbeats", None)
-        if check_trainer is not None:  # a stopped trainer worker also holds rollout tasks
-            check_trainer(f"worker (step {self.step + 1})")
+        # a stopped trainer worker also holds rollout tasks (a service: nothing to check)
+        parts.trainer.check_heartbeats(f"worker (step {self.step + 1})")
         self.harvest.record(parts.dispatcher.harvest(), parts)
         self.watch.health_check(parts)
         if dispatch:

@@ -167,6 +167,7 @@ class SftRun:
             run_name=str(cfg.experiment_name),
             config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
             resume_step=self.step if resumed else None,
+            roots=self.recipe.roots,
         )
         self._closers.append(self.tracker.close)
         self.progress = ProgressDisplay(

@@ -76,9 +76,7 @@ class NamedEvaluator(Evaluator):
 
 # Evaluator classes of a recipe's own ('path/to/file.py:Class') need not subclass
 # Evaluator (an ``evaluate`` method is the contract), so the kind checks callables.
-EVALUATORS: Registry[type[NamedEvaluator]] = Registry(
-    "evaluator", field="rollout_worker.evaluator"
-)
+EVALUATORS: Registry[type[NamedEvaluator]] = Registry("evaluator", field="rollout_worker.evaluator")
 E = TypeVar("E", bound=type[NamedEvaluator])
 
 

@@ -1,7 +1,7 @@
 """The initial policy of a run: ``model.path`` as given, or the recipe's tiny model
 built (and warm-started on demonstrations) under ``<output_dir>/model`` once.
 
-Runs in the driver before the cluster starts (``nexrl.controller.components``).
+Runs in the driver before the cluster starts (``nexrl.controller.build``).
 """
 
 from __future__ import annotations
