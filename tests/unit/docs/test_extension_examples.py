@@ -207,14 +207,11 @@ def _csv_rows(folder: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.parametrize("entry", ["csv", "my_sinks.py:CsvSink"])
-def test_a_metric_sink_by_name_or_by_class(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch, entry: str
-) -> None:
+def test_a_metric_sink_by_name_or_by_class(workspace: Path, entry: str) -> None:
     from nexrl.metrics import MetricsTracker
 
-    monkeypatch.chdir(workspace)  # where a run started here finds 'my_sinks.py:CsvSink'
-    checked(workspace, "my_sinks.py", f"logger.backends=[console,{entry!r}]")
-    tracker = MetricsTracker([entry], workspace / "run", run_name="t")
+    recipe = checked(workspace, "my_sinks.py", f"logger.backends=[console,{entry!r}]")
+    tracker = MetricsTracker([entry], workspace / "run", run_name="t", roots=recipe.roots)
     tracker.log(1, {"reward/mean": 0.25})
     tracker.log(2, {"reward/mean": 0.5})
     tracker.close()

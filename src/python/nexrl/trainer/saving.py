@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from nexrl.trainer.errors import TrainerError
 from nexrl.trainer.lora import adapter_config, adapter_state_dict
+from nexrl.trainer.rank_state import TrainerRank
 from nexrl.weights.checkpoint import CheckpointManager
 from nexrl.weights.snapshot import PublishedSnapshot, list_snapshots, verify_snapshot
-
-if TYPE_CHECKING:
-    from nexrl.trainer.base import SelfHostedTrainer
 
 __all__ = [
     "checkpoint_due",
@@ -35,7 +33,7 @@ __all__ = [
 logger = logging.getLogger("nexrl.trainer.base")  # the trainer's log lines, as before
 
 
-def resume(t: SelfHostedTrainer) -> None:
+def resume(t: TrainerRank) -> None:
     """Load the checkpoint ``spec.resume_mode`` picks (if any); publish its snapshot
     again when it is missing or corrupted; ``t.resume_note`` says what was passed over."""
     spec = t.spec
@@ -72,7 +70,7 @@ def resume(t: SelfHostedTrainer) -> None:
     t.resume_note = " | ".join(notes) or None
 
 
-def publish_snapshot(t: SelfHostedTrainer) -> PublishedSnapshot | None:
+def publish_snapshot(t: TrainerRank) -> PublishedSnapshot | None:
     """Publish snapshot ``v{policy_version}`` (collective; rank 0 writes)."""
     if t.spec.snapshot_dir is None:
         raise TrainerError("publish_snapshot: no snapshot_dir configured")
@@ -92,7 +90,7 @@ def publish_snapshot(t: SelfHostedTrainer) -> PublishedSnapshot | None:
     return t.last_snapshot if t.rank == 0 else None
 
 
-def _publish(t: SelfHostedTrainer, state: dict[str, Tensor]) -> PublishedSnapshot:
+def _publish(t: TrainerRank, state: dict[str, Tensor]) -> PublishedSnapshot:
     """Rank 0: the full weights, or with LoRA the adapter alone."""
     assert t.publisher is not None
     module = t.engine.module
@@ -104,12 +102,12 @@ def _publish(t: SelfHostedTrainer, state: dict[str, Tensor]) -> PublishedSnapsho
     return t.publisher.publish(state, model_config, t.policy_version)
 
 
-def snapshot_due(t: SelfHostedTrainer, updated: bool) -> bool:
+def snapshot_due(t: TrainerRank, updated: bool) -> bool:
     """Whether this step publishes: an update applied on a ``sync_every`` version."""
     return updated and t.spec.snapshot_dir is not None and t.policy_version % t.spec.sync_every == 0
 
 
-def checkpoint_due(t: SelfHostedTrainer) -> bool:
+def checkpoint_due(t: TrainerRank) -> bool:
     """Whether the trainer checkpoints on its own now (``spec.auto_checkpoint``)."""
     if t.checkpoints is None or not t.spec.auto_checkpoint:
         return False
@@ -117,7 +115,7 @@ def checkpoint_due(t: SelfHostedTrainer) -> bool:
     return (every > 0 and t.global_step % every == 0) or (t.global_step == t.cfg.total_train_steps)
 
 
-def save_checkpoint(t: SelfHostedTrainer, extra_state: dict[str, Any] | None) -> Path | None:
+def save_checkpoint(t: TrainerRank, extra_state: dict[str, Any] | None) -> Path | None:
     """Checkpoint ``step_{global_step}`` (collective); ``extra_state`` is saved with it."""
     if t.checkpoints is None:
         raise TrainerError("save_checkpoint: no checkpoint_dir configured")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -36,10 +35,8 @@ from nexrl.trainer.ops import (
     response_valid,
     shard_rows,
 )
+from nexrl.trainer.rank_state import TrainerRank
 from nexrl.types.batch import Batch
-
-if TYPE_CHECKING:
-    from nexrl.trainer.base import SelfHostedTrainer
 
 __all__ = ["count_nonfinite", "global_log_probs", "update_policy"]
 
@@ -65,7 +62,7 @@ class _WeightedSums:
         return {k: float(v) / divide for k, v in zip(keys, total.tolist(), strict=True)}
 
 
-def update_policy(t: SelfHostedTrainer, batch: Batch, units: int) -> dict[str, float]:
+def update_policy(t: TrainerRank, batch: Batch, units: int) -> dict[str, float]:
     """Train on this rank's shard of the prepared global ``batch`` (module doc); the
     metrics, with ``train/nonfinite_epochs`` and ``train/applied_epochs``."""
     shard = shard_rows(batch, t.rank, t.world_size)
@@ -117,7 +114,7 @@ def update_policy(t: SelfHostedTrainer, batch: Batch, units: int) -> dict[str, f
     return out
 
 
-def count_nonfinite(t: SelfHostedTrainer, nonfinite: bool, metrics: dict[str, float]) -> None:
+def count_nonfinite(t: TrainerRank, nonfinite: bool, metrics: dict[str, float]) -> None:
     """Count a step skipped for a NaN/inf loss (one warning line); raise at the
     ``trainer.max_nonfinite_steps``-th in a row."""
     t.nonfinite_streak = t.nonfinite_streak + 1 if nonfinite else 0
@@ -150,7 +147,7 @@ def count_nonfinite(t: SelfHostedTrainer, nonfinite: bool, metrics: dict[str, fl
 
 
 @torch.no_grad()
-def global_log_probs(t: SelfHostedTrainer, batch: Batch, reference: bool) -> Tensor:
+def global_log_probs(t: TrainerRank, batch: Batch, reference: bool) -> Tensor:
     """``SelfHostedTrainer.compute_log_probs``: each rank's shard, all-gathered."""
     if reference and t.ref_model is None:
         raise TrainerError("reference log-probs asked for but no reference model is loaded")
