@@ -29,6 +29,7 @@ class TrainerRank(Protocol):
     spec: TrainerSpec
     cfg: TrainerConfig
     algo: AlgorithmConfig
+    loss_agg_mode: str
     engine: TrainingEngine
     rank: int
     world_size: int
