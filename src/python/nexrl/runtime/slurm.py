@@ -301,9 +301,6 @@ class SlurmJobs:
                     )
             time.sleep(0.5)
 
-    def all_job_ids(self) -> list[str]:
-        return [j.job_id for j in self.submitted] + self.rollout_job_ids()
-
     def cancel(self) -> None:
         """scancel every job this run submitted (the rollout jobs via the cluster)."""
         ids = [j.job_id for j in self.submitted]
