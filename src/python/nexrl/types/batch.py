@@ -28,12 +28,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
 from nexrl.errors import NexrlError
+from nexrl.types.columns import Columns
 from nexrl.types.trajectory import Trajectory
 
 __all__ = ["Batch", "BatchError"]
@@ -48,26 +49,6 @@ Index = int | slice | Sequence[int] | torch.Tensor
 
 class BatchError(ValueError, NexrlError):
     """A batch is inconsistent or misused; the message names the tensor or meta key."""
-
-
-class Columns(Protocol):
-    """Trajectories column-wise, as the pool hands them out (``TrajectoryColumns``):
-    ragged token arrays flat in trajectory order, with per-trajectory lengths."""
-
-    prompt_ids: np.ndarray
-    prompt_lens: np.ndarray
-    response_ids: np.ndarray
-    loss_mask: np.ndarray
-    logprobs: np.ndarray
-    response_lens: np.ndarray
-    reward: np.ndarray
-    group_id: np.ndarray
-    run_id: np.ndarray
-    policy_version: np.ndarray
-    meta_bytes: np.ndarray
-    meta_lens: np.ndarray
-
-    def __len__(self) -> int: ...
 
 
 @dataclass
