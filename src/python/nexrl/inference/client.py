@@ -30,6 +30,7 @@ from nexrl.inference.balance import RoundRobin, normalize_base_urls
 from nexrl.inference.replies import (
     Generation,
     InferenceError,
+    malformed,
     parse_chat_completion,
     parse_completion,
 )
@@ -309,7 +310,7 @@ class InferenceClient:
             return
         answers = reply.get("responses") if isinstance(reply, dict) else None
         if not isinstance(answers, list) or len(answers) != len(calls):
-            err = _malformed(
+            err = malformed(
                 f"a batch of {len(calls)} requests got no list of {len(calls)} responses"
             )
             err.base_url = url

@@ -15,7 +15,13 @@ from typing import Any
 
 from nexrl.errors import NexrlError
 
-__all__ = ["Generation", "InferenceError", "parse_chat_completion", "parse_completion"]
+__all__ = [
+    "Generation",
+    "InferenceError",
+    "malformed",
+    "parse_chat_completion",
+    "parse_completion",
+]
 
 
 class InferenceError(RuntimeError, NexrlError):
@@ -48,7 +54,8 @@ class Generation:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _malformed(what: str) -> InferenceError:
+def malformed(what: str) -> InferenceError:
+    """The error of a reply that is not what the API promises (``what``: how)."""
     return InferenceError(f"malformed inference reply: {what}")
 
 
@@ -56,7 +63,7 @@ def _int_list(value: Any, what: str) -> list[int]:
     if not isinstance(value, list) or any(
         isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in value
     ):
-        raise _malformed(f"{what} must be a list of non-negative ints")
+        raise malformed(f"{what} must be a list of non-negative ints")
     return list(value)
 
 
@@ -67,16 +74,16 @@ def _version(body: Mapping[str, Any], header: str | None) -> int | None:
     try:
         return int(raw)
     except (TypeError, ValueError):
-        raise _malformed(f"policy_version {raw!r} is not an int") from None
+        raise malformed(f"policy_version {raw!r} is not an int") from None
 
 
 def _float_list(values: Any, what: str, n: int) -> list[float]:
     try:
         out = [float(v) for v in values]
     except (TypeError, ValueError):
-        raise _malformed(f"{what} must be numbers") from None
+        raise malformed(f"{what} must be numbers") from None
     if len(out) != n:
-        raise _malformed(f"{what} has {len(out)} entries for {n} tokens")
+        raise malformed(f"{what} has {len(out)} entries for {n} tokens")
     return out
 
 
@@ -84,20 +91,20 @@ def _parse(
     body: Any, header_version: str | None, require_token_ids: bool, chat: bool
 ) -> list[Generation]:
     if not isinstance(body, dict):
-        raise _malformed(f"expected a JSON object, got {type(body).__name__}")
+        raise malformed(f"expected a JSON object, got {type(body).__name__}")
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise _malformed("no choices")
+        raise malformed("no choices")
     version = _version(body, header_version)
     out = []
     for i, ch in enumerate(choices):
         if not isinstance(ch, dict):
-            raise _malformed(f"choices[{i}] is not an object")
+            raise malformed(f"choices[{i}] is not an object")
         where = f"choices[{i}]"
         prompt_ids = ch.get("prompt_token_ids", body.get("prompt_token_ids"))
         token_ids = ch.get("token_ids")
         if require_token_ids and (prompt_ids is None or token_ids is None):
-            raise _malformed(
+            raise malformed(
                 f"{where} has no prompt_token_ids/token_ids (the server must support "
                 "return_token_ids: the embedded server, vLLM >= 0.10.2, recent SGLang)"
             )
@@ -115,12 +122,12 @@ def _parse(
         if chat:
             msg = ch.get("message")
             if not isinstance(msg, dict):
-                raise _malformed(f"{where}.message is missing")
+                raise malformed(f"{where}.message is missing")
             text, calls = msg.get("content"), msg.get("tool_calls") or []
         else:
             text, calls = ch.get("text"), []
         if text is not None and not isinstance(text, str):
-            raise _malformed(f"{where} text is not a string")
+            raise malformed(f"{where} text is not a string")
         out.append(
             Generation(
                 index=int(ch.get("index", i)),

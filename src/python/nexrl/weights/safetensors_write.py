@@ -36,7 +36,6 @@ DEFAULT_MAX_SHARD_BYTES = 256 * 1024**2
 MAX_SHARD_WRITERS = 8
 
 
-
 def prepare_state_dict(
     state_dict: Mapping[str, torch.Tensor], *, tie_word_embeddings: bool = False
 ) -> dict[str, torch.Tensor]:

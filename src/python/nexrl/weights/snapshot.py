@@ -114,6 +114,8 @@ _TOKENIZER_PREFIXES = (
     "generation_config",
     "preprocessor_config",
 )
+
+
 @dataclass(frozen=True)
 class PublishedSnapshot:
     """What :meth:`SnapshotPublisher.publish` wrote."""
