@@ -4,7 +4,7 @@ The CPU benchmark's workload (tests/benchmarks/test_bench_generation_heavy.py: 1
 prompts x 8 samples per step, 64-token answers on every side, the same prepared
 model folder, prompts in file order, lr, loss settings) with a model of a few
 hundred million parameters, bf16 on every side: TRL 1.16's ``GRPOTrainer``
-(``tests/benchmarks/_trl_grpo.py --device cuda``: HF ``generate`` and the update
+(``python -m bench.trl_grpo --device cuda``: HF ``generate`` and the update
 in one process) and ``nexrl train`` (the embedded server and the DeepSpeed trainer
 sharing the GPU) in ``weight.sync_mode=sync`` and one step off
 (``batch-async``, ``staleness_threshold=1``). Samples/s: 128 over the median gap
@@ -22,11 +22,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.generation_heavy import RESPONSE, n_params, run_ours, run_trl
+from bench.side_by_side import RECIPE, ratio
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import load_recipe_checked
-from tests.benchmarks.test_bench_generation_heavy import RESPONSE, n_params, run_ours, run_trl
-from tests.benchmarks.test_bench_vs_trl import ratio
-from tests.e2e._recipe import RECIPE
 
 # Qwen2.5-0.5B's shape with the task's vocabulary (build-support/gpu/check.sh)
 QWEN05 = {"hidden_size": 896, "num_layers": 24, "num_heads": 14, "intermediate_size": 4864}
@@ -35,11 +34,11 @@ SMALL = {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "intermediate_size
 
 def _gpu_env() -> None:
     """The CPU benchmark's runs force DeepSpeed onto the CPU (``DS_ACCELERATOR=cpu`` in
-    tests/e2e/_recipe.subprocess_env); here our trainer must get the GPU like TRL."""
-    import tests.benchmarks.test_bench_vs_trl as vs_trl
+    bench.side_by_side.subprocess_env); here our trainer must get the GPU like TRL."""
+    import bench.side_by_side as side_by_side
 
-    base = vs_trl.subprocess_env
-    vs_trl.subprocess_env = lambda: {k: v for k, v in base().items() if k != "DS_ACCELERATOR"}
+    base = side_by_side.subprocess_env
+    side_by_side.subprocess_env = lambda: {k: v for k, v in base().items() if k != "DS_ACCELERATOR"}
 
 
 def prepared_model(work: Path, small: bool) -> tuple[Path, Any]:

@@ -25,33 +25,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nexrl.evaluators.regex import last_boxed
 from nexrl.rollout_worker import BaseEvaluationTarget, EvaluationRunResult, Evaluator
 
-BOXED = "\\boxed{"
 # A number as written in text: optional sign and $, digits with or without
 # thousands separators, an optional fraction.
 NUMBER = re.compile(r"[-+]?\$?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?")
 THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 ZERO_FRACTION = re.compile(r"(-?\d+)\.0+")
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last complete ``\\boxed{...}`` in ``text`` (None if none)."""
-    found = None
-    start = text.find(BOXED)
-    while start != -1:
-        begin = end = start + len(BOXED)
-        depth = 1
-        while end < len(text) and depth:
-            if text[end] == "{":
-                depth += 1
-            elif text[end] == "}":
-                depth -= 1
-            end += 1
-        if depth == 0:
-            found = text[begin : end - 1]
-        start = text.find(BOXED, start + 1)
-    return found
 
 
 def last_number(text: str) -> str | None:

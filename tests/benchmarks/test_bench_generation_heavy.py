@@ -2,7 +2,7 @@
 answers 64 tokens, 16 prompts x 8 samples per step, ``STEPS`` steps per run.
 
 1. ``test_bench_generation_heavy_vs_trl``: TRL 1.16's ``GRPOTrainer``
-   (tests/benchmarks/_trl_grpo.py) vs our default recipe through ``nexrl train``
+   (``bench.trl_grpo``) vs our default recipe through ``nexrl train``
    (sync mode), on the identical workload of tests/benchmarks/test_bench_vs_trl.py
    (same prepared model folder, same prompts in file order, same optimiser and
    loss settings) except that both generate 64 tokens with the larger model.
@@ -24,7 +24,7 @@ of 64 and 2 (the MLP width, 128, is fixed by our tiny-model builder), about 9x t
 default's parameters (asserted between 8x and 12x, both counted here).
 
 64 tokens on both sides: ours sends ``ignore_eos`` with every request
-(tests/benchmarks/_fixed_length_worker.py; an end-of-sequence token, when
+(``bench.fixed_length_worker``; an end-of-sequence token, when
 sampled, is kept and sampling goes on), TRL generates with ``min_new_tokens=64``
 (its generate masks the end-of-sequence logit until 64 tokens). Asserted: every
 sample of every step is exactly 64 tokens on each side.
@@ -37,40 +37,17 @@ asserted on time.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
+from bench.generation_heavy import RESPONSE, STEPS, n_params, run_ours, run_trl
+from bench.side_by_side import RECIPE, ratio
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import load_recipe_checked
-from tests.benchmarks.test_bench_vs_trl import (
-    EVALUATOR,
-    GROUP,
-    LR,
-    N_PROMPTS,
-    PROMPTS,
-    artifacts,
-    ours_command,
-    ours_summary,
-    pool_trajectories,
-    ratio,
-    run_command,
-    summarize,
-)
-from tests.e2e._recipe import DATA, RECIPE, read_rows
+from tests.benchmarks.test_bench_vs_trl import artifacts
 
-STEPS = 10
-RESPONSE = 64
 HIDDEN, LAYERS = 192, 4
-WORKER = "tests/benchmarks/_fixed_length_worker.py:FixedLengthWorker"
 LARGER = [f"model.tiny.hidden_size={HIDDEN}", f"model.tiny.num_layers={LAYERS}"]
-
-
-def n_params(model_dir: Path) -> int:
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    return sum(p.numel() for p in model.parameters())
 
 
 def prepare(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
@@ -91,68 +68,6 @@ def prepare(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     )
     assert 8 <= size["params_ratio"] <= 12, size
     return model_dir, size
-
-
-def run_ours(
-    tmp_path: Path, name: str, model_dir: Path, extra: list[str], steps: int = STEPS
-) -> dict[str, Any]:
-    out = tmp_path / name
-    cmd = ours_command(
-        out,
-        model_dir,
-        steps,
-        f"rollout_worker.max_response_length={RESPONSE}",
-        f"rollout_worker.custom_worker={WORKER}",
-        *extra,
-    )
-    start = run_command(cmd, tmp_path / f"{name}.log")
-    rows = [r for r in read_rows(out) if "reward/mean" in r]
-    s = ours_summary(rows, start, steps)
-    trajs = pool_trajectories(out, consumer=f"{name}-check")
-    assert len(trajs) >= steps * PROMPTS * GROUP
-    lengths = {len(t.response_ids) for t in trajs}
-    assert lengths == {RESPONSE}, lengths  # every answer really is 64 tokens
-    s["lags"] = sorted({r.get("version/lag_max") for r in rows}, key=str)
-    return s
-
-
-def run_trl(
-    tmp_path: Path,
-    model_dir: Path,
-    entropy: float,
-    threads: int = 1,
-    steps: int = STEPS,
-    device: str = "cpu",
-) -> dict[str, Any]:
-    """TRL with ``threads`` torch threads (0: torch's default, one per core) on
-    ``device`` (cuda: bf16, build-support/gpu/gen_heavy.py)."""
-    out = tmp_path / f"trl-{threads}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "tests.benchmarks._trl_grpo",
-        f"--model={model_dir}",
-        f"--data={DATA}",
-        f"--max-samples={N_PROMPTS}",
-        f"--evaluator={EVALUATOR}",
-        f"--out={out}",
-        f"--steps={steps}",
-        f"--prompts={PROMPTS}",
-        f"--group-size={GROUP}",
-        f"--lr={LR}",
-        f"--entropy-coef={entropy}",
-        f"--max-new-tokens={RESPONSE}",
-        f"--min-new-tokens={RESPONSE}",
-        f"--threads={threads}",
-        f"--device={device}",
-    ]
-    start = run_command(cmd, tmp_path / f"trl-{threads}.log")
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    for r in rows:  # every completion of every step really is 64 tokens
-        assert r["completion_min_length"] == r["completion_max_length"] == RESPONSE, r
-    s = summarize(rows, start, float(rows[0]["train_start"]), steps)
-    s["torch_threads"] = json.loads((out / "setup.json").read_text())["torch_threads"]
-    return s
 
 
 KEYS = ("median_step_s", "samples_per_s", "command_to_first_row_s", "train_start_to_first_row_s")

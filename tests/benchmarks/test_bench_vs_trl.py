@@ -1,5 +1,5 @@
 """Side by side with TRL: the default recipe through ``nexrl train`` vs TRL 1.16's
-``GRPOTrainer`` (``tests/benchmarks/_trl_grpo.py``) on the identical workload, one
+``GRPOTrainer`` (``bench.trl_grpo``) on the identical workload, one
 after the other in the same test (TRL first, as the baseline).
 
 The workload (recipes/max_digit/max_digit_tiny.yaml's task): "largest of three
@@ -30,142 +30,43 @@ prompt token ids of the same step, in the same order. Times are recorded in
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from bench.side_by_side import (
+    DATA,
+    EVALUATOR,
+    GROUP,
+    LR,
+    N_PROMPTS,
+    PROMPTS,
+    RECIPE,
+    STEPS,
+    TARGET,
+    ours_command,
+    ours_summary,
+    pool_trajectories,
+    ratio,
+    read_rows,
+    run_command,
+    summarize,
+)
+from bench.trl_grpo import param_checksum
 from nexrl.modeling.prepare import prepare_model
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
 from nexrl.recipe import load_recipe_checked
-from tests.benchmarks._trl_grpo import param_checksum
-from tests.e2e._recipe import DATA, RECIPE, read_rows, subprocess_env
-
-STEPS = 60
-PROMPTS, GROUP = 16, 8
-N_PROMPTS = 208  # 13 whole steps per epoch
-LR = 3e-3
-EVALUATOR = "recipes/max_digit/evaluator.py:MaxDigitEvaluator"
-TARGET = 0.8  # reward, mean of 5 steps
-# A second, lower mark: on a shared 2-core machine 60 steps may end before 0.8 (the
-# default recipe's 300-step run passes 0.8 near step 75), and learning speed is
-# still compared where both get there.
-LOW_TARGET = 0.25
-DEADLINE_S = 900  # a hung run fails instead of blocking the suite
 
 
 def artifacts() -> Path:
     d = Path(os.environ.get("NEXRL_TEST_ARTIFACTS", "dist/test-artifacts"))
     d.mkdir(parents=True, exist_ok=True)
     return d
-
-
-def run_command(cmd: list[str], log: Path) -> float:
-    """Run ``cmd`` to completion; the ``time.time()`` just before it started."""
-    start = time.time()
-    with log.open("w") as f:
-        proc = subprocess.run(
-            cmd, env=subprocess_env(), stdout=f, stderr=subprocess.STDOUT, timeout=DEADLINE_S
-        )
-    assert proc.returncode == 0, log.read_text()[-4000:]
-    return start
-
-
-def summarize(
-    rows: list[dict[str, Any]], command_start: float, train_start: float, n_steps: int = STEPS
-) -> dict:
-    """Per-step wall time (median of the gaps between consecutive rows after the
-    first), samples/s, start-up and steps/seconds to the reward target."""
-    steps = [int(r["step"]) for r in rows]
-    assert steps == list(range(1, n_steps + 1)), steps
-    times = [float(r["time"]) for r in rows]
-    rewards = [float(r["reward/mean"]) for r in rows]
-    step_s = statistics.median(b - a for a, b in itertools.pairwise(times))
-    out: dict[str, Any] = {
-        "median_step_s": step_s,
-        "samples_per_s": PROMPTS * GROUP / step_s,
-        "command_to_first_row_s": times[0] - command_start,
-        "train_start_to_first_row_s": times[0] - train_start,
-    }
-    for name, mark in (("target", TARGET), ("low_target", LOW_TARGET)):
-        reached = next(
-            (
-                i + 1
-                for i in range(4, len(rewards))
-                if statistics.mean(rewards[i - 4 : i + 1]) >= mark
-            ),
-            None,
-        )
-        out[f"steps_to_{name}"] = reached
-        out[f"train_s_to_{name}"] = None if reached is None else times[reached - 1] - train_start
-        out[f"command_s_to_{name}"] = (
-            None if reached is None else times[reached - 1] - command_start
-        )
-    return {
-        **out,
-        "reward_first5": statistics.mean(rewards[:5]),
-        "reward_last5": statistics.mean(rewards[-5:]),
-        "curve": [(t - command_start, r) for t, r in zip(times, rewards, strict=True)],
-    }
-
-
-def ours_command(out: Path, model_dir: Path, steps: int, *extra: str) -> list[str]:
-    """``nexrl train`` on the side-by-side workload (module doc), then ``extra``."""
-    return [
-        sys.executable,
-        "-m",
-        "nexrl.cli.train",
-        RECIPE,
-        f"output_dir={out}",
-        f"model.path={model_dir}",
-        f"trainer.total_train_steps={steps}",
-        f"trainer.lr={LR}",
-        "trainer.lr_scheduler=constant",
-        "trainer.save_every=0",
-        "data.shuffle=false",
-        f"data.max_samples={N_PROMPTS}",
-        f"trajectory_pool.batch_size={PROMPTS * GROUP}",
-        f"rollout_worker.group_size={GROUP}",
-        "validate.validate_before_train=false",
-        "validate.every=0",
-        "cluster.dashboard_address=:0",
-        *extra,
-    ]
-
-
-def ours_summary(rows: list[dict[str, Any]], command_start: float, steps: int) -> dict[str, Any]:
-    """``summarize`` of our run's rows (training started at its clock's zero), and the
-    median of its own ``timing/step``."""
-    first = rows[0]
-    out = summarize(
-        rows, command_start, float(first["time"]) - float(first["time/running_s"]), steps
-    )
-    out["median_timing_step_s"] = statistics.median(float(r["timing/step"]) for r in rows[1:])
-    return out
-
-
-def pool_trajectories(out: Path, consumer: str = "vs-trl-check") -> list[Any]:
-    """Every trajectory of our run's pool, read back by a second consumer."""
-    cfg = PoolConfig(
-        store=str(out / "pool.zarr"),
-        key_list=["group_id"],
-        group_size=GROUP,
-        batch_size=100_000,
-        batch_readiness="loaded_batch_finished",
-        consumer=consumer,
-    )
-    batch = TrajectoryPool(cfg).get_batch(loaded_batch_finished=True)
-    assert batch is not None
-    return list(batch.trajectories())
 
 
 def check_same_setup(model_dir: Path, ours: Path, trl_setup: dict[str, Any]) -> None:
@@ -236,10 +137,6 @@ def plot(ours: dict[str, Any], trl: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None or b == 0 else a / b
-
-
 def test_bench_vs_trl(benchmark: Any, tmp_path: Path) -> None:
     # The recipe's tiny model, built once by our model preparation, loaded by both.
     recipe = load_recipe_checked(RECIPE, [f"output_dir={tmp_path / 'prep'}"])
@@ -253,7 +150,7 @@ def test_bench_vs_trl(benchmark: Any, tmp_path: Path) -> None:
     trl_cmd = [
         sys.executable,
         "-m",
-        "tests.benchmarks._trl_grpo",
+        "bench.trl_grpo",
         f"--model={model_dir}",
         f"--data={DATA}",
         f"--max-samples={N_PROMPTS}",

@@ -41,6 +41,8 @@ def test_last_boxed_balances_nested_braces() -> None:
     assert last_boxed(r"\boxed{1} then \boxed{\frac{1}{2}}") == r"\frac{1}{2}"
     assert last_boxed(r"\boxed{unclosed") is None
     assert last_boxed("no box") is None
+    # the last complete box: an unclosed one after it does not hide it
+    assert last_boxed(r"\boxed{12} and \boxed{1") == "12"
 
 
 @pytest.mark.parametrize(

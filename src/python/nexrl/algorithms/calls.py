@@ -21,14 +21,13 @@ def call_advantage_estimator(
     algo: Any, rewards: Any, mask: Any, group_ids: Any, run_ids: Any
 ) -> Any:
     """``(advantages [B, T], returns [B, T])`` of ``algo.advantage_estimator``."""
-    options = {k: getattr(algo, k) for k in ESTIMATOR_FIELDS if getattr(algo, k) is not None}
     return call_with_options(
         ADVANTAGE_ESTIMATORS.get(algo.advantage_estimator),
         rewards,
         mask,
         group_ids,
         run_ids,
-        **options,
+        **_set_fields(algo, ESTIMATOR_FIELDS),
     )
 
 
@@ -36,7 +35,6 @@ def call_policy_loss(
     algo: Any, log_probs: Any, old_log_probs: Any, advantages: Any, mask: Any
 ) -> Any:
     """``(loss [], metrics)`` of ``algo.policy_loss`` with its aggregation mode."""
-    options = {k: getattr(algo, k) for k in LOSS_FIELDS if getattr(algo, k) is not None}
     return call_with_options(
         POLICY_LOSSES.get(algo.policy_loss),
         log_probs,
@@ -45,5 +43,10 @@ def call_policy_loss(
         mask,
         algo.loss_agg_mode or "token-mean",
         loss_norm_length=algo.loss_norm_length,
-        **options,
+        **_set_fields(algo, LOSS_FIELDS),
     )
+
+
+def _set_fields(algo: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The ``algorithm`` fields among ``fields`` that the recipe sets (not None)."""
+    return {k: getattr(algo, k) for k in fields if getattr(algo, k) is not None}

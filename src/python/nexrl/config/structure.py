@@ -52,11 +52,6 @@ def schema_leaves(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasse
             yield path, f
 
 
-def check_structure(cls: type, node: DictConfig, roots: list[Path]) -> list[str]:
-    """Every structure problem of ``node`` against the schema ``cls``, one line each."""
-    return [problem for _, problem in structure_problems(cls, node, roots)]
-
-
 def structure_problems(cls: type, node: DictConfig, roots: list[Path]) -> list[tuple[str, str]]:
     """``(dotted path, problem)`` for every structure problem of ``node``."""
     all_paths = [p for p, _ in schema_leaves(cls)]

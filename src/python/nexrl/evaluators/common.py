@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
+from nexrl.evaluators.registry import NamedEvaluator
 from nexrl.evaluators.text import normalise
 
-__all__ = ["Normalise", "opt", "references"]
+__all__ = ["Normalise", "ReferenceEvaluator", "opt", "references"]
 
 
 def opt(default: Any, help: str) -> Any:
@@ -37,3 +38,16 @@ def references(data: dict[str, Any], key: str) -> list[str]:
     if isinstance(value, list | tuple):
         return [str(v) for v in value]
     return [str(value)]
+
+
+class ReferenceEvaluator(NamedEvaluator):
+    """An evaluator that compares the answer with the row's ``options.reference_key``
+    field (a value or a list of accepted ones)."""
+
+    @property
+    def required_fields(self) -> tuple[str, ...]:
+        return (self.options.reference_key,)
+
+    def references(self, data: dict[str, Any]) -> list[str]:
+        """The accepted answers of the row ``data``."""
+        return references(data, self.options.reference_key)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nexrl.evaluators.common import Normalise, opt, references
-from nexrl.evaluators.registry import NamedEvaluator, register
+from nexrl.evaluators.common import Normalise, ReferenceEvaluator, opt
+from nexrl.evaluators.registry import register
 from nexrl.types.episode import BaseEvaluationTarget, EvaluationRunResult
 
 
@@ -19,7 +19,7 @@ class ExactMatchOptions(Normalise):
 
 
 @register("exact_match")
-class ExactMatch(NamedEvaluator):
+class ExactMatch(ReferenceEvaluator):
     """reward = 1 if norm(answer) == norm(reference) for some accepted reference, else 0,
     where norm applies the options (NFKC, casefold, punctuation, whitespace)."""
 
@@ -27,14 +27,10 @@ class ExactMatch(NamedEvaluator):
     what = "1 when the whole answer equals a reference after normalisation"
     options: ExactMatchOptions
 
-    @property
-    def required_fields(self) -> tuple[str, ...]:
-        return (self.options.reference_key,)
-
     def evaluate(
         self, data: dict[str, Any], evaluation_target: BaseEvaluationTarget
     ) -> EvaluationRunResult:
-        refs = references(data, self.options.reference_key)
+        refs = self.references(data)
         answer = self.options.norm(evaluation_target.final_answer)
         hit = any(answer == self.options.norm(r) for r in refs)
         return EvaluationRunResult(reward=float(hit), ground_truth=refs[0])

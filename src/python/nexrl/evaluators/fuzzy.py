@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nexrl.evaluators.common import Normalise, opt, references
-from nexrl.evaluators.registry import NamedEvaluator, register
+from nexrl.evaluators.common import Normalise, ReferenceEvaluator, opt
+from nexrl.evaluators.registry import register
 from nexrl.types.episode import BaseEvaluationTarget, EvaluationRunResult
 
 __all__ = ["Fuzzy", "levenshtein", "similarity"]
@@ -50,7 +50,7 @@ class FuzzyOptions(Normalise):
 
 
 @register("fuzzy")
-class Fuzzy(NamedEvaluator):
+class Fuzzy(ReferenceEvaluator):
     """s = max over references of 1 - lev(a, r) / max(|a|, |r|) on normalised text
     (Levenshtein 1966); reward = 1 if s >= threshold else 0 (``graded``: reward = s);
     metric ``similarity`` = s."""
@@ -59,14 +59,10 @@ class Fuzzy(NamedEvaluator):
     what = "1 when the normalised edit-distance similarity reaches threshold (or the similarity)"
     options: FuzzyOptions
 
-    @property
-    def required_fields(self) -> tuple[str, ...]:
-        return (self.options.reference_key,)
-
     def evaluate(
         self, data: dict[str, Any], evaluation_target: BaseEvaluationTarget
     ) -> EvaluationRunResult:
-        refs = references(data, self.options.reference_key)
+        refs = self.references(data)
         answer = self.options.norm(evaluation_target.final_answer)
         s = max(similarity(answer, self.options.norm(r)) for r in refs)
         reward = s if self.options.graded else float(s >= self.options.threshold)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from nexrl.evaluators.common import opt, references
-from nexrl.evaluators.registry import NamedEvaluator, register
+from nexrl.evaluators.common import ReferenceEvaluator, opt
+from nexrl.evaluators.registry import register
 from nexrl.types.episode import BaseEvaluationTarget, EvaluationRunResult
 
 __all__ = ["NUMBER", "Numeric", "parse_number"]
@@ -47,7 +47,7 @@ class NumericOptions:
 
 
 @register("numeric")
-class Numeric(NamedEvaluator):
+class Numeric(ReferenceEvaluator):
     """reward = 1 if |x - r| <= max(abs_tol, rel_tol * |r|) else 0 (the rule of
     ``math.isclose``), x the answer's number, r the reference's; metric ``parsed`` =
     1 when the answer held a number."""
@@ -55,10 +55,6 @@ class Numeric(NamedEvaluator):
     Options = NumericOptions
     what = "1 when the answer's number is within abs_tol/rel_tol of the reference"
     options: NumericOptions
-
-    @property
-    def required_fields(self) -> tuple[str, ...]:
-        return (self.options.reference_key,)
 
     def value(self, text: str) -> float | None:
         if self.options.extract == "whole":
@@ -69,7 +65,7 @@ class Numeric(NamedEvaluator):
     def evaluate(
         self, data: dict[str, Any], evaluation_target: BaseEvaluationTarget
     ) -> EvaluationRunResult:
-        (ref_text,) = references(data, self.options.reference_key)[:1]
+        (ref_text,) = self.references(data)[:1]
         ref = parse_number(ref_text)
         if ref is None:
             raise ValueError(f"reference {self.options.reference_key}={ref_text!r} is not a number")

@@ -7,27 +7,29 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nexrl.evaluators.common import Normalise, opt, references
+from nexrl.evaluators.common import Normalise, ReferenceEvaluator, opt
 from nexrl.evaluators.numeric import NUMBER, parse_number
-from nexrl.evaluators.registry import NamedEvaluator, register
+from nexrl.evaluators.registry import register
 from nexrl.types.episode import BaseEvaluationTarget, EvaluationRunResult
 
 __all__ = ["Regex", "last_boxed"]
 
 EXTRACTS = ("boxed", "last_number", "tag", "pattern")
+BOXED = "\\boxed{"
 
 
 def last_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` (nested braces balanced), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i = start + len("\\boxed{")
-    depth = 1
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text[i:j]
+    """The content of the last complete ``\\boxed{...}`` (nested braces balanced: one box
+    holds ``\\frac{1}{2}``), or None; an unclosed box after it does not hide it."""
+    start = text.rfind(BOXED)
+    while start >= 0:
+        i = start + len(BOXED)
+        depth = 1
+        for j in range(i, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                return text[i:j]
+        start = text.rfind(BOXED, 0, start)
     return None
 
 
@@ -65,7 +67,7 @@ class RegexOptions(Normalise):
 
 
 @register("regex")
-class Regex(NamedEvaluator):
+class Regex(ReferenceEvaluator):
     """e = extract(answer); reward = 1 if e was found and equals a reference (``exact``:
     after normalisation; ``numeric``: |e - r| <= abs_tol) else 0; metric ``extracted`` =
     1 when something was extracted (the format was followed)."""
@@ -73,10 +75,6 @@ class Regex(NamedEvaluator):
     Options = RegexOptions
     what = "1 when the extracted part (\\boxed{}, last number, tag, pattern) matches a reference"
     options: RegexOptions
-
-    @property
-    def required_fields(self) -> tuple[str, ...]:
-        return (self.options.reference_key,)
 
     def extract(self, text: str) -> str | None:
         o = self.options
@@ -103,7 +101,7 @@ class Regex(NamedEvaluator):
     def evaluate(
         self, data: dict[str, Any], evaluation_target: BaseEvaluationTarget
     ) -> EvaluationRunResult:
-        refs = references(data, self.options.reference_key)
+        refs = self.references(data)
         got = self.extract(evaluation_target.final_answer)
         hit = got is not None and any(self._equal(got, r) for r in refs)
         return EvaluationRunResult(

@@ -11,12 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nexrl.inference.balance import RoundRobin, normalize_base_url, normalize_base_urls
-    from nexrl.inference.client import (
+    from nexrl.inference.client import InferenceClient, make_async_client, make_client
+    from nexrl.inference.replies import (
         Generation,
-        InferenceClient,
         InferenceError,
-        make_async_client,
-        make_client,
         parse_chat_completion,
         parse_completion,
     )
@@ -28,13 +26,13 @@ _HOME = {
     "RoundRobin": "balance",
     "normalize_base_url": "balance",
     "normalize_base_urls": "balance",
-    "Generation": "client",
+    "Generation": "replies",
     "InferenceClient": "client",
-    "InferenceError": "client",
+    "InferenceError": "replies",
     "make_async_client": "client",
     "make_client": "client",
-    "parse_chat_completion": "client",
-    "parse_completion": "client",
+    "parse_chat_completion": "replies",
+    "parse_completion": "replies",
 }
 
 

@@ -12,21 +12,39 @@ round-robin, and turns every failure into ``InferenceError``:
 * a malformed reply (not JSON, no choices, missing or inconsistent token
   ids/log-probs) is an ``InferenceError`` naming what is wrong.
 
-Parsing works on plain JSON dicts, so it serves any of the three engines.
+Parsing the replies (``Generation``, ``parse_chat_completion``, ``parse_completion``)
+is in ``nexrl.inference.replies``; they are importable from here too.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
 import openai
 
-from nexrl.errors import NexrlError
 from nexrl.inference.balance import RoundRobin, normalize_base_urls
+from nexrl.inference.replies import (
+    Generation,
+    InferenceError,
+    malformed,
+    parse_chat_completion,
+    parse_completion,
+)
+
+__all__ = [
+    "ENGINE_EXTRA_PARAMS",
+    "Generation",
+    "InferenceClient",
+    "InferenceError",
+    "make_async_client",
+    "make_client",
+    "parse_chat_completion",
+    "parse_completion",
+]
 
 POLICY_VERSION_HEADER = "x-policy-version"
 MAX_RETRIES_LIMIT = 10
@@ -47,36 +65,6 @@ ENGINE_EXTRA_PARAMS = frozenset(
 )
 
 
-class InferenceError(RuntimeError, NexrlError):
-    """Inference failed: unreachable, timed out, refused the request, or replied badly."""
-
-    def __init__(
-        self, message: str, *, base_url: str | None = None, status_code: int | None = None
-    ) -> None:
-        super().__init__(message)
-        self.base_url = base_url
-        self.status_code = status_code
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One choice of a reply, token in / token out.
-
-    ``logprobs`` has one entry per ``token_ids`` entry, or is ``None`` when
-    log-probs were not requested; ``policy_version`` is ``None`` when the
-    server does not report one (vLLM, SGLang: the caller knows it).
-    """
-
-    index: int
-    text: str | None
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    logprobs: list[float] | None
-    finish_reason: str
-    policy_version: int | None
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-
-
 def _check_limits(timeout_s: float, max_retries: int) -> None:
     if not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -84,129 +72,32 @@ def _check_limits(timeout_s: float, max_retries: int) -> None:
         raise ValueError(f"max_retries must be in [0, {MAX_RETRIES_LIMIT}], got {max_retries}")
 
 
+def _client_options(
+    base_url: str, api_key: str, timeout_s: float, max_retries: int
+) -> dict[str, Any]:
+    """The OpenAI client's arguments: ``base_url`` as ``<root>/v1``, limits checked."""
+    _check_limits(timeout_s, max_retries)
+    root = normalize_base_urls(base_url)[0]
+    return {
+        "base_url": f"{root}/v1",
+        "api_key": api_key,
+        "timeout": timeout_s,
+        "max_retries": max_retries,
+    }
+
+
 def make_async_client(
     base_url: str, *, api_key: str = "EMPTY", timeout_s: float = 60.0, max_retries: int = 2
 ) -> openai.AsyncOpenAI:
     """``AsyncOpenAI`` for ``base_url`` (with or without ``/v1``), bounded timeout/retries."""
-    _check_limits(timeout_s, max_retries)
-    root = normalize_base_urls(base_url)[0]
-    return openai.AsyncOpenAI(
-        base_url=f"{root}/v1", api_key=api_key, timeout=timeout_s, max_retries=max_retries
-    )
+    return openai.AsyncOpenAI(**_client_options(base_url, api_key, timeout_s, max_retries))
 
 
 def make_client(
     base_url: str, *, api_key: str = "EMPTY", timeout_s: float = 60.0, max_retries: int = 2
 ) -> openai.OpenAI:
     """Sync ``OpenAI`` client; worst case per call is ``(max_retries + 1) * timeout_s``."""
-    _check_limits(timeout_s, max_retries)
-    root = normalize_base_urls(base_url)[0]
-    return openai.OpenAI(
-        base_url=f"{root}/v1", api_key=api_key, timeout=timeout_s, max_retries=max_retries
-    )
-
-
-# -- parsing -----------------------------------------------------------------
-def _malformed(what: str) -> InferenceError:
-    return InferenceError(f"malformed inference reply: {what}")
-
-
-def _int_list(value: Any, what: str) -> list[int]:
-    if not isinstance(value, list) or any(
-        isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in value
-    ):
-        raise _malformed(f"{what} must be a list of non-negative ints")
-    return list(value)
-
-
-def _version(body: Mapping[str, Any], header: str | None) -> int | None:
-    raw = body.get("policy_version", header)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        raise _malformed(f"policy_version {raw!r} is not an int") from None
-
-
-def _float_list(values: Any, what: str, n: int) -> list[float]:
-    try:
-        out = [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise _malformed(f"{what} must be numbers") from None
-    if len(out) != n:
-        raise _malformed(f"{what} has {len(out)} entries for {n} tokens")
-    return out
-
-
-def _parse(
-    body: Any, header_version: str | None, require_token_ids: bool, chat: bool
-) -> list[Generation]:
-    if not isinstance(body, dict):
-        raise _malformed(f"expected a JSON object, got {type(body).__name__}")
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise _malformed("no choices")
-    version = _version(body, header_version)
-    out = []
-    for i, ch in enumerate(choices):
-        if not isinstance(ch, dict):
-            raise _malformed(f"choices[{i}] is not an object")
-        where = f"choices[{i}]"
-        prompt_ids = ch.get("prompt_token_ids", body.get("prompt_token_ids"))
-        token_ids = ch.get("token_ids")
-        if require_token_ids and (prompt_ids is None or token_ids is None):
-            raise _malformed(
-                f"{where} has no prompt_token_ids/token_ids (the server must support "
-                "return_token_ids: the embedded server, vLLM >= 0.10.2, recent SGLang)"
-            )
-        prompt_ids = _int_list(prompt_ids or [], f"{where}.prompt_token_ids")
-        token_ids = _int_list(token_ids or [], f"{where}.token_ids")
-        lp = ch.get("logprobs")
-        logprobs = None
-        if isinstance(lp, dict):
-            if chat:
-                entries = lp.get("content") or []
-                values = [e.get("logprob") if isinstance(e, dict) else None for e in entries]
-            else:
-                values = lp.get("token_logprobs") or []
-            logprobs = _float_list(values, f"{where}.logprobs", len(token_ids))
-        if chat:
-            msg = ch.get("message")
-            if not isinstance(msg, dict):
-                raise _malformed(f"{where}.message is missing")
-            text, calls = msg.get("content"), msg.get("tool_calls") or []
-        else:
-            text, calls = ch.get("text"), []
-        if text is not None and not isinstance(text, str):
-            raise _malformed(f"{where} text is not a string")
-        out.append(
-            Generation(
-                index=int(ch.get("index", i)),
-                text=text,
-                prompt_token_ids=prompt_ids,
-                token_ids=token_ids,
-                logprobs=logprobs,
-                finish_reason=str(ch.get("finish_reason") or ""),
-                policy_version=version,
-                tool_calls=list(calls),
-            )
-        )
-    return out
-
-
-def parse_chat_completion(
-    body: Any, *, header_version: str | None = None, require_token_ids: bool = True
-) -> list[Generation]:
-    """Parse a ``/v1/chat/completions`` JSON body; raise ``InferenceError`` if malformed."""
-    return _parse(body, header_version, require_token_ids, chat=True)
-
-
-def parse_completion(
-    body: Any, *, header_version: str | None = None, require_token_ids: bool = True
-) -> list[Generation]:
-    """Parse a ``/v1/completions`` JSON body; raise ``InferenceError`` if malformed."""
-    return _parse(body, header_version, require_token_ids, chat=False)
+    return openai.OpenAI(**_client_options(base_url, api_key, timeout_s, max_retries))
 
 
 # -- client ------------------------------------------------------------------
@@ -419,7 +310,7 @@ class InferenceClient:
             return
         answers = reply.get("responses") if isinstance(reply, dict) else None
         if not isinstance(answers, list) or len(answers) != len(calls):
-            err = _malformed(
+            err = malformed(
                 f"a batch of {len(calls)} requests got no list of {len(calls)} responses"
             )
             err.base_url = url

@@ -120,6 +120,11 @@ class MetricSink(ABC):
         self.run_name = run_name
         self.config = config
         self.resume_step = resume_step
+        self._open()
+
+    def _open(self) -> None:  # noqa: B027 (optional hook: the console sink opens nothing)
+        """Open what the sink writes to (the end of ``__init__``; the arguments are
+        ``self.output_dir``, ``self.run_name``, ``self.config``, ``self.resume_step``)."""
 
     @property
     def project(self) -> str:
@@ -170,18 +175,10 @@ class JsonlSink(MetricSink):
 
     name = "jsonl"
 
-    def __init__(
-        self,
-        output_dir: Path,
-        *,
-        run_name: str = "nexrl",
-        config: dict[str, Any] | None = None,
-        resume_step: int | None = None,
-    ) -> None:
-        super().__init__(output_dir, run_name=run_name, config=config, resume_step=resume_step)
+    def _open(self) -> None:
         self.path = self.output_dir / METRICS_FILE
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        self._running_before = self._repair(resume_step)
+        self._running_before = self._repair(self.resume_step)
         self._started = time.monotonic()
         self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
 
@@ -279,22 +276,14 @@ class TensorBoardSink(MetricSink):
     name = "tensorboard"
     requires = ("tensorboard",)
 
-    def __init__(
-        self,
-        output_dir: Path,
-        *,
-        run_name: str = "nexrl",
-        config: dict[str, Any] | None = None,
-        resume_step: int | None = None,
-    ) -> None:
-        super().__init__(output_dir, run_name=run_name, config=config, resume_step=resume_step)
+    def _open(self) -> None:
         try:
             import tensorboard  # noqa: F401 (a dependency: imported by name so Pants infers it)
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
             raise self._missing("tensorboard", exc) from exc
         self.log_dir = self.output_dir / "tensorboard"
-        purge = resume_step + 1 if resume_step is not None else None
+        purge = self.resume_step + 1 if self.resume_step is not None else None
         self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=purge)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -316,15 +305,7 @@ class MlflowSink(MetricSink):
     name = "mlflow"
     requires = ("mlflow",)
 
-    def __init__(
-        self,
-        output_dir: Path,
-        *,
-        run_name: str = "nexrl",
-        config: dict[str, Any] | None = None,
-        resume_step: int | None = None,
-    ) -> None:
-        super().__init__(output_dir, run_name=run_name, config=config, resume_step=resume_step)
+    def _open(self) -> None:
         tracking = self._import("mlflow.tracking")
         entities = self._import("mlflow.entities")
         self._metric_cls = entities.Metric
@@ -333,10 +314,10 @@ class MlflowSink(MetricSink):
         self._client = tracking.MlflowClient(tracking_uri=store.as_uri())
         found = self._client.get_experiment_by_name(self.project)
         exp_id = found.experiment_id if found else self._client.create_experiment(self.project)
-        run = self._client.create_run(exp_id, run_name=run_name)
+        run = self._client.create_run(exp_id, run_name=self.run_name)
         self._run_id = run.info.run_id
-        if config:
-            self._client.log_dict(self._run_id, config, "config.json")
+        if self.config:
+            self._client.log_dict(self._run_id, self.config, "config.json")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         now = int(time.time() * 1000)
@@ -359,23 +340,15 @@ class WandbSink(MetricSink):
     name = "wandb"
     requires = ("wandb",)
 
-    def __init__(
-        self,
-        output_dir: Path,
-        *,
-        run_name: str = "nexrl",
-        config: dict[str, Any] | None = None,
-        resume_step: int | None = None,
-    ) -> None:
-        super().__init__(output_dir, run_name=run_name, config=config, resume_step=resume_step)
+    def _open(self) -> None:
         wandb = self._import("wandb")
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self._run = wandb.init(
             project=self.project,
-            name=run_name,
+            name=self.run_name,
             dir=str(self.output_dir),
             mode="offline",
-            config=config or {},
+            config=self.config or {},
         )
 
     def log(self, step: int, metrics: dict[str, float]) -> None:

@@ -23,26 +23,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nexrl.errors import NexrlError
+from nexrl.types.columns import PROMPT_DTYPE, RESPONSE_DTYPES, SCALAR_DTYPES, Columns
 
 if TYPE_CHECKING:
     from nexrl.types.trajectory import Trajectory
 
 __all__ = ["PoolDataError", "TrajectoryColumns", "offsets_of", "ranges_index"]
-
-# Must match nexrl.types.trajectory.RAGGED_FIELDS / SCALAR_FIELDS (checked by a test);
-# repeated here so that writer processes need not import nexrl.types (and torch).
-PROMPT_DTYPE = np.dtype("int32")
-RESPONSE_DTYPES: dict[str, np.dtype] = {
-    "response_ids": np.dtype("int32"),
-    "loss_mask": np.dtype("int8"),
-    "logprobs": np.dtype("float32"),
-}
-SCALAR_DTYPES: dict[str, np.dtype] = {
-    "reward": np.dtype("float32"),
-    "group_id": np.dtype("int64"),
-    "run_id": np.dtype("int32"),
-    "policy_version": np.dtype("int64"),
-}
 
 
 class PoolDataError(ValueError, NexrlError):
@@ -67,21 +53,10 @@ def ranges_index(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class TrajectoryColumns:
-    """``n`` trajectories, column-wise. Flat arrays are in trajectory order."""
+class TrajectoryColumns(Columns):
+    """``n`` trajectories, column-wise (the fields of ``nexrl.types.columns.Columns``)
+    plus their metric columns. Flat arrays are in trajectory order."""
 
-    prompt_ids: np.ndarray
-    prompt_lens: np.ndarray
-    response_ids: np.ndarray
-    loss_mask: np.ndarray
-    logprobs: np.ndarray
-    response_lens: np.ndarray
-    reward: np.ndarray
-    group_id: np.ndarray
-    run_id: np.ndarray
-    policy_version: np.ndarray
-    meta_bytes: np.ndarray
-    meta_lens: np.ndarray
     metrics: dict[str, np.ndarray] = field(default_factory=dict)
 
     # -- construction ------------------------------------------------------
@@ -170,9 +145,6 @@ class TrajectoryColumns:
         )
 
     # -- checks ------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self.prompt_lens)
-
     def validate(self) -> None:
         """Vectorised form of ``Trajectory.validate``; raises ``PoolDataError``."""
         n = len(self)

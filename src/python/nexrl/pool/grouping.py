@@ -81,10 +81,6 @@ class GroupIndex:
 
     # -- output ------------------------------------------------------------
     @property
-    def ready_groups(self) -> int:
-        return len(self._ready)
-
-    @property
     def open_groups(self) -> int:
         return len(self._open)
 

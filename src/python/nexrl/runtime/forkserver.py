@@ -12,7 +12,7 @@ start of ``nexrl train`` (``nexrl.cli.train.warm_parent_for``: a recipe that run
 a local cluster with ``cluster.warm_parent`` on), with the heavy modules in its
 preload list: it imports them on the idle core while the driver does its own work. Every local Dask worker
 (``distributed.worker.multiprocessing-method: forkserver``, set here) and the
-embedded server (``backends.inference.embedded.handle``, through
+embedded server (``backends.inference.embedded.launch``, through
 ``warm_context``) is then forked from it with those modules already imported.
 Measured on the 2-core VM: docs/benchmarks.md, "Start-up: a warm parent".
 

@@ -32,37 +32,41 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nexrl.config.sections.cluster import SlurmConfig, SlurmJobSize
-from nexrl.errors import NexrlError
-from nexrl.runtime.roles import resources_arg, role_resources
-from nexrl.runtime.worker_env import job_environment
+from nexrl.config.sections.cluster import SlurmConfig
+from nexrl.runtime.slurm_job import (
+    NEVER_STARTS,
+    SAY_EVERY_S,
+    STATES_EVERY_S,
+    SlurmError,
+    SubmittedJob,
+    driver_script,
+    job_kwargs,
+    job_lines,
+    job_states,
+    pending_reason,
+    sbatch,
+)
 from nexrl.util.dask_workers import workers_of
 
 __all__ = [
     "SlurmError",
     "SlurmJobs",
     "SubmittedJob",
+    "driver_script",
     "job_kwargs",
+    "job_states",
     "sbatch",
     "start_slurm",
 ]
 
 logger = logging.getLogger(__name__)
-
-DEATH_TIMEOUT_S = 120  # a job's worker exits this long after losing the driver's scheduler
-
-
-class SlurmError(RuntimeError, NexrlError):
-    """A Slurm job could not be submitted, or its worker never joined."""
 
 
 def import_jobqueue() -> Any:
@@ -87,123 +91,6 @@ def import_jobqueue() -> Any:
             if signal.getsignal(signal.SIGINT) is not previous:
                 signal.signal(signal.SIGINT, previous)
     return dask_jobqueue
-
-
-def _prologue(cfg: SlurmConfig) -> list[str]:
-    lines = list(cfg.prologue)
-    if cfg.python is None:  # the driver's interpreter: give it the driver's imports
-        path = os.pathsep.join(p for p in sys.path if p)
-        lines.append(f"export PYTHONPATH='{path}'")
-    lines.append(f"cd '{os.getcwd()}'")
-    # the job's nanny leaves glibc's malloc tunables alone (nexrl.runtime.worker_env)
-    lines += [f"export {k}='{v}'" for k, v in job_environment().items()]
-    return lines
-
-
-def job_kwargs(
-    cfg: SlurmConfig,
-    role: str,
-    *,
-    experiment: str,
-    trainer_gpus: int = 1,
-    log_dir: str | Path | None = None,
-) -> dict[str, Any]:
-    """``SLURMJob`` / ``SLURMCluster`` arguments of one role's jobs."""
-    jobs: SlurmJobSize = getattr(cfg, role)
-    directives = list(cfg.job_directives)
-    if jobs.gpus:
-        directives.append(f"--gres=gpu:{jobs.gpus}")
-    kwargs: dict[str, Any] = {
-        "queue": cfg.partition,
-        "account": cfg.account,
-        "cores": jobs.cores,
-        "processes": 1,
-        "memory": jobs.memory,
-        "walltime": cfg.walltime,
-        "job_name": f"nexrl-{experiment}-{role}",
-        "job_extra_directives": directives,
-        "job_script_prologue": _prologue(cfg),
-        "worker_extra_args": resources_arg(role_resources(role, jobs.cores, trainer_gpus)),
-        "python": cfg.python or sys.executable,
-        "death_timeout": DEATH_TIMEOUT_S,
-    }
-    if log_dir is not None:
-        kwargs["log_directory"] = str(log_dir)
-    return kwargs
-
-
-@dataclass
-class SubmittedJob:
-    role: str
-    name: str  # the job's name and its Dask worker's name
-    job_id: str
-
-
-def sbatch(script: str, name: str) -> str:
-    """Submit ``script`` (job ``name``); its job id, or a ``SlurmError`` naming the job."""
-    try:
-        out = subprocess.run(
-            ["sbatch", "--parsable"],
-            input=script,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except FileNotFoundError as exc:
-        raise SlurmError(
-            "cluster.type=slurm but 'sbatch' is not on PATH: run on a Slurm login node"
-        ) from exc
-    if out.returncode != 0:
-        msg = (out.stderr or out.stdout).strip().splitlines()
-        raise SlurmError(
-            f"sbatch refused job {name}: {msg[-1] if msg else out.returncode} "
-            "(check cluster.slurm: partition, account, gpus, memory)"
-        )
-    return out.stdout.strip().split(";")[0]
-
-
-STATES_EVERY_S = 5.0  # how often a wait for jobs reads their Slurm states
-SAY_EVERY_S = 30.0  # how often it says what it is waiting for
-# squeue reasons of a pending job that no wait clears: the request exceeds its partition
-NEVER_STARTS = frozenset(
-    {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints"}
-)
-
-
-def _reason(state: str | None) -> str:
-    """``Resources`` of ``PENDING (Resources)``."""
-    if not state or "(" not in state:
-        return ""
-    return state.split("(", 1)[1].rstrip(")")
-
-
-def _states(jobs: Sequence[SubmittedJob], states: dict[str, str] | None = None) -> str:
-    """``name (job id: STATE (reason))`` of each job, from squeue when not given."""
-    if states is None:
-        states = job_states([j.job_id for j in jobs])
-    return ", ".join(
-        f"{j.name} (job {j.job_id}: {states.get(j.job_id, 'not in squeue: ended')})" for j in jobs
-    )
-
-
-def job_states(job_ids: Sequence[str]) -> dict[str, str]:
-    """``{job_id: 'STATE (reason)'}`` from squeue; jobs squeue no longer lists are absent."""
-    if not job_ids:
-        return {}
-    out = subprocess.run(
-        ["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T %r"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    states: dict[str, str] = {}
-    for line in out.stdout.splitlines():
-        parts = line.split(None, 2)
-        if len(parts) >= 2:
-            states[parts[0]] = parts[1] + (f" ({parts[2]})" if len(parts) > 2 else "")
-    return states
 
 
 @dataclass
@@ -276,16 +163,16 @@ class SlurmJobs:
             if now - start > timeout:
                 raise SlurmError(
                     f"Slurm jobs did not start a worker within {timeout:g}s "
-                    f"(cluster.slurm.job_start_timeout_s): {_states(missing)}; see their "
+                    f"(cluster.slurm.job_start_timeout_s): {job_lines(missing)}; see their "
                     f"logs in {self.log_dir or 'the job output files'}"
                 )
             if now - checked >= STATES_EVERY_S:
                 checked = now
                 states = job_states([j.job_id for j in missing])
-                never = [j for j in missing if _reason(states.get(j.job_id)) in NEVER_STARTS]
+                never = [j for j in missing if pending_reason(states.get(j.job_id)) in NEVER_STARTS]
                 if never:
                     raise SlurmError(
-                        f"Slurm will never start {_states(never, states)}: the job asks for "
+                        f"Slurm will never start {job_lines(never, states)}: the job asks for "
                         f"more than partition {self.cfg.partition or '(default)'} offers; "
                         "lower cluster.slurm."
                         f"{never[0].role}.cores / memory / gpus, or choose another "
@@ -295,14 +182,11 @@ class SlurmJobs:
                     said = now
                     logger.info(
                         "slurm: waiting for %s (%.0fs of cluster.slurm.job_start_timeout_s=%g)",
-                        _states(missing, states),
+                        job_lines(missing, states),
                         now - start,
                         timeout,
                     )
             time.sleep(0.5)
-
-    def all_job_ids(self) -> list[str]:
-        return [j.job_id for j in self.submitted] + self.rollout_job_ids()
 
     def cancel(self) -> None:
         """scancel every job this run submitted (the rollout jobs via the cluster)."""
@@ -426,44 +310,3 @@ def start_slurm(
         cluster.close()
         jobs.remove_tls_files()
         raise
-
-
-def driver_script(
-    cfg: SlurmConfig,
-    *,
-    experiment: str,
-    recipe: str,
-    overrides: Sequence[str],
-    log_dir: str | Path,
-    cores: int = 2,
-    memory: str = "8GB",
-) -> str:
-    """The batch script that runs the driver itself as a Slurm job (``--sbatch``):
-    the same command, the same interpreter and imports, the recipe's partition,
-    account, walltime, directives and prologue; its output in ``log_dir``."""
-    import shlex
-
-    mem_mb = _memory_mb(memory)
-    lines = [
-        "#!/usr/bin/env bash",
-        f"#SBATCH -J nexrl-{experiment}-driver",
-        f"#SBATCH -o {Path(log_dir) / 'driver-%j.out'}",
-        f"#SBATCH --cpus-per-task={cores}",
-        f"#SBATCH --mem={mem_mb}M",
-        f"#SBATCH -t {cfg.walltime}",
-    ]
-    if cfg.partition:
-        lines.append(f"#SBATCH -p {cfg.partition}")
-    if cfg.account:
-        lines.append(f"#SBATCH -A {cfg.account}")
-    lines += [f"#SBATCH {d}" for d in cfg.job_directives]
-    lines += _prologue(cfg)
-    cmd = [sys.executable, "-m", "nexrl.cli.train", recipe, *overrides]
-    lines.append("exec " + " ".join(shlex.quote(c) for c in cmd))
-    return "\n".join(lines) + "\n"
-
-
-def _memory_mb(memory: str) -> int:
-    from dask.utils import parse_bytes
-
-    return max(1, int(parse_bytes(memory) // 2**20))

@@ -25,49 +25,34 @@ tuples, dicts) is batch-global and carried unchanged.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
 import torch
 
 from nexrl.errors import NexrlError
+from nexrl.types.columns import Columns
+from nexrl.types.padded import (
+    FULL_KEYS,
+    ID_KEYS,
+    PROMPT_KEYS,
+    RESPONSE_KEYS,
+    leading_all_zero,
+    pad_cols,
+    padded_from_columns,
+    padded_from_trajectories,
+    position_ids_from_mask,
+)
 from nexrl.types.trajectory import Trajectory
 
 __all__ = ["Batch", "BatchError"]
-
-FULL_KEYS = ("input_ids", "attention_mask", "position_ids")
-PROMPT_KEYS = ("prompts",)
-RESPONSE_KEYS = ("responses", "response_mask", "old_log_probs", "behaviour_log_probs")
-_ID_KEYS = ("input_ids", "prompts", "responses")  # padded with pad_token_id, others with 0
 
 Index = int | slice | Sequence[int] | torch.Tensor
 
 
 class BatchError(ValueError, NexrlError):
     """A batch is inconsistent or misused; the message names the tensor or meta key."""
-
-
-class Columns(Protocol):
-    """Trajectories column-wise, as the pool hands them out (``TrajectoryColumns``):
-    ragged token arrays flat in trajectory order, with per-trajectory lengths."""
-
-    prompt_ids: np.ndarray
-    prompt_lens: np.ndarray
-    response_ids: np.ndarray
-    loss_mask: np.ndarray
-    logprobs: np.ndarray
-    response_lens: np.ndarray
-    reward: np.ndarray
-    group_id: np.ndarray
-    run_id: np.ndarray
-    policy_version: np.ndarray
-    meta_bytes: np.ndarray
-    meta_lens: np.ndarray
-
-    def __len__(self) -> int: ...
 
 
 @dataclass
@@ -100,94 +85,15 @@ class Batch:
         """Pad ``trajs`` into the layout described in the module doc."""
         if len(trajs) == 0:
             raise BatchError("from_trajectories: no trajectories to batch")
-        b = len(trajs)
-        p = max(len(t.prompt_ids) for t in trajs)
-        r = max(len(t.response_ids) for t in trajs)
-        prompts = torch.full((b, p), pad_token_id, dtype=torch.int64)
-        prompt_valid = torch.zeros((b, p), dtype=torch.int64)
-        responses = torch.full((b, r), pad_token_id, dtype=torch.int64)
-        response_valid = torch.zeros((b, r), dtype=torch.int64)
-        response_mask = torch.zeros((b, r), dtype=torch.int64)
-        logp = torch.zeros((b, r), dtype=torch.float32)
-        for i, t in enumerate(trajs):
-            lp, lr = len(t.prompt_ids), len(t.response_ids)
-            prompts[i, p - lp :] = torch.as_tensor(t.prompt_ids, dtype=torch.int64)
-            prompt_valid[i, p - lp :] = 1
-            responses[i, :lr] = torch.as_tensor(t.response_ids, dtype=torch.int64)
-            response_valid[i, :lr] = 1
-            response_mask[i, :lr] = torch.as_tensor(t.loss_mask, dtype=torch.int64)
-            logp[i, :lr] = torch.as_tensor(t.logprobs, dtype=torch.float32)
-        tensors = _layout(
-            prompts,
-            prompt_valid,
-            responses,
-            response_valid,
-            response_mask,
-            logp,
-            rewards=torch.tensor([float(t.reward) for t in trajs], dtype=torch.float32),
-            group_ids=torch.tensor([t.group_id for t in trajs], dtype=torch.int64),
-            run_ids=torch.tensor([t.run_id for t in trajs], dtype=torch.int64),
-            policy_versions=torch.tensor([t.policy_version for t in trajs], dtype=torch.int64),
-        )
-        meta = {
-            "metrics": [dict(t.metrics) for t in trajs],
-            "extra_info": [dict(t.extra_info) for t in trajs],
-            "data_item": [dict(t.data_item) for t in trajs],
-        }
-        return cls(tensors, meta, pad_token_id)
+        return cls(*padded_from_trajectories(trajs, pad_token_id), pad_token_id)
 
     @classmethod
     def from_columns(cls, cols: Columns, pad_token_id: int = 0) -> Batch:
         """The pool's columns padded straight into the layout: the same batch as
         ``from_trajectories(cols.to_trajectories())``, without a ``Trajectory`` per row."""
-        b = len(cols)
-        if b == 0:
+        if len(cols) == 0:
             raise BatchError("from_columns: no trajectories to batch")
-        plens = np.asarray(cols.prompt_lens, dtype=np.int64)
-        rlens = np.asarray(cols.response_lens, dtype=np.int64)
-        p, r = int(plens.max()), int(rlens.max())
-        # (row, column) of every flat token: prompts end at column p, responses start at 0
-        prow, pcol = _ragged_positions(plens)
-        pcol += np.repeat(p - plens, plens)
-        rrow, rcol = _ragged_positions(rlens)
-        prompts = torch.full((b, p), pad_token_id, dtype=torch.int64)
-        prompt_valid = torch.zeros((b, p), dtype=torch.int64)
-        responses = torch.full((b, r), pad_token_id, dtype=torch.int64)
-        response_valid = torch.zeros((b, r), dtype=torch.int64)
-        response_mask = torch.zeros((b, r), dtype=torch.int64)
-        logp = torch.zeros((b, r), dtype=torch.float32)
-        pi, pj = torch.from_numpy(prow), torch.from_numpy(pcol)
-        ri, rj = torch.from_numpy(rrow), torch.from_numpy(rcol)
-        prompts[pi, pj] = _tensor(cols.prompt_ids, np.int64)
-        prompt_valid[pi, pj] = 1
-        responses[ri, rj] = _tensor(cols.response_ids, np.int64)
-        response_valid[ri, rj] = 1
-        response_mask[ri, rj] = _tensor(cols.loss_mask, np.int64)
-        logp[ri, rj] = _tensor(cols.logprobs, np.float32)
-        tensors = _layout(
-            prompts,
-            prompt_valid,
-            responses,
-            response_valid,
-            response_mask,
-            logp,
-            rewards=_tensor(cols.reward, np.float32),
-            group_ids=_tensor(cols.group_id, np.int64),
-            run_ids=_tensor(cols.run_id, np.int64),
-            policy_versions=_tensor(cols.policy_version, np.int64),
-        )
-        ends = np.cumsum(np.asarray(cols.meta_lens, dtype=np.int64)).tolist()
-        raw = np.asarray(cols.meta_bytes, dtype=np.uint8).tobytes()
-        starts = [0, *ends[:-1]]
-        # one JSON array decoded at once: a call per row cost 1.5x as much
-        pieces = [raw[a:e] for a, e in zip(starts, ends, strict=True)]
-        rows = json.loads(b"[" + b",".join(pieces) + b"]")
-        meta = {
-            "metrics": [dict(m.get("metrics", {})) for m in rows],
-            "extra_info": [dict(m.get("extra_info", {})) for m in rows],
-            "data_item": [dict(m.get("data_item", {})) for m in rows],
-        }
-        return cls(tensors, meta, pad_token_id)
+        return cls(*padded_from_columns(cols, pad_token_id), pad_token_id)
 
     # -- access --------------------------------------------------------------
     def __len__(self) -> int:
@@ -289,7 +195,7 @@ class Batch:
         )
 
     def _pad_value(self, key: str) -> float:
-        return float(self.pad_token_id) if key in _ID_KEYS else 0.0
+        return float(self.pad_token_id) if key in ID_KEYS else 0.0
 
     def pad_to(self, prompt_width: int, response_width: int) -> Batch:
         """Pad (never crop) to the given widths: prompt side on the left, response side on the right.
@@ -312,7 +218,7 @@ class Batch:
                 continue
             left = dp if side in ("full", "prompt") else 0
             right = dr if side in ("full", "response") else 0
-            out[k] = _pad_cols(t, left, right, v)
+            out[k] = pad_cols(t, left, right, v)
         if "position_ids" in out and "attention_mask" in out:
             out["position_ids"] = position_ids_from_mask(out["attention_mask"]).to(
                 out["position_ids"].dtype
@@ -337,12 +243,12 @@ class Batch:
     def remove_redundant_left_padding(self) -> Batch:
         """Drop leading prompt columns that are padding (attention 0) in every row."""
         mask = self._require("attention_mask")[:, : self.prompt_width]
-        return self._crop(_leading_all_zero(mask), 0)
+        return self._crop(leading_all_zero(mask), 0)
 
     def remove_redundant_right_padding(self) -> Batch:
         """Drop trailing response columns that are padding (attention 0) in every row."""
         mask = self._require("attention_mask")[:, self.prompt_width :]
-        return self._crop(0, _leading_all_zero(mask.flip(1)))
+        return self._crop(0, leading_all_zero(mask.flip(1)))
 
     def pad_to_multiple(self, n: int) -> Batch:
         """Right-pad the response side so the sequence length ``P+R`` is a multiple of ``n``."""
@@ -403,45 +309,6 @@ class Batch:
         return Batch(tensors, meta, first.pad_token_id)
 
 
-def _ragged_positions(lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row and position within the row of every element of a flat ragged array."""
-    rows = np.repeat(np.arange(len(lens), dtype=np.int64), lens)
-    starts = np.cumsum(lens) - lens
-    return rows, np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(starts, lens)
-
-
-def _tensor(values: np.ndarray, dtype: Any) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(values, dtype=dtype))
-
-
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """``cumsum(attention_mask, -1) - 1`` clipped at 0 (left padding gets position 0)."""
-    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-
-
-def _pad_cols(t: torch.Tensor, left: int, right: int, value: float) -> torch.Tensor:
-    parts = []
-    if left:
-        parts.append(
-            torch.full((t.shape[0], left, *t.shape[2:]), value, dtype=t.dtype, device=t.device)
-        )
-    parts.append(t)
-    if right:
-        parts.append(
-            torch.full((t.shape[0], right, *t.shape[2:]), value, dtype=t.dtype, device=t.device)
-        )
-    return torch.cat(parts, dim=1)
-
-
-def _leading_all_zero(mask: torch.Tensor) -> int:
-    """Number of leading columns of ``mask`` that are 0 in every row."""
-    if mask.shape[0] == 0 or mask.shape[1] == 0:
-        return 0
-    any_real = (mask != 0).any(dim=0)
-    nz = any_real.nonzero()
-    return int(nz[0, 0]) if len(nz) else int(mask.shape[1])
-
-
 def _check_meta_compatible(a: dict[str, Any], b: dict[str, Any], i: int) -> None:
     if set(a) != set(b):
         raise BatchError(
@@ -454,27 +321,3 @@ def _check_meta_compatible(a: dict[str, Any], b: dict[str, Any], i: int) -> None
             raise BatchError(
                 f"concat: batch-global meta[{k!r}] differs: {v!r} (batch 0) vs {b[k]!r} (batch {i})"
             )
-
-
-def _layout(
-    prompts: torch.Tensor,
-    prompt_valid: torch.Tensor,
-    responses: torch.Tensor,
-    response_valid: torch.Tensor,
-    response_mask: torch.Tensor,
-    logp: torch.Tensor,
-    **per_row: torch.Tensor,
-) -> dict[str, torch.Tensor]:
-    """The batch's tensors from the padded prompt (left) and response (right) blocks."""
-    attention_mask = torch.cat([prompt_valid, response_valid], dim=1)
-    return {
-        "input_ids": torch.cat([prompts, responses], dim=1),
-        "attention_mask": attention_mask,
-        "position_ids": position_ids_from_mask(attention_mask),
-        "prompts": prompts,
-        "responses": responses,
-        "response_mask": response_mask,
-        "old_log_probs": logp,
-        "behaviour_log_probs": logp.clone(),
-        **per_row,
-    }

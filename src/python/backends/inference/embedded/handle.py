@@ -34,16 +34,21 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from backends.inference.embedded.launch import (
+    die_with_parent,
+    fork_warm,
+    spawn,
+    terminate,
+    warm_context,
+)
 from nexrl.errors import NexrlError
 from nexrl.runtime.local_service import LocalService
 from nexrl.util.auth import INFERENCE_TOKEN_ENV, bind_refusal, token_of
@@ -59,107 +64,6 @@ class ServerStartError(RuntimeError, NexrlError):
     """The server exited or did not become healthy in time; the message has its log tail."""
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: SIGTERM this child when the thread that started it ends (the process's
-    death ends every thread): see ``_spawn``."""
-    import ctypes
-
-    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-_LAUNCHER: ThreadPoolExecutor | None = None
-_LAUNCHER_LOCK = threading.Lock()
-
-
-def _warm_context() -> Any:
-    from nexrl.runtime.forkserver import warm_context
-
-    return warm_context()
-
-
-def _spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-    """``Popen`` on a thread that lives as long as this process. ``PR_SET_PDEATHSIG``
-    fires when the *thread* that forked the child ends, not the process: a command
-    started from a short-lived thread (the controller starts the server on one while
-    the trainer sets up) was SIGTERMed seconds later when that thread finished."""
-    global _LAUNCHER
-    with _LAUNCHER_LOCK:
-        if _LAUNCHER is None:
-            _LAUNCHER = ThreadPoolExecutor(1, thread_name_prefix="nexrl-server-launcher")
-
-    def popen() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(cmd, **kwargs)
-
-    return _LAUNCHER.submit(popen).result()
-
-
-class ForkedProcess:
-    """What ``EmbeddedServer`` uses of ``subprocess.Popen`` (``pid``, ``poll``, ``wait``,
-    ``returncode``) for a server forked from the warm parent
-    (``nexrl.runtime.forkserver``): a ``multiprocessing`` process."""
-
-    def __init__(self, process: Any) -> None:
-        self._process = process
-        self.pid: int = process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._process.exitcode  # negative: killed by that signal, as Popen's
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        self._process.join(timeout)
-        code = self._process.exitcode
-        if code is None:
-            raise subprocess.TimeoutExpired(f"embedded server (pid {self.pid})", timeout or 0.0)
-        return int(code)
-
-
-def _serve_forked(
-    args: list[str], sock: socket.socket, env: dict[str, str], log_path: str, watch: bool
-) -> None:  # pragma: no cover - runs in the forked child
-    """The server's process when forked from the warm parent: what ``Popen`` gives the
-    spawned one (its own session, output to the log, the handle's environment), then
-    the server's ``main``. Its parent is the warm parent, which exits with the driver:
-    that is the parent it watches."""
-    os.setsid()
-    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    os.environ.clear()
-    os.environ.update(env)
-    import multiprocessing
-
-    # a spawned server's default: a lock it makes (tqdm's) is not the warm parent's
-    # resource tracker's to clean up when the server is stopped
-    multiprocessing.set_start_method("fork", force=True)
-    from nexrl.runtime.forkserver import detach_from_warm_parent
-
-    detach_from_warm_parent()  # so that the warm parent exits with the driver
-    from backends.inference.embedded.cli import main
-
-    fd = os.dup(sock.fileno())  # the server owns this copy; ``sock`` may be collected
-    main([*args, "--fd", str(fd), *(["--parent-pid", str(os.getppid())] if watch else [])])
-
-
-def _fork_warm(
-    context: Any, args: list[str], sock: socket.socket, env: dict[str, str], log: Path, watch: bool
-) -> ForkedProcess:
-    process = context.Process(
-        target=_serve_forked,
-        args=(args, sock, env, str(log), watch),
-        name="nexrl-embedded-server",
-        # at this process's exit multiprocessing terminates a daemonic child (and
-        # would wait for any other, forever, if the supervisor had not stopped it)
-        daemon=True,
-    )
-    process.start()
-    return ForkedProcess(process)
-
-
 def fill_command(command: str, **fields: str) -> list[str]:
     """``command`` split like a shell line, with ``{model}``-style fields filled in;
     a field the command names that is not given is an error naming it."""
@@ -172,23 +76,6 @@ def fill_command(command: str, **fields: str) -> list[str]:
             f"service.inference_service.command names {exc} but only "
             f"{', '.join('{' + k + '}' for k in fields)} are filled in"
         ) from None
-
-
-def _terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)  # the child's own group (start_new_session)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        proc.wait(timeout=10)
 
 
 class EmbeddedServer(LocalService):
@@ -279,7 +166,7 @@ class EmbeddedServer(LocalService):
         fds: tuple[int, ...] = ()
         if self.command is not None:
             sock.close()  # the command binds the port itself
-            cmd, preexec = self._command_argv(), _die_with_parent
+            cmd, preexec = self._command_argv(), die_with_parent
         else:
             args = self._server_args()
             cmd = [
@@ -298,10 +185,10 @@ class EmbeddedServer(LocalService):
             env[INFERENCE_TOKEN_ENV] = self.token
             if self.command is not None:
                 env["VLLM_API_KEY"] = self.token
-        warm = None if self.command is not None else _warm_context()
+        warm = None if self.command is not None else warm_context()
         if warm is not None:
             try:
-                self._proc = _fork_warm(  # type: ignore[assignment]
+                self._proc = fork_warm(  # type: ignore[assignment]
                     warm, args, sock, env, self.log_path, self.exit_with_parent
                 )
             except OSError as exc:
@@ -311,7 +198,7 @@ class EmbeddedServer(LocalService):
         else:
             self._spawn_process(cmd, env, fds, preexec, sock)
         assert self._proc is not None
-        self._finalizer = weakref.finalize(self, _terminate, self._proc, 5.0)
+        self._finalizer = weakref.finalize(self, terminate, self._proc, 5.0)
         try:
             self.wait_healthy(self.startup_timeout_s)
         except BaseException:
@@ -330,7 +217,7 @@ class EmbeddedServer(LocalService):
         assert self.log_path is not None
         with open(self.log_path, "ab") as log:
             try:
-                self._proc = _spawn(
+                self._proc = spawn(
                     cmd,
                     env=env,
                     stdout=log,
@@ -402,7 +289,7 @@ class EmbeddedServer(LocalService):
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM, wait up to ``grace_s``, then SIGKILL. Idempotent."""
         if self._proc is not None:
-            _terminate(self._proc, grace_s)
+            terminate(self._proc, grace_s)
         if self._finalizer is not None:
             self._finalizer.detach()
         if self._own_log and self.log_path is not None:

@@ -1,8 +1,8 @@
 """A ``simple`` rollout worker whose answers are always ``max_response_length``
 tokens: every request carries ``ignore_eos`` (the embedded server, like vLLM,
-then samples on past an end-of-sequence token). Used by
-tests/benchmarks/test_bench_generation_heavy.py as
-``rollout_worker.custom_worker=tests/benchmarks/_fixed_length_worker.py:FixedLengthWorker``.
+then samples on past an end-of-sequence token). The generation-heavy runs
+(``bench.generation_heavy``) use it as
+``rollout_worker.custom_worker=src/python/bench/fixed_length_worker.py:FixedLengthWorker``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """TRL's ``GRPOTrainer`` on the default recipe's task, as a command (the baseline of
-tests/benchmarks/test_bench_vs_trl.py):
+tests/benchmarks/test_bench_vs_trl.py, test_bench_generation_heavy.py and
+build-support/gpu/gen_heavy.py):
 
-    python -m tests.benchmarks._trl_grpo --model DIR --data FILE --out DIR --steps N ...
+    python -m bench.trl_grpo --model DIR --data FILE --out DIR --steps N ...
 
 It trains the model folder ``--model`` (weights and tokenizer) on the prompts of
 ``--data`` in file order (no shuffle), ``--prompts`` prompts x ``--group-size``
