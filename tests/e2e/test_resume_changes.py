@@ -2,8 +2,9 @@
 
 * A resume with other settings says which ones changed (old -> new) and
   ``config.yaml`` records the new ones.
-* A refused resume (other prompt data) leaves ``config.yaml`` as it was, so it
-  still shows the settings the run can continue with.
+* A refused resume (other prompt data; another model: its checkpoint would keep
+  training the old one) leaves ``config.yaml`` as it was, so it still shows the
+  settings the run can continue with.
 * A resume whose trajectory pool was deleted stops with one line naming the
   checkpoint, the store and what to do."""
 
@@ -46,6 +47,18 @@ def test_resume_names_changed_settings_and_a_refused_one_keeps_the_record(
     refused = train(out, f"data.data_files=[{more}]", steps=3)
     assert refused.returncode != 0
     assert "the prompt data changed since the checkpoint" in refused.stderr
+    assert config.read_text() == recorded
+
+    # Another model (wider, and a new init): refused before anything starts, one line
+    # naming the settings (the checkpoint holds the 64-wide model).
+    wider = train(out, "model.tiny.hidden_size=128", "model.tiny.init_std=0.05", steps=3)
+    assert wider.returncode == 2
+    (line,) = [x for x in wider.stderr.splitlines() if x.startswith("error:")]
+    assert f"resume.mode: auto would continue {out}, a run of another model (" in line
+    assert (
+        "model.tiny.hidden_size: 64 -> 128" in line and "model.tiny.init_std: 0.02 -> 0.05" in line
+    )
+    assert "another experiment_name" in line
     assert config.read_text() == recorded
 
     # Another learning rate and more steps: accepted, named, recorded.

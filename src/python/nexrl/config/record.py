@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["changed_fields", "recorded_yaml"]
+__all__ = ["MODEL_KEYS", "changed_fields", "model_changes", "recorded_yaml"]
 
 ENV = "${oc.env:"
 
@@ -52,3 +52,14 @@ def changed_fields(old_yaml: str, new_yaml: str) -> list[str]:
         for k in sorted(old.keys() | new.keys())
         if old.get(k, unset) != new.get(k, unset)
     ]
+
+
+# Settings that make another model: its source, shapes, tokenizer and vocabulary
+# (``model.*``), and the LoRA adapters' parameters (``trainer.lora.*``). A checkpoint
+# of one cannot continue as the other.
+MODEL_KEYS = ("model.", "trainer.lora.")
+
+
+def model_changes(old_yaml: str, new_yaml: str) -> list[str]:
+    """``changed_fields`` of the settings that make another model (``MODEL_KEYS``)."""
+    return [c for c in changed_fields(old_yaml, new_yaml) if c.startswith(MODEL_KEYS)]

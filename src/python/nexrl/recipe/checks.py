@@ -12,7 +12,13 @@ from omegaconf import DictConfig
 
 from nexrl.config.checks import register_check
 
-__all__ = ["cluster_tls", "cluster_type", "run_settings", "sync_mode_settings"]
+__all__ = [
+    "cluster_tls",
+    "cluster_type",
+    "resume_keeps_the_model",
+    "run_settings",
+    "sync_mode_settings",
+]
 
 
 @register_check
@@ -56,3 +62,28 @@ def cluster_type(cfg: DictConfig, roots: list[Path]) -> list[str]:
     from nexrl.runtime.cluster import CLUSTER_TYPES
 
     return CLUSTER_TYPES.problems(cfg.cluster.type, roots)
+
+
+@register_check
+def resume_keeps_the_model(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """``resume.mode: auto`` on a run folder whose checkpoint is of another model (its
+    ``config.yaml`` records other ``model.*`` / ``trainer.lora.*`` settings): the resume
+    would load the old weights and keep training them while the recipe says otherwise."""
+    if str(cfg.resume.mode) != "auto":
+        return []
+    from nexrl.config.record import model_changes, recorded_yaml
+    from nexrl.weights.checkpoint import CheckpointManager
+
+    out = Path(str(cfg.output_dir)).expanduser().resolve()
+    recorded = out / "config.yaml"
+    if not recorded.is_file() or CheckpointManager(out / "checkpoints").latest() is None:
+        return []
+    changes = model_changes(recorded.read_text(), recorded_yaml(cfg))
+    if not changes:
+        return []
+    shown = "; ".join(changes[:4]) + (f"; and {len(changes) - 4} more" if len(changes) > 4 else "")
+    return [
+        f"resume.mode: auto would continue {out}, a run of another model ({shown}), and "
+        "keep training its checkpoint; start a new run with another experiment_name (or "
+        "output_dir), or set those back to resume it"
+    ]
