@@ -20,7 +20,6 @@ from typing import Any, ClassVar, TypeVar
 
 from nexrl.config.errors import RecipeError
 from nexrl.plugins.registry import Registry, UnknownNameError, is_spec
-from nexrl.types.episode import BaseEvaluationTarget, EvaluationRunResult
 from nexrl.types.evaluator import Evaluator
 
 __all__ = [
@@ -67,11 +66,6 @@ class NamedEvaluator(Evaluator):
     def required_fields(self) -> tuple[str, ...]:
         """The data-row fields ``evaluate`` reads (from the options)."""
         return ()
-
-    def evaluate(
-        self, data: dict[str, Any], evaluation_target: BaseEvaluationTarget
-    ) -> EvaluationRunResult:
-        raise NotImplementedError
 
 
 # Evaluator classes of a recipe's own ('path/to/file.py:Class') need not subclass

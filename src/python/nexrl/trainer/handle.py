@@ -23,6 +23,7 @@ answer. ``heartbeats``/``check_heartbeats`` watch the workers the trainer runs o
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -89,12 +90,13 @@ class TrainerHandle(Protocol):
         ...
 
 
-class RankZeroCalls:
+class RankZeroCalls(ABC):
     """``call`` and the named calls of a ``TrainerHandle`` (each rank 0's answer to
     ``call``), on top of the front-end's own ``start``."""
 
+    @abstractmethod
     def start(self, method: str, *args: Any, timeout_s: float | None = None) -> PendingCall[Any]:
-        raise NotImplementedError
+        """Start ``method`` on every rank; the pending call of the front-end."""
 
     def call(self, method: str, *args: Any, timeout_s: float | None = None) -> list[Any]:
         """``start(...).result()``: the per-rank results in rank order."""
