@@ -189,6 +189,11 @@ class InferenceSupervisor:
             str(self.seed + self.restarts),
             "--log-level",
             "warning",
+            "--decoder",
+            cfg.decoder,
+            "--kv-cache-gib",
+            str(cfg.kv_cache_gib),
+            *([] if cfg.cuda_graphs else ["--no-cuda-graphs"]),
             *_cpu_threads_args(cfg.cpu_threads),
         ]
 

@@ -64,6 +64,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="a batch runs to its end before requests that arrived meanwhile start "
         "(static batching; the baseline of tests/benchmarks/test_bench_inference.py)",
     )
+    p.add_argument(
+        "--decoder",
+        choices=("auto", "slots", "model"),
+        default="auto",
+        help="slots: a preallocated KV cache and fixed-shape decode steps (CUDA graphs on a "
+        "GPU) for Llama/Mistral/Qwen2/Qwen3; model: the model's forward with a growing "
+        "cache; auto: slots where the model allows",
+    )
+    p.add_argument(
+        "--no-cuda-graphs",
+        dest="cuda_graphs",
+        action="store_false",
+        help="with decoder slots on a GPU: launch each step's kernels instead of a graph",
+    )
+    p.add_argument(
+        "--kv-cache-gib",
+        type=float,
+        default=0.0,
+        help="most GiB of the slots' KV cache (0: a quarter of the free GPU memory, 2 on a CPU)",
+    )
     p.add_argument("--logprobs-mode", choices=("raw", "processed"), default="raw")
     p.add_argument("--seed", type=int, default=0, help="RNG seed for requests without a seed")
     p.add_argument("--torch-threads", type=int, default=None)
@@ -158,6 +178,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.batch_window_ms / 1000.0,
             args.batch_max_wait_ms / 1000.0,
             continuous=args.continuous_batching,
+            decoder=args.decoder,
+            cuda_graphs=args.cuda_graphs,
+            kv_cache_gib=args.kv_cache_gib,
         ),
         logprobs_mode=args.logprobs_mode,
         base_model=base,

@@ -3,8 +3,10 @@
 Continuous batching: requests wait in a queue; when nothing is generating, the
 worker task takes the first, gathers more while they keep arriving within
 ``batch_window_s`` of each other (at most ``max_wait_s`` after the first, at
-most ``max_batch_size`` rows) and starts a batch (``DecodeBatch``) on a worker
-thread. Requests that arrive while it runs join it between two decoding steps
+most ``max_batch_size`` rows) and starts a batch on a worker thread: a
+``SlotBatch`` (fixed-shape steps on a preallocated KV cache, slot_decode.py) where
+the model and the KV cache's budget allow, else a ``DecodeBatch`` (the model's own
+forward). Requests that arrive while it runs join it between two decoding steps
 (prefilled, then generated alongside the running rows) while it has room for
 their rows; a request's response goes out the moment its last row finishes, and
 finished rows leave the batch.
@@ -42,6 +44,8 @@ from backends.inference.embedded.generation import (
     SequenceOutput,
 )
 from backends.inference.embedded.prompt_cache import prompt_cache_for
+from backends.inference.embedded.slot_batch import SlotBatch
+from backends.inference.embedded.slot_decode import SlotDecoder, unsupported
 from backends.inference.embedded.protocol import OpenAIError
 from backends.inference.embedded.weights import (
     LoadedModel,
@@ -72,6 +76,9 @@ class BatchingConfig:
     batch_window_s: float = 0.005  # gather while requests keep coming this close together
     max_wait_s: float = 0.05  # ... but never hold the first request longer than this
     continuous: bool = True  # requests join a running batch (False: it runs to the end first)
+    decoder: str = "auto"  # slots | model | auto (slot_decode.py)
+    cuda_graphs: bool = True  # slots on a GPU: replay each step as a CUDA graph
+    kv_cache_gib: float = 0.0  # slots' KV cache budget (0: a quarter of free GPU memory / 2 GiB)
 
 
 class InferenceService:
@@ -111,6 +118,8 @@ class InferenceService:
         self._halt = threading.Event()
         self._reload_lock = asyncio.Lock()
         self._worker: asyncio.Task[None] | None = None
+        self._slots: SlotDecoder | None = None  # the slots' KV cache (decoder slots)
+        self.decoder = self._pick_decoder(loaded.model)
 
     # -- properties ---------------------------------------------------------
     @property
@@ -193,17 +202,62 @@ class InferenceService:
             deadline = min(loop.time() + cfg.batch_window_s, first + cfg.max_wait_s)
         return batch
 
-    def _joiners(self, running: int) -> list[_Pending]:
-        """Waiting requests (in arrival order) whose rows fit beside ``running`` rows."""
+    def _pick_decoder(self, model: Any) -> str:
+        """``slots`` or ``model`` (BatchingConfig.decoder; auto: slots where supported)."""
+        choice = self.batching.decoder
+        why = unsupported(model)
+        if choice == "slots" and why:
+            raise ValueError(f"--decoder slots cannot serve this model: {why}")
+        if choice == "auto" and why:
+            log.info("decoder: the model's own forward (slots cannot serve it: %s)", why)
+        return "model" if choice == "model" or why else "slots"
+
+    def _new_batch(self, model: Any, rows: list[Row]) -> DecodeBatch | SlotBatch:
+        """A batch for ``rows`` on ``model``: on the slots when they serve it and the rows
+        fit the KV cache's budget, else on the model's own forward."""
+        kw: dict[str, Any] = {
+            "stop_token_ids": self.stop_token_ids,
+            "pad_token_id": self.pad_token_id,
+            "logprobs_mode": self.logprobs_mode,
+        }
+        if self.decoder == "slots":
+            if self._slots is None:
+                self._slots = SlotDecoder(
+                    model,
+                    slots=self.batching.max_batch_size,
+                    width=256,
+                    graphs=self.batching.cuda_graphs,
+                    budget_bytes=self._kv_budget(),
+                )
+            batch = SlotBatch(model, self.tokenizer, self._slots, **kw)
+            if batch.fits(rows):
+                return batch
+            log.warning("a batch larger than the KV cache budget runs on the model's forward")
+        return DecodeBatch(model, self.tokenizer, **kw)
+
+    def _kv_budget(self) -> int:
+        if self.batching.kv_cache_gib > 0:
+            return int(self.batching.kv_cache_gib * (1 << 30))
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            return int(free // 4)
+        return 2 << 30
+
+    def _joiners(self, running: int, batch: Any = None) -> list[_Pending]:
+        """Waiting requests (in arrival order) whose rows fit beside ``running`` rows
+        (and in ``batch``'s KV cache, for a batch on slots)."""
         out: list[_Pending] = []
         room = self.batching.max_batch_size - running
+        fits = getattr(batch, "fits", None)
         while self._waiting and len(self._waiting[0].rows) <= room:
+            if fits is not None and not fits([r for p in out for r in p.rows] + self._waiting[0].rows):
+                break
             item = self._waiting.popleft()
             room -= len(item.rows)
             out.append(item)
         return out
 
-    def _advance(self, batch: DecodeBatch, joiners: list[_Pending]) -> None:
+    def _advance(self, batch: DecodeBatch | SlotBatch, joiners: list[_Pending]) -> None:
         """On the worker thread: prefill ``joiners`` into ``batch``, then decode until
         the batch is empty, a request finished or another one arrived."""
         if joiners:
@@ -223,7 +277,7 @@ class InferenceService:
             done = batch.retire()
 
     async def _run(self) -> None:
-        batch: DecodeBatch | None = None
+        batch: DecodeBatch | SlotBatch | None = None
         loaded = self._loaded
         active: list[_Pending] = []
         while True:
@@ -231,16 +285,10 @@ class InferenceService:
                 joiners = await self._gather()
                 loaded = self._loaded  # one consistent set of weights for the whole batch
                 self._generating = loaded
-                batch = DecodeBatch(
-                    loaded.model,
-                    self.tokenizer,
-                    stop_token_ids=self.stop_token_ids,
-                    pad_token_id=self.pad_token_id,
-                    logprobs_mode=self.logprobs_mode,
-                )
+                batch = self._new_batch(loaded.model, [r for p in joiners for r in p.rows])
                 self.batches_run += 1
             elif self.batching.continuous and batch.joinable and self._loaded is loaded:
-                joiners = self._joiners(len(batch))
+                joiners = self._joiners(len(batch), batch)
                 self.requests_joined += len(joiners)
             else:
                 joiners = []

@@ -67,6 +67,26 @@ class InferenceServiceConfig:
         "Lower it when a GPU runs out of memory on long answers.",
         minimum=1,
     )
+    decoder: str = cfg_field(
+        "auto",
+        help="Embedded server's decode loop: 'slots' = a preallocated KV cache with one "
+        "fixed-shape step per batch size (replayed as a CUDA graph on a GPU), for Llama, "
+        "Mistral, Qwen2 and Qwen3 models with full attention; 'model' = the model's own "
+        "forward with a growing cache (any model); 'auto' = slots where the model allows.",
+        choices=("auto", "slots", "model"),
+    )
+    cuda_graphs: bool = cfg_field(
+        True,
+        help="Embedded server on a GPU with decoder slots: capture each batch size's decode "
+        "step as a CUDA graph and replay it (one launch per token instead of hundreds).",
+    )
+    kv_cache_gib: float = cfg_field(
+        0.0,
+        help="Embedded server with decoder slots: the most GiB its KV cache may take (a "
+        "batch that needs more runs on the model's own forward). 0 = a quarter of the "
+        "GPU's free memory after loading, or 2 GiB on a CPU.",
+        minimum=0.0,
+    )
     cpu_threads: int = cfg_field(
         0,
         help="Embedded server on a machine without CUDA: its torch threads. 0 = half the "
