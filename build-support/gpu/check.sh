@@ -7,6 +7,7 @@
 #   build-support/gpu/check.sh            # on a machine with a GPU and the lock's packages
 #   OUT=/tmp/gpu build-support/gpu/check.sh
 #   GPU_CHECK_SMALL=1 ...                  # the same steps on small models (a CPU dry run)
+#   GPU_CHECK_ONLY="probe engine gen_heavy" ...   # only the steps named
 #
 # On a machine whose Python lacks some of the lock's packages, put their wheels in .whl/
 # (see build-support/gpu/README.md); they are installed into /tmp/site first.
@@ -33,6 +34,9 @@ BUDGET_S=${GPU_CHECK_BUDGET_S:-540}  # the steps stop here (a device call's limi
 step() {
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS smi="" left=$((BUDGET_S - SECONDS))
+  if [ -n "${GPU_CHECK_ONLY:-}" ] && [[ " $GPU_CHECK_ONLY " != *" $name "* ]]; then
+    return 0  # GPU_CHECK_ONLY="probe engine ...": only the steps named
+  fi
   if [ "$left" -lt 30 ]; then
     echo "$name rc=skipped wall_s=0 gpu_mem_peak_mib=na" | tee -a "$SUMMARY"
     return 0
@@ -79,6 +83,9 @@ step probe 180 $PY build-support/gpu/probe.py "$OUT/probe.json"
 if $PY -c "import pytest" 2>/dev/null; then
   step cuda_tests 90 $PY -m pytest -q -p no:cacheprovider tests/unit/types/test_batch.py -k cuda
 fi
+# the generation engine alone: decoder slots (CUDA graphs) vs HF generate vs continuous batching
+step engine 150 $PY build-support/gpu/engine.py "$OUT" ${GPU_CHECK_SMALL:+--small}
+tail -9 "$OUT/logs/engine.log"
 # a weight handoff's phases: the 358M model's publish (and its one-file baseline), reload
 step handoff 120 $PY build-support/gpu/handoff.py "$OUT" ${GPU_CHECK_SMALL:+--small}
 # the default recipe in bf16, and in fp32 (its baseline: the same seeds)

@@ -1,4 +1,6 @@
-"""Batched generation of the embedded server on a tiny model with known (seeded) weights."""
+"""Batched generation of the embedded server on a tiny model with known (seeded) weights,
+through both decode loops: ``DecodeBatch`` (the model's own forward) and ``SlotBatch``
+(decoder slots: a preallocated KV cache and fixed-shape steps)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ from backends.inference.embedded.generation import (
     LogprobsMode,
     SamplingParams,
     generate,
+    run_batch,
 )
+from backends.inference.embedded.slot_batch import SlotBatch
+from backends.inference.embedded.slot_decode import SlotDecoder, unsupported
 from nexrl.modeling import build_tiny_model, build_tokenizer
 
 PROMPTS = [
@@ -22,20 +27,28 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def lm() -> tuple[Any, Any, frozenset[int]]:
+@pytest.fixture(scope="module", params=["model", "slots"])
+def lm(request: pytest.FixtureRequest) -> tuple[Any, Any, frozenset[int], str]:
     tok = build_tokenizer()
     stop = frozenset({tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")})
-    return build_tiny_model(len(tok), seed=11), tok, stop
+    return build_tiny_model(len(tok), seed=11), tok, stop, request.param
+
+
+def _batch(lm: Any, mode: LogprobsMode = "raw", *, width: int = 64, slots: int = 4) -> Any:
+    """An empty batch of ``lm``'s decode loop (slots: a fresh cache of ``slots`` x
+    ``width`` that grows as rows need)."""
+    model, tok, stop, kind = lm
+    kw: dict[str, Any] = {"stop_token_ids": stop, "pad_token_id": tok.pad_token_id}
+    if kind == "model":
+        return DecodeBatch(model, tok, logprobs_mode=mode, **kw)
+    dec = SlotDecoder(model, slots=slots, width=width, graphs=False, budget_bytes=1 << 30)
+    return SlotBatch(model, tok, dec, logprobs_mode=mode, **kw)
 
 
 def _gen(
     lm: Any, rows: list[tuple[list[int], SamplingParams]], mode: LogprobsMode = "raw"
 ) -> list[Any]:
-    model, tok, stop = lm
-    return generate(
-        model, tok, rows, stop_token_ids=stop, pad_token_id=tok.pad_token_id, logprobs_mode=mode
-    )
+    return run_batch(_batch(lm, mode), rows)
 
 
 def _ids(lm: Any, text: str) -> list[int]:
@@ -43,7 +56,7 @@ def _ids(lm: Any, text: str) -> list[int]:
 
 
 def test_batched_greedy_equals_transformers_generate(lm: Any) -> None:
-    model, tok, stop = lm
+    model, tok, stop, _ = lm
     greedy = SamplingParams(max_tokens=12, temperature=0.0)
     outs = _gen(lm, [(_ids(lm, p), greedy) for p in PROMPTS])  # left-padded batch
     for prompt, out in zip(PROMPTS, outs, strict=True):
@@ -117,7 +130,6 @@ def test_rows_joining_a_running_batch_generate_as_alone(lm: Any) -> None:
     prompt length, so both KV caches are left-padded to one length) and a finished row
     leaving the batch change nobody's tokens or log-probs: each row's answer equals
     the one it gets alone, greedy and seeded alike."""
-    model, tok, stop = lm
     first = [
         (_ids(lm, PROMPTS[0]), SamplingParams(max_tokens=10, temperature=0.0)),
         (_ids(lm, PROMPTS[1]), SamplingParams(max_tokens=3, temperature=1.0, seed=7)),
@@ -126,7 +138,7 @@ def test_rows_joining_a_running_batch_generate_as_alone(lm: Any) -> None:
         (_ids(lm, PROMPTS[2]), SamplingParams(max_tokens=8, temperature=0.9, seed=21)),
         (_ids(lm, PROMPTS[1]), SamplingParams(max_tokens=6, temperature=0.0, top_logprobs=2)),
     ]
-    batch = DecodeBatch(model, tok, stop_token_ids=stop, pad_token_id=tok.pad_token_id)
+    batch = _batch(lm, width=8, slots=1)  # (slots: the cache grows as rows join)
     batch.add(first)
     states = list(batch.rows)
     finished = batch.retire()
@@ -172,7 +184,10 @@ def test_rows_sharing_a_prompt_share_one_prefill(lm: Any) -> None:
     finally:
         hook.remove()
     assert seen[0] == (2, max(len(a), len(b)))  # one prefill row per distinct prompt
-    assert seen[1:] == [(5, 1)] * 3 + [(4, 1)] * 2  # every row decodes; the short one leaves
+    if lm[3] == "model":  # every row decodes; the short one leaves
+        assert seen[1:] == [(5, 1)] * 3 + [(4, 1)] * 2
+    else:  # (slots decode through the layers' modules, not the model's forward)
+        assert seen[1:] == []
     for row, out in zip(rows, outs, strict=True):
         (alone,) = _gen(lm, [row])
         assert out.token_ids == alone.token_ids
@@ -186,7 +201,7 @@ def test_a_cache_that_cannot_shrink_keeps_finished_rows_until_all_are_done(lm: A
     every row still equals transformers' own greedy generate."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    _, tok, stop = lm
+    _, tok, stop, _ = lm
     torch.manual_seed(3)
     cfg = Qwen2Config(
         vocab_size=len(tok),
@@ -201,6 +216,7 @@ def test_a_cache_that_cannot_shrink_keeps_finished_rows_until_all_are_done(lm: A
         layer_types=["sliding_attention", "sliding_attention"],
     )
     model = Qwen2ForCausalLM(cfg).eval()
+    assert unsupported(model) == "sliding-window attention layers"  # (slots cannot serve it)
     rows = [
         (_ids(lm, PROMPTS[0]), SamplingParams(max_tokens=2, temperature=0.0)),
         (_ids(lm, PROMPTS[2]), SamplingParams(max_tokens=9, temperature=0.0)),

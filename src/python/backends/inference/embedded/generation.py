@@ -351,6 +351,14 @@ def generate(
         logprobs_mode=logprobs_mode,
         share_prefill=share_prefill,
     )
+    return run_batch(batch, rows)
+
+
+def run_batch(batch: Any, rows: list[tuple[list[int], SamplingParams]]) -> list[SequenceOutput]:
+    """Add ``rows`` to an empty ``batch`` (a ``DecodeBatch`` or a ``SlotBatch``) and
+    step it until every row is done; one ``SequenceOutput`` per row."""
+    if not rows:
+        return []
     batch.add(rows)
     states = list(batch.rows)
     batch.retire()

@@ -21,8 +21,8 @@ of fixed shape:
   decode); on the CPU ``B = b`` and ``W`` is exact, run eagerly;
 * the math is the model's: its embedding, norms, projections, MLP and LM head
   modules, its rotary embedding's cos/sin (one table per width), and
-  ``softmax(q k^T * scaling + mask) v`` by ``scaled_dot_product_attention`` (with
-  grouped KV heads), so log-probs equal the trainer's forward up to float rounding.
+  ``softmax(q k^T * scaling + mask) v`` with the query heads grouped over their KV
+  heads (``_attend``), so log-probs equal the trainer's forward up to float rounding.
 
 Families whose decoder layer is Llama's (Llama, Mistral, Qwen2, Qwen3 with its q/k
 norms) with full attention in every layer are supported (``unsupported``); any other
@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 SUPPORTED_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 _GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
@@ -65,6 +64,21 @@ def unsupported(model: Any) -> str | None:
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _attend(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """One query per row over its cache: ``softmax(q k^T * scale, masked) v`` with the
+    query heads grouped over the KV heads they share (no repeated keys), the softmax in
+    float32 as in transformers' eager attention. ``q [B, H, 1, d]``, ``keys``/``values``
+    ``[B, KV, w, d]``, ``mask [B, 1, 1, w]`` (True: attend); returns ``[B, H, d]``."""
+    B, H, _, d = q.shape
+    kv = keys.shape[1]
+    scores = torch.matmul(q.view(B, kv, H // kv, d), keys.transpose(-1, -2)) * scale
+    scores = scores.float().masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(values.dtype)
+    return torch.matmul(probs, values).view(B, H, d)
 
 
 def _bucket(n: int, cap: int) -> int:
@@ -245,7 +259,7 @@ class SlotDecoder:
         cos_t, sin_t = self.rope_table(model, self.width)
         cos, sin = cos_t[pos][:, None, None, :], sin_t[pos][:, None, None, :]
         self.valid[rows, col] = True
-        mask = self.valid[:B, None, None, :w]
+        mask = self.valid[:B, None, None, :w]  # [B, 1, 1, w]
         h = inner.embed_tokens(st["token"][:B])[:, None, :]
         for i, layer in enumerate(inner.layers):
             attn = layer.self_attn
@@ -260,14 +274,7 @@ class SlotDecoder:
             k = k * cos + _rotate_half(k) * sin
             self.keys[i][rows, :, col] = k[:, :, 0]
             self.values[i][rows, :, col] = v
-            out = F.scaled_dot_product_attention(
-                q,
-                self.keys[i][:B, :, :w],
-                self.values[i][:B, :, :w],
-                attn_mask=mask,
-                scale=self.scaling,
-                enable_gqa=self.n_kv != self.n_heads,
-            )
-            h = h + attn.o_proj(out.transpose(1, 2).reshape(B, 1, self.n_heads * self.head_dim))
+            out = _attend(q, self.keys[i][:B, :, :w], self.values[i][:B, :, :w], mask, self.scaling)
+            h = h + attn.o_proj(out.reshape(B, 1, self.n_heads * self.head_dim))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return model.lm_head(inner.norm(h))[:, 0]
