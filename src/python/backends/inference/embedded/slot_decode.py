@@ -244,7 +244,8 @@ class SlotDecoder:
                 self._forward(model, B, w)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool):
+        # (thread_local: a reload copying weights on another thread meanwhile is no error)
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             logits = self._forward(model, B, w)
         store[key] = _Graph(graph, logits)
         return store[key]
