@@ -31,11 +31,13 @@ model is served by ``DecodeBatch``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+log = logging.getLogger(__name__)
 SUPPORTED_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 _GRAPH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
@@ -152,6 +154,8 @@ class SlotDecoder:
         self.valid, self.state = valid, state
         self.slots, self.width = slots, width
         self.arange = torch.arange(slots, device=self.device)
+        self.trues = torch.ones(slots, dtype=torch.bool, device=self.device)  # (no host copy
+        # inside a graph: writing a Python True would copy it from the CPU)
         self.generation += 1
 
     def rope_table(self, model: Any, width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -216,9 +220,8 @@ class SlotDecoder:
     def decode(self, model: Any, b: int, width: int) -> torch.Tensor:
         """Feed slots ``0..b-1`` and return their next logits ``[b, V]`` (float32);
         ``width`` > every live row's column."""
-        if self.graphs:
-            w = min(self.width, max(64, 1 << (width - 1).bit_length()))
-            graph = self._graph(model, _bucket(b, self.slots), w)
+        graph = self._graph_or_none(model, b, width) if self.graphs else None
+        if graph is not None:
             graph.graph.replay()
             logits = graph.logits[:b].float()
         else:
@@ -226,6 +229,17 @@ class SlotDecoder:
         self.state["col"][:b] += 1
         self.state["pos"][:b] += 1
         return logits
+
+    def _graph_or_none(self, model: Any, b: int, width: int) -> _Graph | None:
+        """The graph for ``b`` rows under ``width`` columns, captured at first use; None
+        (and eager steps from then on, one warning) where capturing fails."""
+        w = min(self.width, max(64, 1 << (width - 1).bit_length()))
+        try:
+            return self._graph(model, _bucket(b, self.slots), w)
+        except RuntimeError as exc:
+            log.warning("CUDA graphs off for this server: capturing a decode step failed: %s", exc)
+            self.graphs = False
+            return None
 
     def _graph(self, model: Any, B: int, w: int) -> _Graph:
         store: dict[tuple[int, int, int], _Graph] = model.__dict__.setdefault("_nexrl_graphs", {})
@@ -259,7 +273,7 @@ class SlotDecoder:
         rows, col, pos = self.arange[:B], st["col"][:B], st["pos"][:B]
         cos_t, sin_t = self.rope_table(model, self.width)
         cos, sin = cos_t[pos][:, None, None, :], sin_t[pos][:, None, None, :]
-        self.valid[rows, col] = True
+        self.valid.index_put_((rows, col), self.trues[:B])
         mask = self.valid[:B, None, None, :w]  # [B, 1, 1, w]
         h = inner.embed_tokens(st["token"][:B])[:, None, :]
         for i, layer in enumerate(inner.layers):
