@@ -84,7 +84,7 @@ if $PY -c "import pytest" 2>/dev/null; then
   step cuda_tests 90 $PY -m pytest -q -p no:cacheprovider tests/unit/types/test_batch.py -k cuda
 fi
 # the generation engine alone: decoder slots (CUDA graphs) vs HF generate vs continuous batching
-step engine 150 $PY build-support/gpu/engine.py "$OUT" ${GPU_CHECK_SMALL:+--small}
+step engine 150 $PY build-support/gpu/engine.py "$OUT" ${GPU_CHECK_SMALL:+--small} ${ENGINE_QUICK:+--quick}
 tail -9 "$OUT/logs/engine.log"
 # a weight handoff's phases: the 358M model's publish (and its one-file baseline), reload
 step handoff 120 $PY build-support/gpu/handoff.py "$OUT" ${GPU_CHECK_SMALL:+--small}

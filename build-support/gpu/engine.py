@@ -64,6 +64,8 @@ def main(out: Path, small: bool) -> None:
     prompts = chat_prompts(tok, TEXTS)
     n_params = sum(p.numel() for p in model.parameters())
     sides = ("hf_generate", "ours_model", "ours_slots_eager", "ours_slots", "hf_continuous")
+    if "--quick" in sys.argv[2:]:  # (HF generate and ours only)
+        sides = ("hf_generate", "ours_slots")
     result: dict[str, Any] = {"params": n_params, "device": str(device), "dtype": str(dtype)}
     result.update(compare(model, tok, prompts, n=8, tokens=64, warmup=1, rounds=3, sides=sides))
     try:

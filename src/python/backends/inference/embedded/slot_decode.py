@@ -32,6 +32,7 @@ model is served by ``DecodeBatch``.
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,7 +101,8 @@ class SlotDecoder:
     their ``token`` and returns the next logits ``[b, V]`` (float32), advancing each
     slot's column and position; ``compact(keep)`` moves the rows in slots ``keep`` to
     ``0..len(keep)-1``. Graphs are kept per model (its parameters' addresses are in
-    them; a reload copies into the same tensors) and dropped when the cache grows.
+    them; a reload copies into the same tensors), weakly, and dropped when the cache
+    grows.
     """
 
     def __init__(
@@ -118,6 +120,7 @@ class SlotDecoder:
         self.graphs = graphs and self.device.type == "cuda"
         self.budget_bytes = budget_bytes
         self.generation = 0  # bumped when the cache is reallocated (graphs hold its addresses)
+        self._models: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
         self.slots, self.width = 0, 0
         self._reserve(slots, width)
 
@@ -161,15 +164,25 @@ class SlotDecoder:
     def rope_table(self, model: Any, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The model's rotary cos/sin ``[width, head_dim]`` for positions ``0..width-1``
         (kept on the model; rebuilt when a wider one is needed)."""
-        cached = getattr(model, "_nexrl_rope", None)
+        mine = self._per_model(model)
+        cached = mine.get("rope")
         if cached is None or cached[0].shape[0] < width:
             width = max(width, self.width)
             pos = torch.arange(width, device=self.device)[None]
             probe = torch.zeros((1, width, 1), dtype=self.dtype, device=self.device)
             cos, sin = model.model.rotary_emb(probe, pos)
             cached = (cos[0].to(self.dtype).contiguous(), sin[0].to(self.dtype).contiguous())
-            model.__dict__["_nexrl_rope"] = cached
+            mine["rope"] = cached
+            mine["graphs"] = {}  # (they read the table replaced)
         return cached
+
+    def _per_model(self, model: Any) -> dict[str, Any]:
+        """This decoder's state for ``model`` (its rope table, graphs and graph memory
+        pool), dropped with the model; nothing is stored on the model itself (a reload
+        deep-copies it)."""
+        if model not in self._models:
+            self._models[model] = {"graphs": {}}
+        return self._models[model]
 
     # -- rows in and out --------------------------------------------------------
     def load(
@@ -242,13 +255,16 @@ class SlotDecoder:
             return None
 
     def _graph(self, model: Any, B: int, w: int) -> _Graph:
-        store: dict[tuple[int, int, int], _Graph] = model.__dict__.setdefault("_nexrl_graphs", {})
+        mine = self._per_model(model)
+        store: dict[tuple[int, int, int], _Graph] = mine["graphs"]
         key = (self.generation, B, w)
         if key in store:
             return store[key]
         for k in [k for k in store if k[0] != self.generation]:
             del store[k]
-        pool = model.__dict__.setdefault("_nexrl_graph_pool", torch.cuda.graph_pool_handle())
+        if "pool" not in mine:
+            mine["pool"] = torch.cuda.graph_pool_handle()
+        pool = mine["pool"]
         # the step twice on a side stream first (lazy initialisation outside the capture);
         # it writes only the columns the replay writes next
         stream = torch.cuda.Stream()
