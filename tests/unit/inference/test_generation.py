@@ -257,3 +257,50 @@ def test_sample_next_by_hand() -> None:
     _, processed = sample_next(logits, temperature, top_p, uniform, mode="processed")
     assert torch.allclose(processed[5].exp(), torch.tensor([0.0, 0.375, 0.625]))
     assert torch.allclose(processed[4], row)  # a greedy row reports raw log-probs
+
+
+def test_a_model_served_on_slots_can_still_be_deep_copied(lm: Any) -> None:
+    """The server's reload deep-copies the served model when no spare is free: the
+    decoder keeps its graphs and tables beside the model, not on it, and the copy
+    (new tensors) decodes through the same decoder to the same tokens."""
+    import copy
+
+    model, tok, stop, _ = lm
+    dec = SlotDecoder(model, slots=2, width=16, graphs=False, budget_bytes=1 << 30)
+    rows = [(_ids(lm, PROMPTS[0]), SamplingParams(max_tokens=6, seed=5, ignore_eos=True))]
+    kw: dict[str, Any] = {"stop_token_ids": stop, "pad_token_id": tok.pad_token_id}
+    first = run_batch(SlotBatch(model, tok, dec, **kw), rows)
+    twin = copy.deepcopy(model)
+    again = run_batch(SlotBatch(twin, tok, dec, **kw), rows)
+    assert again[0].token_ids == first[0].token_ids
+
+
+def test_the_service_says_why_slots_cannot_serve_a_model(lm: Any) -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from backends.inference.embedded.service import BatchingConfig, InferenceService
+    from backends.inference.embedded.weights import LoadedModel
+
+    _, tok, _, _ = lm
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        use_sliding_window=True,
+        sliding_window=6,
+        max_window_layers=0,
+        layer_types=["sliding_attention"],
+    )
+    loaded = LoadedModel(model=Qwen2ForCausalLM(cfg).eval(), version=0, path="m")
+    kw: dict[str, Any] = {"device": torch.device("cpu"), "dtype": torch.float32}
+    with pytest.raises(ValueError, match="--decoder slots cannot serve this model: sliding"):
+        InferenceService(loaded, tok, batching=BatchingConfig(decoder="slots"), **kw)
+    auto = InferenceService(loaded, tok, batching=BatchingConfig(decoder="auto"), **kw)
+    assert auto.decoder == "model"
+    served = InferenceService(
+        LoadedModel(model=lm[0], version=0, path="m"), tok, batching=BatchingConfig(), **kw
+    )
+    assert served.decoder == "slots"
