@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from nexrl.controller.components import Components, write_cluster_record
 from nexrl.controller.dispatch import RolloutDispatcher
 from nexrl.controller.driver_log import DETAILS_LOGGER, log_to_file
+from nexrl.controller.handoff import start_handoff
 from nexrl.controller.rundir import RunDir
 from nexrl.controller.setup import (
     absolute_output_dir,
@@ -179,6 +180,7 @@ def _build(
         supervisor.reload(initial, 0)
         logger.info("inference: initial adapter %s loaded as %r", initial, supervisor.lora_name)
     urls = supervisor.base_urls
+    handoff = start_handoff(cfg, trainer, supervisor, info)  # weight.handoff
     write_cluster_record(run.root / "cluster.json", cluster, ranks, supervisor)
 
     pool = TrajectoryPool(pool_cfg)
@@ -234,6 +236,7 @@ def _build(
         tokenizer=tokenizer,
         dashboard_url=dashboard_url,
         ranks=ranks,
+        handoff=handoff,
     )
 
 
