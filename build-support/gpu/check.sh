@@ -79,8 +79,9 @@ step probe 180 $PY build-support/gpu/probe.py "$OUT/probe.json"
 if $PY -c "import pytest" 2>/dev/null; then
   step cuda_tests 90 $PY -m pytest -q -p no:cacheprovider tests/unit/types/test_batch.py -k cuda
 fi
-# a weight handoff's phases: the 358M model's publish (and its one-file baseline), reload
-step handoff 120 $PY build-support/gpu/handoff.py "$OUT" ${GPU_CHECK_SMALL:+--small}
+# a weight handoff's phases: the 358M model's publish (and its one-file baseline), reload,
+# and the in-memory handoff (cuda_ipc) next to publish + reload through one server
+step handoff 180 $PY build-support/gpu/handoff.py "$OUT" ${GPU_CHECK_SMALL:+--small}
 # the default recipe in bf16, and in fp32 (its baseline: the same seeds)
 train tiny_bf16 150 trainer.total_train_steps=$STEPS trainer.bf16=true validate.every=20
 train tiny_fp32 150 trainer.total_train_steps=$STEPS trainer.bf16=false validate.every=20

@@ -4,6 +4,7 @@ is seen by a second mapping (as the server maps it) and removed at close."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -43,7 +44,7 @@ def test_pack_then_unpack_gives_every_tensor_back_exactly() -> None:
     assert list(layout) == list(state)
     assert all(s.offset % ALIGN == 0 and s.offset >= HEADER_BYTES for s in layout.values())
     ends = sorted((s.offset, s.offset + s.nbytes) for s in layout.values())
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(ends, ends[1:]))
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(ends))
     assert nbytes >= ends[-1][1] and nbytes % ALIGN == 0
     buffer = torch.zeros(nbytes, dtype=torch.uint8)
     pack(state, buffer, layout)
@@ -68,9 +69,9 @@ def test_tensors_that_do_not_fit_are_named_before_anything_is_copied() -> None:
     buffer = torch.zeros(nbytes, dtype=torch.uint8)
     with pytest.raises(LayoutError, match="names differ"):
         pack({**state, "extra": torch.zeros(1)}, buffer, layout)
-    with pytest.raises(LayoutError, match="embed.weight"):
+    with pytest.raises(LayoutError, match=r"embed\.weight"):
         pack({**state, "embed.weight": torch.zeros(12, 6)}, buffer, layout)
-    with pytest.raises(LayoutError, match="layer.0.w"):
+    with pytest.raises(LayoutError, match=r"layer\.0\.w"):
         pack({**state, "layer.0.w": torch.zeros(6, 6)}, buffer, layout)  # float32, not bf16
     assert not buffer.any()
     with pytest.raises(LayoutError, match="cannot hold"):

@@ -80,6 +80,7 @@ def _build(
     from nexrl.runtime.task_logs import install_task_logs, route_logs
     from nexrl.trainer import TrainerGroup, TrainerSpec
     from nexrl.weights.snapshot import latest_snapshot
+    from nexrl.weights.snapshot_read import wait_for_snapshot
 
     cfg = recipe.cfg
     out = absolute_output_dir(cfg)
@@ -133,6 +134,9 @@ def _build(
         unhealthy_after=int(cfg.runtime_monitor.unhealthy_after),
         snapshot_root=snapshot_dir,
         lora_name=adapter_model_name(cfg),
+        snapshot_ready=lambda path, version: wait_for_snapshot(
+            path, version, float(inference_cfg.startup_timeout_s), root=snapshot_dir
+        ),  # a restart while the handoff's snapshot is written behind (weight.handoff)
     )
     closers.append(supervisor.close)
     # On a fresh run (no snapshot yet) a server nexrl starts comes up on the initial

@@ -18,7 +18,7 @@ the backend's reload adapter (``backends.inference.adapters``);
 ``reload_from_channel(descriptor, version, path)`` has them copy it from the
 trainer's weight channel instead (``weight.handoff`` in memory), ``path`` being
 where its snapshot is being written behind: a restart before that snapshot is
-complete waits for it (at most ``reload_timeout_s``; then the newest complete one). ``lora_name``
+complete waits for it (``snapshot_ready``; after a while, the newest complete one). ``lora_name``
 (``nexrl.inference.lora``): LoRA snapshots are loaded as that adapter on vLLM; a
 command nexrl starts then gets ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and, when
 the newest weights are an adapter, starts on its base model and loads the adapter.
@@ -80,12 +80,16 @@ class InferenceSupervisor:
         unhealthy_after: int = 3,
         snapshot_root: Path | None = None,
         lora_name: str | None = None,
+        snapshot_ready: Callable[[str, int], Any] | None = None,
     ) -> None:
         """``server_factory(model, **kwargs)`` makes the embedded server's handle
         (default: ``EmbeddedServer``, a child of this process; on Slurm the
         controller passes one that starts it in the inference job).
         ``snapshot_root``: the only place the embedded server reloads from.
-        ``lora_name``: see the module doc."""
+        ``lora_name``: see the module doc. ``snapshot_ready(path, version)``: waits for a
+        snapshot written behind (``weight.handoff`` in memory) before a restart, giving
+        ``(version, path)`` to start on (or None)."""
+        self.snapshot_ready = snapshot_ready
         self.config = config
         self.lora_name = lora_name
         self.snapshot_root = snapshot_root
@@ -273,24 +277,20 @@ class InferenceSupervisor:
         return identity
 
     def _await_snapshot(self) -> None:
-        """Before a restart: the snapshot written behind, or the newest complete one."""
-        from nexrl.weights.snapshot_read import latest_snapshot, wait_for_snapshot
-
+        """Before a restart: the snapshot written behind, or the newest complete one
+        (``snapshot_ready``, given by the controller)."""
         path, version = str(self.model_path), self.version
-        if wait_for_snapshot(path, version, self.reload_timeout_s):
-            self._written_behind = False
-            return
-        newest = latest_snapshot(self.snapshot_root) if self.snapshot_root else None
-        if newest is None:
-            raise ServiceError(f"restart: snapshot {path} (v{version}) never appeared")
-        logger.warning(
-            "inference: snapshot v%d was not written within %gs; restarting on v%d",
-            version,
-            self.reload_timeout_s,
-            newest[0],
-        )
-        self.model_path, self.version = str(newest[1]), newest[0]
+        found = self.snapshot_ready(path, version) if self.snapshot_ready else (version, path)
         self._written_behind = False
+        if found is None:
+            raise ServiceError(f"restart: snapshot {path} (v{version}) never appeared")
+        if found[0] != version:
+            logger.warning(
+                "inference: snapshot v%d was not written in time; restarting on v%d",
+                version,
+                found[0],
+            )
+        self.model_path, self.version = str(found[1]), int(found[0])
 
     def _replace(self, path: str | Path, version: int, why: str) -> None:
         logger.warning(

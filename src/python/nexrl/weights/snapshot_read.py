@@ -88,12 +88,15 @@ def latest_snapshot(root: str | Path) -> tuple[int, Path] | None:
     return snaps[-1] if snaps else None
 
 
-def wait_for_snapshot(path: str | Path, version: int, timeout_s: float) -> bool:
-    """Wait until snapshot ``path`` is complete as ``version`` (one written in the
-    background: ``nexrl.trainer.handoff``); False after ``timeout_s`` without it."""
+def wait_for_snapshot(
+    path: str | Path, version: int, timeout_s: float, root: str | Path | None = None
+) -> tuple[int, Path] | None:
+    """``(version, path)`` once snapshot ``path`` is complete as ``version`` (one written
+    in the background: ``nexrl.trainer.handoff``); after ``timeout_s`` without it, the
+    newest complete snapshot under ``root`` (None when there is none)."""
     deadline = time.monotonic() + timeout_s
     while read_version(path) != version:
         if time.monotonic() > deadline:
-            return False
+            return latest_snapshot(root) if root is not None else None
         time.sleep(0.05)
-    return True
+    return version, Path(path)
