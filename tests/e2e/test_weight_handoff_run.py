@@ -59,4 +59,4 @@ def test_a_killed_server_restarts_on_the_snapshot_written_behind(tmp_path: Path)
     assert rows[-1]["weight/handoff_memory"] == 1.0
     log = (out / "logs" / "driver.log").read_text()
     assert "restarting on v2" in log or "starting one on v" in log
-    assert latest_snapshot(out / "snapshots")[0] == STEPS
+    assert latest_snapshot(out / "snapshots") == (STEPS, out / "snapshots" / f"v{STEPS}")

@@ -6,6 +6,7 @@ refuses (NaN, stale versions, a buffer holding another version) is refused too."
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backends.inference.adapters import make_reload_adapter
+from backends.inference.adapters import EmbeddedReloadAdapter
 from backends.inference.embedded import EmbeddedServer
 from nexrl.inference import Generation, InferenceClient
 from nexrl.weights.handoff import WeightChannel
@@ -74,11 +75,11 @@ def test_channel_weights_serve_what_a_file_reload_serves(
 
     # the next version through the adapter: the id alone (the server keeps the mapping)
     channel.write(_weights(snapshots["a"]), 7)
-    with make_reload_adapter("embedded", server.base_url, timeout_s=60) as adapter:
+    adapter = EmbeddedReloadAdapter(server.base_url, timeout_s=60)
+    with adapter:
         adapter._opened.add((server.base_url, desc["id"]))  # as after a first handoff
         sent: list[dict[str, Any]] = []
-        real = adapter._client.post
-        adapter._client.post = lambda url, json: sent.append(json) or real(url, json=json)
+        adapter._client.event_hooks["request"] = [lambda req: sent.append(json.loads(req.content))]
         (outcome,) = adapter.reload_from_channel(channel.descriptor(), 7)
     assert outcome.ok and sent[0]["channel"] == {"id": desc["id"]}
     resp = _post(
@@ -124,6 +125,7 @@ def test_the_server_refuses_what_a_file_reload_would(
     desc = channel.write(weights, 4)
     resp = send({"channel": desc, "version": 5})  # the buffer holds 4
     assert resp.status_code == 409 and resp.json()["error"]["code"] == "channel_moved"
+    assert channel.buffer is not None
     write_stamp(channel.buffer, -1)  # the trainer writing it
     resp = send({"channel": {"id": desc["id"]}, "version": 4})
     assert resp.status_code == 409 and resp.json()["error"]["code"] == "channel_moved"

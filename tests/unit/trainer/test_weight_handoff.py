@@ -79,7 +79,7 @@ def test_the_buffer_waits_for_the_snapshot_and_a_failed_write_stops_the_next_pub
     with pytest.raises(TrainerError, match=r"snapshot v2.*No space left"):
         t.step(make_batch(vocab_size, seed=2, model_dir=tiny_model_dir))
     assert seen == [1, 2]  # each snapshot read its own version
-    assert latest_snapshot(tmp_path / "snaps")[0] == 1
+    assert latest_snapshot(tmp_path / "snaps") == (1, tmp_path / "snaps" / "v1")
     t.close()
 
 

@@ -99,6 +99,7 @@ def test_an_shm_channel_is_seen_by_a_second_mapping_and_removed_at_close() -> No
         assert server.stamp() == 4 and torch.equal(
             server.views["embed.weight"], state["embed.weight"]
         )
+        assert channel.buffer is not None
         write_stamp(channel.buffer, -1)
         assert read_stamp(server.buffer) == -1
         assert channel.descriptor()["id"] == desc["id"]  # allocated once

@@ -108,7 +108,8 @@ def publish_for_step(t: TrainerRank) -> tuple[str | None, dict[str, Any] | None,
         snap = publish_snapshot(t)
         return (None if snap is None else str(snap.path)), None, {}
     state = t.engine.full_state_dict()
-    error, out = "", (None, None, {})
+    error = ""
+    out: tuple[str | None, dict[str, Any] | None, dict[str, float]] = (None, None, {})
     if state is not None:
         try:
             out = _hand_over(t, state)
