@@ -86,8 +86,9 @@ fi
 # the generation engine alone: decoder slots (CUDA graphs) vs HF generate vs continuous batching
 step engine 150 $PY build-support/gpu/engine.py "$OUT" ${GPU_CHECK_SMALL:+--small} ${ENGINE_QUICK:+--quick}
 tail -9 "$OUT/logs/engine.log"
-# a weight handoff's phases: the 358M model's publish (and its one-file baseline), reload
-step handoff 120 $PY build-support/gpu/handoff.py "$OUT" ${GPU_CHECK_SMALL:+--small}
+# a weight handoff's phases: the 358M model's publish (and its one-file baseline), reload,
+# and the in-memory handoff (cuda_ipc) next to publish + reload through one server
+step handoff 180 $PY build-support/gpu/handoff.py "$OUT" ${GPU_CHECK_SMALL:+--small}
 # the default recipe in bf16, and in fp32 (its baseline: the same seeds)
 train tiny_bf16 150 trainer.total_train_steps=$STEPS trainer.bf16=true validate.every=20
 train tiny_fp32 150 trainer.total_train_steps=$STEPS trainer.bf16=false validate.every=20

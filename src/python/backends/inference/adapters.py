@@ -13,6 +13,9 @@ Engine endpoints targeted:
 
 * ``embedded`` (this repo): ``POST /update_weights_from_disk``
   ``{"model_path", "version"}``; atomic, validates the snapshot, 4xx on a bad one.
+  With ``weight.handoff`` in memory, ``POST /update_weights_from_channel``
+  ``{"channel": descriptor, "version"}`` (the descriptor in full once per replica,
+  then its id; ``GET /weight_channel`` says where the replica runs): the same rules.
 * ``sglang`` (SGLang >= 0.5; ``weight_version`` was added in the 0.4.10-0.5
   line and older servers ignore it): ``POST /update_weights_from_disk``
   ``{"model_path", "weight_version": str(version), "abort_all_requests": false}``;
@@ -52,6 +55,7 @@ from nexrl.inference.reload import (
     ReloadError,
     ReloadOutcome,
     make_reload_adapter,
+    reply_text,
 )
 from nexrl.util.adapters import is_adapter_snapshot
 
@@ -75,10 +79,48 @@ class EmbeddedReloadAdapter(ReloadAdapter):
             f"{base_url}/update_weights_from_disk",
             {"model_path": model_path, "version": version},
         )
-        served = body.get("policy_version") if isinstance(body, dict) else None
-        if served != version:
-            raise ReloadError(f"{base_url} serves version {served!r}, expected {version}", {})
-        return str(body.get("message", "ok"))
+        return _served(base_url, body, version)
+
+    def __init__(self, base_urls: str | Sequence[str], **kw: Any) -> None:
+        super().__init__(base_urls, **kw)
+        self._opened: set[tuple[str, str]] = set()  # (replica, channel id) it has mapped
+
+    def _channel_one(self, base_url: str, descriptor: dict[str, Any], version: int) -> str:
+        key = (base_url, str(descriptor["id"]))
+        brief = key in self._opened  # the id alone: the replica has the buffer mapped
+        url = f"{base_url}/update_weights_from_channel"
+        channel = {"id": descriptor["id"]} if brief else descriptor
+        resp = self._client.post(url, json={"channel": channel, "version": version})
+        if brief and resp.status_code == 409 and _code(resp) == "channel_unknown":
+            resp = self._client.post(url, json={"channel": descriptor, "version": version})
+        if resp.status_code >= 400:
+            raise ReloadError(f"{url} answered {resp.status_code}: {reply_text(resp)}", {})
+        self._opened.add(key)
+        return _served(base_url, resp.json(), version)
+
+    def channel_identity(self) -> dict[str, dict[str, Any]]:
+        """Each replica's ``GET /weight_channel`` (host, CUDA device UUID)."""
+        out = {}
+        for url in self.base_urls:
+            resp = self._client.get(f"{url}/weight_channel", timeout=10.0)
+            if resp.status_code >= 400:
+                raise ReloadError(f"{url}/weight_channel answered {resp.status_code}", {})
+            out[url] = resp.json()
+        return out
+
+
+def _served(base_url: str, body: Any, version: int) -> str:
+    served = body.get("policy_version") if isinstance(body, dict) else None
+    if served != version:
+        raise ReloadError(f"{base_url} serves version {served!r}, expected {version}", {})
+    return str(body.get("message", "ok"))
+
+
+def _code(resp: Any) -> str | None:
+    try:
+        return str(resp.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class SGLangReloadAdapter(ReloadAdapter):

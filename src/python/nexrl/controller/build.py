@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 from nexrl.controller.components import Components, write_cluster_record
 from nexrl.controller.dispatch import RolloutDispatcher
 from nexrl.controller.driver_log import DETAILS_LOGGER, log_to_file
+from nexrl.controller.handoff import start_handoff
 from nexrl.controller.rundir import RunDir
 from nexrl.controller.setup import (
     absolute_output_dir,
@@ -79,6 +80,7 @@ def _build(
     from nexrl.runtime.task_logs import install_task_logs, route_logs
     from nexrl.trainer import TrainerGroup, TrainerSpec
     from nexrl.weights.snapshot import latest_snapshot
+    from nexrl.weights.snapshot_read import wait_for_snapshot
 
     cfg = recipe.cfg
     out = absolute_output_dir(cfg)
@@ -132,6 +134,9 @@ def _build(
         unhealthy_after=int(cfg.runtime_monitor.unhealthy_after),
         snapshot_root=snapshot_dir,
         lora_name=adapter_model_name(cfg),
+        snapshot_ready=lambda path, version: wait_for_snapshot(
+            path, version, float(inference_cfg.startup_timeout_s), root=snapshot_dir
+        ),  # a restart while the handoff's snapshot is written behind (weight.handoff)
     )
     closers.append(supervisor.close)
     # On a fresh run (no snapshot yet) a server nexrl starts comes up on the initial
@@ -179,6 +184,7 @@ def _build(
         supervisor.reload(initial, 0)
         logger.info("inference: initial adapter %s loaded as %r", initial, supervisor.lora_name)
     urls = supervisor.base_urls
+    handoff = start_handoff(cfg, trainer, supervisor, info)  # weight.handoff
     write_cluster_record(run.root / "cluster.json", cluster, ranks, supervisor)
 
     pool = TrajectoryPool(pool_cfg)
@@ -234,6 +240,7 @@ def _build(
         tokenizer=tokenizer,
         dashboard_url=dashboard_url,
         ranks=ranks,
+        handoff=handoff,
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nexrl.controller.dispatch import RolloutDispatcher
+from nexrl.controller.handoff import WeightHandoff
 from nexrl.controller.rundir import RunDir
 from nexrl.controller.sync import SyncPolicy
 from nexrl.inference.supervisor import InferenceSupervisor
@@ -60,6 +61,9 @@ class Components:
     tokenizer: Any = None  # decodes the trajectories the dashboard shows
     dashboard_url: str = ""  # the run's /nexrl page ("" when the scheduler cannot serve it)
     ranks: list[dict[str, Any]] = field(default_factory=list)  # the trainer ranks' setup
+    handoff: WeightHandoff = field(
+        default_factory=lambda: WeightHandoff(False, "weight.handoff: files")
+    )  # how weights reach inference (nexrl.controller.handoff)
 
     def record_cluster(self) -> None:
         """Rewrite ``cluster.json`` (a job or worker was replaced, the server restarted);

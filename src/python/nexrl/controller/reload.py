@@ -1,10 +1,10 @@
-"""Weight sync at a step that published a snapshot: inference reloads it (how the
-modes differ: ``nexrl.controller.sync``)."""
+"""Weight sync at a step that published a snapshot: inference reloads it, or copies
+the step's weights from the trainer's channel (``weight.handoff``:
+``nexrl.controller.handoff``); how the sync modes differ: ``nexrl.controller.sync``."""
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nexrl.controller.errors import ControllerError
@@ -27,8 +27,10 @@ def sync_weights(
     watch: ClusterWatch,
     task_timeout_s: float,
 ) -> dict[str, float]:
-    """Reload inference on the snapshot the step published (its path comes with the
-    step's result: nothing is looked up on disk); the step's ``weight``/``timing`` metrics."""
+    """Inference onto the step's weights: from the trainer's channel, or the snapshot the
+    step published (its path comes with the step's result: nothing is looked up on
+    disk); the step's ``weight``/``timing`` metrics (``timing/reload``: the server's copy
+    or reload, ``weight/handoff_memory``: 1 when it came from memory)."""
     if result.snapshot_path is None or result.published_version != version:
         raise ControllerError(
             f"trainer published snapshot v{result.published_version} at step {step} "
@@ -41,10 +43,12 @@ def sync_weights(
         out["timing/drain"] = time.perf_counter() - t
     out["weight/in_flight_at_reload"] = float(parts.dispatcher.running_trajectories("train"))
     parts.pool.begin_weight_sync(version)
-    try:
-        out["timing/reload"] = parts.supervisor.reload(Path(result.snapshot_path), version)
+    try:  # in memory when the run hands over that way (weight.handoff), else the snapshot
+        seconds, memory = parts.handoff.sync(parts.supervisor, parts.trainer, result)
     except Exception as exc:
         raise ControllerError(f"inference: {exc}") from exc
+    out["timing/reload"] = seconds
+    out["weight/handoff_memory"] = 1.0 if memory else 0.0
     watch.follow_inference_restarts(parts)  # a hung server is replaced by the reload
     parts.pool.end_weight_sync(version)
     out["version/inference"] = float(version)

@@ -111,24 +111,39 @@ class ReloadAdapter(ABC):
 
     def reload(self, model_path: str, version: int) -> list[ReloadOutcome]:
         """Reload ``model_path`` as ``version`` on every replica, in parallel."""
+        return self._on_all(
+            lambda u: self._reload_one(u, model_path, version), f"reload of {model_path!r}", version
+        )
+
+    def reload_from_channel(self, descriptor: dict[str, Any], version: int) -> list[ReloadOutcome]:
+        """Copy ``version`` from the trainer's weight channel (``nexrl.weights.handoff``) on
+        every replica, in parallel; engines without an in-memory handoff raise."""
+        return self._on_all(
+            lambda u: self._channel_one(u, descriptor, version), "in-memory handoff", version
+        )
+
+    def _channel_one(self, base_url: str, descriptor: dict[str, Any], version: int) -> str:
+        """One replica's copy from the channel; this engine has none (files only)."""
+        raise ReloadError(f"the {self.backend} engine loads weights from snapshots only", {})
+
+    def _on_all(self, one: Any, what: str, version: int) -> list[ReloadOutcome]:
         with ThreadPoolExecutor(max_workers=len(self.base_urls)) as pool:
-            outcomes = list(
-                pool.map(lambda u: self._reload_timed(u, model_path, version), self.base_urls)
-            )
+            outcomes = list(pool.map(lambda u: self._timed(one, u), self.base_urls))
         failures = {o.base_url: o.detail for o in outcomes if not o.ok}
         if failures:
             raise ReloadError(
-                f"{self.backend} reload of {model_path!r} (version {version}) failed on "
+                f"{self.backend} {what} (version {version}) failed on "
                 f"{len(failures)}/{len(outcomes)} replicas: {failures}",
                 failures,
             )
         self.policy_version = version
         return outcomes
 
-    def _reload_timed(self, url: str, model_path: str, version: int) -> ReloadOutcome:
+    @staticmethod
+    def _timed(one: Any, url: str) -> ReloadOutcome:
         start = time.monotonic()
         try:
-            detail = self._reload_one(url, model_path, version)
+            detail = one(url)
             ok = True
         except (httpx.HTTPError, ReloadError) as exc:
             detail, ok = f"{type(exc).__name__}: {exc}", False

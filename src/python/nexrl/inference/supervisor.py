@@ -14,7 +14,11 @@ the driver; the rollouts' side is ``nexrl.inference.client``).
   nexrl only checks health and reloads weights.
 
 ``reload(path, version)`` loads a published snapshot on every replica through
-the backend's reload adapter (``backends.inference.adapters``). ``lora_name``
+the backend's reload adapter (``backends.inference.adapters``);
+``reload_from_channel(descriptor, version, path)`` has them copy it from the
+trainer's weight channel instead (``weight.handoff`` in memory), ``path`` being
+where its snapshot is being written behind: a restart before that snapshot is
+complete waits for it (``snapshot_ready``; after a while, the newest complete one). ``lora_name``
 (``nexrl.inference.lora``): LoRA snapshots are loaded as that adapter on vLLM; a
 command nexrl starts then gets ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` and, when
 the newest weights are an adapter, starts on its base model and loads the adapter.
@@ -76,12 +80,16 @@ class InferenceSupervisor:
         unhealthy_after: int = 3,
         snapshot_root: Path | None = None,
         lora_name: str | None = None,
+        snapshot_ready: Callable[[str, int], Any] | None = None,
     ) -> None:
         """``server_factory(model, **kwargs)`` makes the embedded server's handle
         (default: ``EmbeddedServer``, a child of this process; on Slurm the
         controller passes one that starts it in the inference job).
         ``snapshot_root``: the only place the embedded server reloads from.
-        ``lora_name``: see the module doc."""
+        ``lora_name``: see the module doc. ``snapshot_ready(path, version)``: waits for a
+        snapshot written behind (``weight.handoff`` in memory) before a restart, giving
+        ``(version, path)`` to start on (or None)."""
+        self.snapshot_ready = snapshot_ready
         self.config = config
         self.lora_name = lora_name
         self.snapshot_root = snapshot_root
@@ -99,6 +107,7 @@ class InferenceSupervisor:
         self.health_timeout_s = health_timeout_s
         self.unhealthy_after = unhealthy_after
         self._missed = 0  # consecutive /health checks without an answer
+        self._written_behind = False  # model_path: a snapshot the trainer may still be writing
 
     @property
     def owns_server(self) -> bool:
@@ -120,6 +129,8 @@ class InferenceSupervisor:
         return self.base_urls
 
     def _start_embedded(self) -> None:
+        if self._written_behind:
+            self._await_snapshot()
         factory = self.server_factory
         if factory is None:
             from nexrl.inference.reload import INFERENCE_SERVERS, LOCAL_SERVER
@@ -247,7 +258,44 @@ class InferenceSupervisor:
             self._replace(path, version, f"failed the reload ({exc})")
             return time.perf_counter() - start
         self.model_path, self.version = str(path), int(version)
+        self._written_behind = False
         return time.perf_counter() - start
+
+    def reload_from_channel(self, descriptor: dict[str, Any], version: int, path: str) -> float:
+        """Copy ``version`` from the trainer's weight channel everywhere (``path``: its
+        snapshot, being written behind); returns the seconds. A failure raises (the
+        caller falls back to files), except a server nexrl owns that does not answer
+        ``/health``: replaced by one started on ``path`` once written."""
+        start = time.perf_counter()
+        if self.owns_server and not self._answers():
+            self._written_behind = True
+            self._replace(path, version, "did not answer /health before the handoff")
+            return time.perf_counter() - start
+        self._adapter_for().reload_from_channel(descriptor, int(version))
+        self.model_path, self.version = str(path), int(version)
+        self._written_behind = True
+        return time.perf_counter() - start
+
+    def channel_identity(self) -> dict[str, dict[str, Any]]:
+        """Each replica's host and CUDA device (an embedded server's ``/weight_channel``)."""
+        identity: dict[str, dict[str, Any]] = self._adapter_for().channel_identity()
+        return identity
+
+    def _await_snapshot(self) -> None:
+        """Before a restart: the snapshot written behind, or the newest complete one
+        (``snapshot_ready``, given by the controller)."""
+        path, version = str(self.model_path), self.version
+        found = self.snapshot_ready(path, version) if self.snapshot_ready else (version, path)
+        self._written_behind = False
+        if found is None:
+            raise ServiceError(f"restart: snapshot {path} (v{version}) never appeared")
+        if found[0] != version:
+            logger.warning(
+                "inference: snapshot v%d was not written in time; restarting on v%d",
+                version,
+                found[0],
+            )
+        self.model_path, self.version = str(found[1]), int(found[0])
 
     def _replace(self, path: str | Path, version: int, why: str) -> None:
         logger.warning(

@@ -66,6 +66,7 @@ from nexrl.trainer import saving
 from nexrl.trainer.batch_io import load_batch
 from nexrl.trainer.engine import TrainingEngine, load_backend
 from nexrl.trainer.errors import TrainerError
+from nexrl.trainer.handoff import TrainerHandoff
 from nexrl.trainer.hooks import adopt_old_hook_names
 from nexrl.trainer.lora import apply_lora, lora_enabled
 from nexrl.trainer.loss import policy_gradient_loss
@@ -149,6 +150,7 @@ class SelfHostedTrainer:
         self.ref_model = self._load_reference() if self.needs_reference else None
         self.last_snapshot: PublishedSnapshot | None = None
         self.publisher: SnapshotPublisher | None = None
+        self.handoff: TrainerHandoff | None = None  # weight.handoff in memory (rank 0)
         if spec.snapshot_dir is not None and self.rank == 0:
             self.publisher = SnapshotPublisher(
                 spec.snapshot_dir,
@@ -233,7 +235,8 @@ class SelfHostedTrainer:
         """One update on the global ``batch`` (a ``Batch`` or a file from ``save_batch``).
 
         Collective: every rank calls it with the same batch. Publishes a snapshot
-        every ``sync_every`` updates and checkpoints every ``save_every`` steps
+        (or hands the weights over in memory: ``nexrl.trainer.handoff``) every
+        ``sync_every`` updates and checkpoints every ``save_every`` steps
         when configured. Returns the step's counters, what it published (the
         snapshot's path on rank 0) and its metrics (the same on every rank).
         """
@@ -274,10 +277,12 @@ class SelfHostedTrainer:
         metrics["perf/tokens"] = tokens
         metrics["perf/tokens_per_s"] = tokens / compute if compute > 0 else 0.0
         published: int | None = None
-        snapshot: PublishedSnapshot | None = None
+        snapshot_path: str | None = None
+        channel: dict[str, Any] | None = None
         if saving.snapshot_due(self, updated):
             with timed(timings, "snapshot"):
-                snapshot = self.publish_snapshot()
+                snapshot_path, channel, handoff_metrics = saving.publish_for_step(self)
+            metrics.update(handoff_metrics)
             published = self.policy_version
         if saving.checkpoint_due(self):
             with timed(timings, "checkpoint"):
@@ -288,7 +293,8 @@ class SelfHostedTrainer:
             global_step=self.global_step,
             policy_version=self.policy_version,
             published_version=published,
-            snapshot_path=str(snapshot.path) if snapshot is not None else None,
+            snapshot_path=snapshot_path,
+            handoff=channel,
             metrics=metrics,
         )
 
@@ -378,6 +384,9 @@ class SelfHostedTrainer:
 
     def close(self, destroy_process_group: bool = False) -> None:
         """Free the engine (and leave the process group when asked: actors do)."""
+        if self.handoff is not None:  # the last snapshot, written behind, lands first
+            self.handoff.close()
+            self.handoff = None
         if self.publisher is not None:
             self.publisher.wait()
         self.engine.close(destroy_process_group=destroy_process_group)

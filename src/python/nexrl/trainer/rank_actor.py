@@ -86,6 +86,8 @@ class TrainerActor:
             "resumed_from": str(t.resumed_from) if t and t.resumed_from else None,
             "schedule_note": getattr(t, "schedule_note", None) if t else None,
             "resume_note": getattr(t, "resume_note", None) if t else None,
+            # weight.handoff: auto hands over in memory only to a server on this device
+            "device_uuid": _device_uuid(t.device) if t else None,
         }
 
     def train_step(self, batch: Any) -> dict[str, float]:
@@ -104,6 +106,18 @@ class TrainerActor:
         snap = self._require().publish_snapshot()
         return str(snap.path) if snap is not None else None
 
+    def enable_weight_handoff(self) -> dict[str, Any]:
+        """Hand weights over in memory from now on (``nexrl.trainer.handoff.enable``)."""
+        from nexrl.trainer import handoff
+
+        return handoff.enable(self._require())
+
+    def disable_weight_handoff(self) -> None:
+        """Back to snapshots alone; returns once the last one is on disk."""
+        from nexrl.trainer import handoff
+
+        handoff.disable(self._require())
+
     def save_checkpoint(self, extra_state: dict[str, Any] | None = None) -> str | None:
         path = self._require().save_checkpoint(extra_state)
         return str(path) if path is not None else None
@@ -121,3 +135,9 @@ class TrainerActor:
         if self.trainer is not None:
             self.trainer.close(destroy_process_group=True)
             self.trainer = None
+
+
+def _device_uuid(device: Any) -> str | None:
+    from nexrl.weights.handoff.transport import device_uuid
+
+    return device_uuid(device)

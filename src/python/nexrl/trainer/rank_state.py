@@ -45,6 +45,7 @@ class TrainerRank(Protocol):
     extra_state: dict[str, Any]
     last_snapshot: PublishedSnapshot | None
     publisher: SnapshotPublisher | None
+    handoff: Any  # nexrl.trainer.handoff.TrainerHandoff on rank 0 while it is on, else None
     checkpoints: CheckpointManager | None
     resumed_from: Path | None
     resume_note: str | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["StepResult"]
 
@@ -16,6 +17,9 @@ class StepResult:
         published_version: the snapshot version this step published, or None.
         snapshot_path: where that snapshot was written (rank 0; None on the other
             ranks and when nothing was published): weight sync loads it from there.
+        handoff: with the weight handoff in memory on (rank 0), the channel's descriptor
+            (``nexrl.weights.handoff``): weight sync copies from it, and the snapshot
+            at ``snapshot_path`` appears once written behind.
         metrics: the step's measurements (losses, batch statistics, timings).
     """
 
@@ -23,6 +27,7 @@ class StepResult:
     policy_version: int
     published_version: int | None = None
     snapshot_path: str | None = None
+    handoff: dict[str, Any] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
 
     def row(self) -> dict[str, float]:

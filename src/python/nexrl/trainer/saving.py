@@ -2,9 +2,10 @@
 checkpoints (the whole training state), and the resume from them at start.
 
 ``SelfHostedTrainer`` calls these (its methods of the same names are the public
-face): ``resume`` when built, ``snapshot_due``/``publish_snapshot`` and
+face): ``resume`` when built, ``snapshot_due``/``publish_for_step`` and
 ``checkpoint_due``/``save_checkpoint`` after each step. All are collective; rank 0
-writes the snapshot.
+writes the snapshot. ``publish_for_step`` hands the weights over in memory when the
+handoff is on (``nexrl.trainer.handoff``), else publishes the snapshot at once.
 """
 
 from __future__ import annotations
@@ -16,14 +17,22 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nexrl.trainer import handoff
 from nexrl.trainer.errors import TrainerError
 from nexrl.trainer.lora import adapter_config, adapter_state_dict
 from nexrl.trainer.rank_state import TrainerRank
 from nexrl.weights.checkpoint import CheckpointManager
-from nexrl.weights.snapshot import PublishedSnapshot, list_snapshots, verify_snapshot
+from nexrl.weights.handoff import LayoutError, TransportError
+from nexrl.weights.snapshot import (
+    PublishedSnapshot,
+    list_snapshots,
+    prepare_state_dict,
+    verify_snapshot,
+)
 
 __all__ = [
     "checkpoint_due",
+    "publish_for_step",
     "publish_snapshot",
     "resume",
     "save_checkpoint",
@@ -74,9 +83,9 @@ def publish_snapshot(t: TrainerRank) -> PublishedSnapshot | None:
     """Publish snapshot ``v{policy_version}`` (collective; rank 0 writes)."""
     if t.spec.snapshot_dir is None:
         raise TrainerError("publish_snapshot: no snapshot_dir configured")
+    error = _wait_behind(t)  # one writer: the snapshot being written behind goes first
     state = t.engine.full_state_dict()
-    error = ""
-    if t.publisher is not None and state is not None:
+    if not error and t.publisher is not None and state is not None:
         try:
             t.last_snapshot = _publish(t, state)
         except Exception as exc:  # report on every rank, never leave others waiting
@@ -90,6 +99,58 @@ def publish_snapshot(t: TrainerRank) -> PublishedSnapshot | None:
     return t.last_snapshot if t.rank == 0 else None
 
 
+def publish_for_step(t: TrainerRank) -> tuple[str | None, dict[str, Any] | None, dict[str, float]]:
+    """The step's publish of ``v{policy_version}`` (collective): ``(snapshot path, channel
+    descriptor, metrics)`` on rank 0. With the handoff on, the weights go into the
+    channel and the snapshot is written behind (``timing/weight_handoff``: the copy);
+    else the snapshot is published now (no descriptor)."""
+    if t.handoff is None:  # (the other ranks: the same collectives as rank 0's either way)
+        snap = publish_snapshot(t)
+        return (None if snap is None else str(snap.path)), None, {}
+    state = t.engine.full_state_dict()
+    error = ""
+    out: tuple[str | None, dict[str, Any] | None, dict[str, float]] = (None, None, {})
+    if state is not None:
+        try:
+            out = _hand_over(t, state)
+        except Exception as exc:  # report on every rank, never leave others waiting
+            error = f"{type(exc).__name__}: {exc}"
+    failed = t.engine.all_reduce_sum(torch.tensor([1.0 if error else 0.0]))
+    if float(failed.sum()) > 0:
+        raise TrainerError(
+            f"handing v{t.policy_version} over failed ({error or 'on rank 0'}); "
+            "'latest' still names the previous snapshot"
+        )
+    return out
+
+
+def _hand_over(
+    t: TrainerRank, state: dict[str, Tensor]
+) -> tuple[str | None, dict[str, Any] | None, dict[str, float]]:
+    """Rank 0: ``state`` into the channel, the snapshot behind; where the channel itself
+    fails (no room for the buffer, ...), one warning and files from now on: the
+    snapshot is published now."""
+    assert t.handoff is not None and t.publisher is not None
+    config = getattr(t.engine.module, "config", t.model_config)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    tensors = prepare_state_dict(state, tie_word_embeddings=tied)
+    written_s = t.handoff.last_write_s  # the previous snapshot, written behind
+    try:
+        path, descriptor, copy_s = t.handoff.publish(t.publisher, tensors, config, t.policy_version)
+    except (TransportError, LayoutError, OSError) as exc:
+        logger.warning(
+            "weight handoff in memory failed on the trainer (%s); snapshots (files) from now on",
+            exc,
+        )
+        handoff.disable(t)
+        t.last_snapshot = _publish(t, state)
+        return str(t.last_snapshot.path), None, {}
+    metrics = {"timing/weight_handoff": copy_s}
+    if written_s is not None:
+        metrics["timing/snapshot_background"] = written_s
+    return str(path), descriptor, metrics
+
+
 def _publish(t: TrainerRank, state: dict[str, Tensor]) -> PublishedSnapshot:
     """Rank 0: the full weights, or with LoRA the adapter alone."""
     assert t.publisher is not None
@@ -100,6 +161,17 @@ def _publish(t: TrainerRank, state: dict[str, Tensor]) -> PublishedSnapshot:
         return t.publisher.publish_adapter(adapter, config, t.policy_version)
     model_config = getattr(module, "config", t.model_config)
     return t.publisher.publish(state, model_config, t.policy_version)
+
+
+def _wait_behind(t: TrainerRank) -> str:
+    """Wait for the snapshot the handoff writes behind; what went wrong ('' if nothing)."""
+    if t.handoff is None:
+        return ""
+    try:
+        t.handoff.wait()
+    except TrainerError as exc:
+        return str(exc)
+    return ""
 
 
 def snapshot_due(t: TrainerRank, updated: bool) -> bool:
@@ -121,4 +193,8 @@ def save_checkpoint(t: TrainerRank, extra_state: dict[str, Any] | None) -> Path 
         raise TrainerError("save_checkpoint: no checkpoint_dir configured")
     if extra_state is not None:
         t.extra_state = dict(extra_state)
+    # a checkpoint's version has its snapshot on disk (every rank learns if it failed)
+    error = _wait_behind(t)
+    if float(t.engine.all_reduce_sum(torch.tensor([1.0 if error else 0.0])).sum()) > 0:
+        raise TrainerError(error or "the snapshot written behind failed on rank 0")
     return t.checkpoints.save(t.engine, t.global_step, t.state_dict())

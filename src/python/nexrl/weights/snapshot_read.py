@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 from nexrl.errors import NexrlError
@@ -20,6 +21,7 @@ __all__ = [
     "list_snapshots",
     "read_version",
     "verify_snapshot",
+    "wait_for_snapshot",
 ]
 
 LATEST_NAME = "latest"
@@ -84,3 +86,17 @@ def latest_snapshot(root: str | Path) -> tuple[int, Path] | None:
             return version, target
     snaps = list_snapshots(root)
     return snaps[-1] if snaps else None
+
+
+def wait_for_snapshot(
+    path: str | Path, version: int, timeout_s: float, root: str | Path | None = None
+) -> tuple[int, Path] | None:
+    """``(version, path)`` once snapshot ``path`` is complete as ``version`` (one written
+    in the background: ``nexrl.trainer.handoff``); after ``timeout_s`` without it, the
+    newest complete snapshot under ``root`` (None when there is none)."""
+    deadline = time.monotonic() + timeout_s
+    while read_version(path) != version:
+        if time.monotonic() > deadline:
+            return latest_snapshot(root) if root is not None else None
+        time.sleep(0.05)
+    return version, Path(path)

@@ -1,7 +1,9 @@
 """FastAPI application: OpenAI routes, health, models and weight reload.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``,
-``GET /v1/models``, ``GET /health``, ``POST /update_weights_from_disk``, and an
+``GET /v1/models``, ``GET /health``, ``POST /update_weights_from_disk``,
+``POST /update_weights_from_channel`` and ``GET /weight_channel`` (the weight
+handoff in memory: ``channel.py``), and an
 extension of the embedded server (not of the vLLM stand-in: vLLM has no such
 route), ``POST /v1/chat/completions/batch``: ``{"requests": [chat request, ...]}``
 answered ``{"responses": [{"status": 200, "body": chat reply} | {"status": 4xx/5xx,
@@ -50,6 +52,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from backends.inference.embedded.channel import add_channel_routes
 from backends.inference.embedded.openai_api import chat_completion, completion
 from backends.inference.embedded.protocol import (
     POLICY_VERSION_HEADER,
@@ -253,6 +256,8 @@ def create_app(
 
     if api == "vllm":
         _vllm_routes(app, service, snapshot_root, served, max_lora_rank)
+    else:  # weight.handoff in memory (channel.py)
+        add_channel_routes(app, service)
     return app
 
 

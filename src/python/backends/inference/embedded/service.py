@@ -32,6 +32,7 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -351,6 +352,37 @@ class InferenceService:
             log.info(
                 "serving %s as policy version %d (loaded and checked in %.3f s)",
                 path,
+                version,
+                time.perf_counter() - start,
+            )
+            return version
+
+    async def reload_in_memory(
+        self, load: Callable[[Any, Any | None], Any], version: int, source: str
+    ) -> int:
+        """``reload``'s rules for weights that come from memory (``channel.py``):
+        ``load(served model, spare or None)`` runs on a thread and returns the new model
+        (or raises ``SnapshotError``: 400, the served model untouched); then the swap."""
+        async with self._reload_lock:
+            current = self._loaded
+            if version < current.version:
+                raise OpenAIError(
+                    409,
+                    f"version {version} is older than the served version {current.version}",
+                    param="version",
+                    code="stale_version",
+                )
+            start = time.perf_counter()
+            spare = self._take_spare(current)
+            try:
+                model = await asyncio.to_thread(load, current.model, spare)
+            except SnapshotError as exc:
+                raise OpenAIError(400, str(exc), param="channel", code="bad_weights") from None
+            self._spare = current if _small(current.model) else None
+            self._loaded = LoadedModel(model=model, version=version, path=source)
+            log.info(
+                "serving %s as policy version %d (copied and checked in %.3f s)",
+                source,
                 version,
                 time.perf_counter() - start,
             )
