@@ -269,7 +269,7 @@ class InferenceSupervisor:
         start = time.perf_counter()
         if self.owns_server and not self._answers():
             self._written_behind = True
-            self._replace(path, version, "did not answer /health before the handoff")
+            self._replace(path, version, "did not answer /health before the reload (in memory)")
             return time.perf_counter() - start
         self._adapter_for().reload_from_channel(descriptor, int(version))
         self.model_path, self.version = str(path), int(version)
