@@ -22,9 +22,27 @@ from backends.inference.embedded.generation import SamplingParams
 from backends.inference.embedded.slot_decode import SlotDecoder
 from bench.engine import chat_prompts, compare, ours
 
-TEXTS = [f"What is the largest digit of {a} {b} {c}?" for a, b, c in
-         [(3, 7, 5), (9, 1, 2), (4, 4, 8), (6, 0, 3), (1, 2, 7), (8, 5, 9), (2, 6, 1), (5, 3, 0),
-          (7, 7, 2), (0, 9, 4), (3, 8, 6), (1, 1, 5), (9, 2, 8), (4, 6, 6), (2, 0, 7), (8, 3, 1)]]
+TEXTS = [
+    f"What is the largest digit of {a} {b} {c}?"
+    for a, b, c in [
+        (3, 7, 5),
+        (9, 1, 2),
+        (4, 4, 8),
+        (6, 0, 3),
+        (1, 2, 7),
+        (8, 5, 9),
+        (2, 6, 1),
+        (5, 3, 0),
+        (7, 7, 2),
+        (0, 9, 4),
+        (3, 8, 6),
+        (1, 1, 5),
+        (9, 2, 8),
+        (4, 6, 6),
+        (2, 0, 7),
+        (8, 3, 1),
+    ]
+]
 
 
 def checks(model: Any, tok: Any, prompts: list[list[int]], graphs: bool) -> dict[str, Any]:

@@ -139,9 +139,7 @@ def compare(
         "hf_generate": lambda: hf_generate(model, tok, prompts, n, tokens),
         "hf_continuous": lambda: hf_continuous(model, tok, prompts, n, tokens),
         "ours_model": lambda: count(ours(model, tok, rows, None)),
-        "ours_slots": lambda: count(
-            ours(model, tok, rows, decoders.setdefault("g", slots(True)))
-        ),
+        "ours_slots": lambda: count(ours(model, tok, rows, decoders.setdefault("g", slots(True)))),
         "ours_slots_eager": lambda: count(
             ours(model, tok, rows, decoders.setdefault("e", slots(False)))
         ),

@@ -45,9 +45,9 @@ from backends.inference.embedded.generation import (
     SequenceOutput,
 )
 from backends.inference.embedded.prompt_cache import prompt_cache_for
+from backends.inference.embedded.protocol import OpenAIError
 from backends.inference.embedded.slot_batch import SlotBatch
 from backends.inference.embedded.slot_decode import SlotDecoder, unsupported
-from backends.inference.embedded.protocol import OpenAIError
 from backends.inference.embedded.weights import (
     LoadedModel,
     SnapshotError,
@@ -251,7 +251,9 @@ class InferenceService:
         room = self.batching.max_batch_size - running
         fits = getattr(batch, "fits", None)
         while self._waiting and len(self._waiting[0].rows) <= room:
-            if fits is not None and not fits([r for p in out for r in p.rows] + self._waiting[0].rows):
+            if fits is not None and not fits(
+                [r for p in out for r in p.rows] + self._waiting[0].rows
+            ):
                 break
             item = self._waiting.popleft()
             room -= len(item.rows)

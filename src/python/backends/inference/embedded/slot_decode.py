@@ -53,7 +53,10 @@ def unsupported(model: Any) -> str | None:
     if any(t != "full_attention" for t in layer_types) or getattr(cfg, "use_sliding_window", False):
         return "sliding-window attention layers"
     rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-    if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) in {"dynamic", "longrope"}:
+    if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) in {
+        "dynamic",
+        "longrope",
+    }:
         return f"rope type {rope.get('rope_type', rope.get('type'))!r} (depends on the length)"
     inner = getattr(model, "model", None)
     for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
@@ -122,6 +125,10 @@ class SlotDecoder:
         self.generation = 0  # bumped when the cache is reallocated (graphs hold its addresses)
         self._models: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
         self.slots, self.width = 0, 0
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.valid = torch.zeros(0, 0, dtype=torch.bool)
+        self.state: dict[str, torch.Tensor] = {}
         self._reserve(slots, width)
 
     # -- the cache ------------------------------------------------------------
