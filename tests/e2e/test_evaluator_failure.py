@@ -40,7 +40,9 @@ def _evaluator_of_a_missing_field(tmp_path: Path) -> str:
 
 def test_evaluator_metrics_are_in_the_metrics_rows(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    recipe = load_recipe_checked(RECIPE, overrides(out, steps=2))
+    recipe = load_recipe_checked(
+        RECIPE, overrides(out, "validate.validate_before_train=true", "validate.every=2", steps=2)
+    )
     assert Controller(recipe, progress=False).run().steps == 2
     rows = train_rows(out)
     assert len(rows) == 2
@@ -49,6 +51,16 @@ def test_evaluator_metrics_are_in_the_metrics_rows(tmp_path: Path) -> None:
         assert row["eval/evaluator_error"] == 0.0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["evaluator_errors"] == 0
+    # validation rows carry every evaluator metric too, as val/eval/<name>
+    val = [r for r in read_rows(out) if "val/reward/mean" in r]
+    assert [r["step"] for r in val] == [0, 2]
+    for row in val:
+        assert 0.0 <= row["val/eval/answered_a_digit"] <= 1.0
+        assert row["val/eval/evaluator_error"] == 0.0
+    assert summary["val_eval_last"] == {
+        "answered_a_digit": val[-1]["val/eval/answered_a_digit"],
+        "evaluator_error": 0.0,
+    }
 
 
 def test_evaluator_failing_on_every_sample_stops_after_n_steps(tmp_path: Path) -> None:
