@@ -13,7 +13,8 @@ A recipe that still uses a renamed key works, with one ``warning:`` line per
 old key naming the new one (``nexrl.config.renames``); an override that also
 moves something else (``trainer.total_train_steps`` moving the LR schedule's end)
 gets a ``warning:`` line too (``nexrl.recipe.notes``).
-Ctrl-C checkpoints and exits 130.
+Ctrl-C checkpoints and exits 130 (also through ``./pants run``: the ``./pants``
+script returns 130 when Pants was interrupted); the same command resumes.
 """
 
 from __future__ import annotations
@@ -269,6 +270,15 @@ def _interrupts_to_the_log(previous: Callable[[Any], None]) -> Callable[[Any], N
     return hook
 
 
+def resume_hint(recipe: Recipe) -> str:
+    """How to continue a stopped run: the same command (``resume.mode=auto``, the
+    default), or the override a run that does not resume by itself needs."""
+    mode = str(recipe.cfg.resume.mode)
+    if mode == "auto":
+        return "run the same command to resume"
+    return f"to resume, run the same command with resume.mode=auto (this run has resume.mode={mode})"
+
+
 def run(recipe: Recipe) -> int:
     """Train; the exit code (0 done, 1 failed, 130 interrupted)."""
     from nexrl.controller import Controller, ControllerError
@@ -305,8 +315,7 @@ def run(recipe: Recipe) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C, or one before the run's loop started
         print(
             "nexrl: stopped at once (before the first step, or a second Ctrl-C: a step in "
-            "progress is not checkpointed); continue from the newest checkpoint with: "
-            "resume.mode=auto",
+            f"progress is not checkpointed; the newest checkpoint is kept): {resume_hint(recipe)}",
             file=sys.stderr,
         )
         return 130
@@ -314,8 +323,8 @@ def run(recipe: Recipe) -> int:
         sys.unraisablehook = previous_hook
     if result.stopped_by:
         print(
-            f"nexrl: stopped by {result.stopped_by} at step {result.steps}; "
-            f"continue with: resume.mode=auto",
+            f"nexrl: stopped by {result.stopped_by} at step {result.steps} (checkpointed); "
+            f"{resume_hint(recipe)}",
             file=sys.stderr,
         )
         return 130
