@@ -183,3 +183,42 @@ def test_the_cli_prints_them_with_exit_2(
     assert main([str(recipe), "--check"]) == 2
     err = capsys.readouterr().err
     assert "train.jsonl, line 1: no 'answer' field" in err and "Traceback" not in err
+
+
+def test_a_valid_recipe_shows_what_the_example_answer_scores(
+    recipe: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A successful ``--check`` shows the example answer's score (and the evaluator's
+    metrics), so a reward that is not the one expected is seen before any run."""
+    assert main([str(recipe), "--check"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"{recipe}: recipe is valid",
+        "rollout_worker.example_answer 'b' on train.jsonl, line 1: reward 1",
+    ]
+    assert main([str(recipe), "--check", "rollout_worker.example_answer=wrong"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("line 1: reward 0")
+
+
+def test_all_rows_reads_every_row(
+    recipe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad row past the first 5: ``--check`` does not read it, ``--check --all-rows``
+    names it (file and line); the rows missing a field are one line per file."""
+    good = {"prompt": "a", "answer": "b"}
+    rows(tmp_path / "train.jsonl", [good] * 6 + [{"prompt": "a"}] * 12 + [good] * 2)
+    assert main([str(recipe), "--check"]) == 0
+    capsys.readouterr()
+    try:
+        assert main([str(recipe), "--check", "--all-rows"]) == 2
+    finally:
+        from nexrl.rollout_worker.dry_run import check_all_rows
+
+        check_all_rows(False)
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "no 'answer'" in x]
+    assert line.endswith(
+        "data.data_files: train.jsonl: 12 rows (line 7, line 8, line 9, line 10, line 11, "
+        "line 12, line 13, line 14, line 15, line 16, ... and 2 more): no 'answer' field, "
+        "which rollout_worker.evaluator reads (its required_fields); fields: ['prompt'] "
+        "(in line 7)"
+    ), line

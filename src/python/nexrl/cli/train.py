@@ -1,6 +1,6 @@
 """``nexrl train``: the training entry point (``./pants run src/python/nexrl:train``).
 
-    train RECIPE.yaml [key=value ...] [--print-config] [--check]
+    train RECIPE.yaml [key=value ...] [--print-config] [--check [--all-rows]]
     train --new-task recipes/NAME      # scaffold a task (nexrl.cli.new_task)
 
 The recipe is composed with the overrides and validated against the typed
@@ -47,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
     p.add_argument("--check", action="store_true", help="validate the recipe and exit")
     p.add_argument(
+        "--all-rows",
+        action="store_true",
+        help="with --check: check every row of every data file (by default the first "
+        "5 of each), naming each bad row's file and line",
+    )
+    p.add_argument(
         "--sbatch",
         action="store_true",
         help="submit this run's driver as a Slurm batch job (cluster.slurm settings) and exit",
@@ -88,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         warm_parent_for(args.recipe, args.overrides)
     from nexrl.recipe import load_recipe_checked
 
+    if args.all_rows:
+        if not args.check:
+            parser.error("--all-rows goes with --check")
+        from nexrl.rollout_worker.dry_run import check_all_rows
+
+        check_all_rows()
     try:
         recipe = load_recipe_checked(args.recipe, args.overrides)
     except RecipeError as exc:
@@ -111,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         print(OmegaConf.to_yaml(recipe.cfg, resolve=True), end="")
     if args.check:
         print(f"{args.recipe}: recipe is valid")
+        from nexrl.rollout_worker.dry_run import example_score
+
+        score = example_score(recipe.cfg, list(recipe.roots))
+        if score:
+            print(score)
     if args.print_config or args.check:
         return 0
     if args.dry_run and not args.sbatch and str(recipe.cfg.cluster.type) == "kubernetes":

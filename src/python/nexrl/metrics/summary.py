@@ -48,6 +48,11 @@ def _wall_time(rows: list[dict[str, Any]], times: list[float]) -> float | None:
     return max(times) - min(times) if times else None
 
 
+def _last_int(rows: list[dict[str, Any]], key: str) -> int | None:
+    points = _by_step(rows, key)
+    return int(points[-1][1]) if points else None
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -67,6 +72,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     * ``evaluator_errors``: samples whose evaluator raised (the last
       ``rollout/evaluator_errors``), ``evaluator_error_share``: their share of the
       trained samples (mean ``eval/evaluator_error`` over the steps);
+    * ``bad_rows_skipped``: data rows the loader skipped (``data.bad_rows=skip``; the
+      last ``data/bad_rows_skipped``), ``rows_not_evaluated``: data rows whose every
+      sample had an evaluator error (the last ``rollout/rows_not_evaluated``);
     * ``wall_time_s``: the time the run spent running: the last
       ``time/running_s`` (the jsonl sink counts it, without the gap between a
       stopped run and its resume); for rows without it, last minus first ``time``.
@@ -102,6 +110,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "val_eval_last": val_eval_last,
         "evaluator_errors": int(max(errors)) if errors else None,
         "evaluator_error_share": _mean(error_share),
+        "bad_rows_skipped": _last_int(rows, "data/bad_rows_skipped"),
+        "rows_not_evaluated": _last_int(rows, "rollout/rows_not_evaluated"),
         "wall_time_s": _wall_time(rows, times),
     }
 
@@ -154,6 +164,16 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"evaluator errors: {s['evaluator_errors']}"
             + (f" ({share:.1%} of trained samples)" if share is not None else "")
             + "; each one is in logs/dask-worker-*.log"
+        )
+    if s.get("rows_not_evaluated"):
+        lines.append(
+            f"data rows that could not be evaluated (every sample an evaluator error): "
+            f"{s['rows_not_evaluated']}; each is named (file, line) in logs/driver.log"
+        )
+    if s.get("bad_rows_skipped"):
+        lines.append(
+            f"bad data rows skipped (data.bad_rows=skip): {s['bad_rows_skipped']}; each is "
+            "named (file, line) in logs/driver.log"
         )
     return "\n".join(lines)
 
