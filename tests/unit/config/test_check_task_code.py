@@ -222,3 +222,23 @@ def test_all_rows_reads_every_row(
         "which rollout_worker.evaluator reads (its required_fields); fields: ['prompt'] "
         "(in line 7)"
     ), line
+
+
+def test_a_misspelt_file_path_gets_a_did_you_mean(recipe: Path, tmp_path: Path) -> None:
+    """A data file or an evaluator file whose name (or folder) is misspelt: the problem
+    line names the existing path it probably means, written as the recipe wrote it."""
+    (tmp_path / "data").mkdir()
+    rows(tmp_path / "data" / "train.jsonl", [{"prompt": "a", "answer": "b"}] * 3)
+    problems = problems_of(
+        recipe,
+        "data.data_files=[dta/trian.jsonl]",
+        f"validate.data_files=[{tmp_path}/tset.jsonl]",
+        "rollout_worker.evaluator=tsak.py:Scored",
+    )
+    assert problems[0].startswith("data.data_files: 'dta/trian.jsonl' does not exist")
+    assert problems[0].endswith("; did you mean 'data/train.jsonl'?")
+    assert problems[1].endswith(f"; did you mean '{tmp_path}/test.jsonl'?")
+    (evaluator,) = [p for p in problems if p.startswith("rollout_worker.evaluator")]
+    assert evaluator.endswith("; did you mean 'task.py'?")
+    far = problems_of(recipe, "data.data_files=[nothing_like_it.jsonl]")
+    assert far[0].endswith("; fix the path or create the file")
