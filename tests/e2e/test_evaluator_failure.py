@@ -117,6 +117,19 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
         proc.stderr[-3000:]
     )
     assert "Traceback" not in proc.stderr
+    # every data row could not be evaluated: the first 3 named on the terminal, then one
+    # line for the rest, each of which is named in logs/driver.log
+    rows_lines = [
+        x for x in proc.stderr.splitlines() if " ERROR " in x and "could not be evaluated" in x
+    ]
+    assert len(rows_lines) == 4, proc.stderr[-3000:]
+    assert "recipes/max_digit/data/train.jsonl, line " in rows_lines[0]
+    assert "more data rows could not be evaluated" in rows_lines[3]
+    assert "data rows that could not be evaluated (every sample an evaluator error): " in (
+        proc.stderr
+    )
+    named = (out / "logs" / "driver.log").read_text().count("could not be evaluated: the")
+    assert named == json.loads((out / "summary.json").read_text())["rows_not_evaluated"] >= 8
     logged = "".join(per_worker)
     val = [r for r in read_rows(out) if "val/evaluator_errors" in r]
     assert val and val[0]["step"] == 0 and val[0]["val/evaluator_errors"] == 49  # every prompt

@@ -290,8 +290,11 @@ def _summary(trajectories: list[Trajectory], committed: bool) -> GroupSummary:
         evaluator_errors=int(sum(t.metrics.get("evaluator_error", 0.0) for t in trajectories)),
         committed=committed,
         first_error=next(
-            (str(t.extra_info["evaluator_error"]) for t in trajectories
-             if t.extra_info.get("evaluator_error")),
+            (
+                str(t.extra_info["evaluator_error"])
+                for t in trajectories
+                if t.extra_info.get("evaluator_error")
+            ),
             "",
         ),
     )
