@@ -97,9 +97,10 @@ def test_bad_rows_are_named_and_counted_and_an_unevaluable_row_is_an_error_line(
         f"data row {data}, line 6"
     ], [r.getMessage() for r in errors]
     assert "KeyError: 'answer'" in errors[0].getMessage()
-    assert f"data row {data}, line 6 could not be evaluated" in (
-        out / "logs" / "driver.log"
-    ).read_text()
+    assert (
+        f"data row {data}, line 6 could not be evaluated"
+        in (out / "logs" / "driver.log").read_text()
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["bad_rows_skipped"] == 1 and summary["rows_not_evaluated"] == 1
     assert train_rows(out)[-1]["data/bad_rows_skipped"] == 1

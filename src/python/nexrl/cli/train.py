@@ -293,7 +293,9 @@ def resume_hint(recipe: Recipe) -> str:
     mode = str(recipe.cfg.resume.mode)
     if mode == "auto":
         return "run the same command to resume"
-    return f"to resume, run the same command with resume.mode=auto (this run has resume.mode={mode})"
+    return (
+        f"to resume, run the same command with resume.mode=auto (this run has resume.mode={mode})"
+    )
 
 
 def run(recipe: Recipe) -> int:

@@ -29,7 +29,8 @@ def close_path(value: str, roots: Sequence[Path]) -> str | None:
     bases = [Path(p.parts[0])] if p.is_absolute() else list(roots)
     parts = p.parts[1:] if p.is_absolute() else p.parts
     for base in bases:
-        here, fixed, changed = base, [], False
+        here, changed = base, False
+        fixed: list[str] = []
         for part in parts:
             if (here / part).exists():
                 here, fixed = here / part, [*fixed, part]

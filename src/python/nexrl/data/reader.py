@@ -67,9 +67,7 @@ def fold_positions(bad: list[tuple[str, str, str]]) -> list[str]:
     return out
 
 
-def missing_fields_problem(
-    row: dict[str, Any], required: Sequence[tuple[str, str]]
-) -> str | None:
+def missing_fields_problem(row: dict[str, Any], required: Sequence[tuple[str, str]]) -> str | None:
     """The first field of ``required`` (``(field, who reads it)``) that ``row`` lacks."""
     for name, who in required:
         if name not in row:
@@ -113,24 +111,28 @@ def read_rows(
                 result.skipped.append(f"{file}, {position}: {problem}")
     result.folded = fold_positions(bad)
     if bad and bad_rows != "skip":
-        rows = "" if len(bad) == 1 else f"{len(bad)} bad rows: "
-        raise DataError(f"{rows}{'; '.join(result.folded)}; {_SKIP_HINT}")
+        count = "" if len(bad) == 1 else f"{len(bad)} bad rows: "
+        raise DataError(f"{count}{'; '.join(result.folded)}; {_SKIP_HINT}")
     return result
 
 
 def head_rows(
-    file: str, n: int, path: Path | None = None, field: str = "data.data_files"
+    file: str, n: int | None, path: Path | None = None, field: str = "data.data_files"
 ) -> list[tuple[str, dict[str, Any] | str]]:
-    """The first ``n`` rows of one data file as ``(position, row)``, ``row`` a problem
-    string for a line that is not a JSON object (``--check`` reads these); ``path`` is
-    where the file is, when ``file`` is relative to another folder."""
+    """The first ``n`` rows (every row: ``n=None``) of one data file as ``(position,
+    row)``, ``row`` a problem string for a line that is not a JSON object (``--check``
+    reads these); ``path`` is where the file is, when ``file`` is relative to another
+    folder."""
     path = _check_file(str(path or file), field)
     if path.suffix in PARQUET_SUFFIXES:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
-            table = pq.ParquetFile(path).read_row_group(0) if n else None
+            if n is None:
+                table = pq.read_table(path)
+            else:
+                table = pq.ParquetFile(path).read_row_group(0) if n else None
         except (pa.ArrowException, OSError, IndexError) as exc:
             raise DataError(f"{file}: cannot read as parquet ({exc})") from None
         rows = [] if table is None else table.slice(0, n).to_pylist()

@@ -88,7 +88,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     val = _by_step(rows, VAL_KEY)
     best = max(val, key=lambda p: p[1]) if val else None
     val_eval = sorted({k for r in rows for k in r if k.startswith(VAL_EVAL_PREFIX)})
-    val_eval_last = {}
+    val_eval_last: dict[str, float] = {}
     for key in val_eval:
         points = _by_step(rows, key)
         if points and val and points[-1][0] == val[-1][0]:

@@ -48,6 +48,7 @@ def check_all_rows(on: bool = True) -> None:
     row anywhere is named with its file and line), not only the first ``HEAD_ROWS``."""
     _rows_to_check[0] = None if on else HEAD_ROWS
 
+
 EVALUATOR = "rollout_worker.evaluator"
 WORKER = "rollout_worker.custom_worker"
 
@@ -171,13 +172,16 @@ def example_score(cfg: DictConfig, roots: list[Path]) -> str | None:
     if evaluator is None or path is None:
         return None
     try:
-        for position, row in head_rows(str(files[0]), HEAD_ROWS, path):
-            if isinstance(row, dict) and prompt_problem(row, str(cfg.data.prompt_key)) is None:
-                result = evaluator.evaluate(row, BaseEvaluationTarget(final_answer=str(answer)))
-                break
-        else:
+        usable = [
+            (position, row)
+            for position, row in head_rows(str(files[0]), HEAD_ROWS, path)
+            if isinstance(row, dict) and prompt_problem(row, str(cfg.data.prompt_key)) is None
+        ]
+        if not usable:
             return None
-    except Exception:
+        position, row = usable[0]
+        result = evaluator.evaluate(row, BaseEvaluationTarget(final_answer=str(answer)))
+    except Exception:  # the check reports it
         return None
     metrics = {k: v for k, v in result.metrics.items() if k != "evaluator_error"}
     shown = ", ".join(f"{k} {v:g}" for k, v in sorted(metrics.items()))
@@ -249,7 +253,8 @@ def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -
                     first = (str(file), position, row)
     for (f, who), places in missing_at.items():  # one line per field and file
         for (field, file), positions in places.items():
-            where, fields = f"{field}: {file}, {positions[0]}", fields_seen[(f, who, file)]
+            where = f"{field}: {file}, {positions[0]}"
+            fields = str(fields_seen[(f, who, file)])
             if len(positions) > 1:
                 shown = ", ".join(positions[:SHOWN_ROWS])
                 more = len(positions) - SHOWN_ROWS

@@ -122,9 +122,7 @@ class OneLinePerFailure(logging.StreamHandler[TextIO]):
             return
         line = f"{record.name} - {record.levelname} - {what}" + (f": {failure}" if failure else "")
         try:
-            self.stream.write(
-                f"{line} (shown once per kind; details and repeats: {self.where})\n"
-            )
+            self.stream.write(f"{line} (shown once per kind; details and repeats: {self.where})\n")
             self.flush()
         except Exception:
             self.handleError(record)
