@@ -40,7 +40,9 @@ def _evaluator_of_a_missing_field(tmp_path: Path) -> str:
 
 def test_evaluator_metrics_are_in_the_metrics_rows(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    recipe = load_recipe_checked(RECIPE, overrides(out, steps=2))
+    recipe = load_recipe_checked(
+        RECIPE, overrides(out, "validate.validate_before_train=true", "validate.every=2", steps=2)
+    )
     assert Controller(recipe, progress=False).run().steps == 2
     rows = train_rows(out)
     assert len(rows) == 2
@@ -49,6 +51,16 @@ def test_evaluator_metrics_are_in_the_metrics_rows(tmp_path: Path) -> None:
         assert row["eval/evaluator_error"] == 0.0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["evaluator_errors"] == 0
+    # validation rows carry every evaluator metric too, as val/eval/<name>
+    val = [r for r in read_rows(out) if "val/reward/mean" in r]
+    assert [r["step"] for r in val] == [0, 2]
+    for row in val:
+        assert 0.0 <= row["val/eval/answered_a_digit"] <= 1.0
+        assert row["val/eval/evaluator_error"] == 0.0
+    assert summary["val_eval_last"] == {
+        "answered_a_digit": val[-1]["val/eval/answered_a_digit"],
+        "evaluator_error": 0.0,
+    }
 
 
 def test_evaluator_failing_on_every_sample_stops_after_n_steps(tmp_path: Path) -> None:
@@ -105,6 +117,19 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
         proc.stderr[-3000:]
     )
     assert "Traceback" not in proc.stderr
+    # every data row could not be evaluated: the first 3 named on the terminal, then one
+    # line for the rest, each of which is named in logs/driver.log
+    rows_lines = [
+        x for x in proc.stderr.splitlines() if " ERROR " in x and "could not be evaluated" in x
+    ]
+    assert len(rows_lines) == 4, proc.stderr[-3000:]
+    assert "recipes/max_digit/data/train.jsonl, line " in rows_lines[0]
+    assert "more data rows could not be evaluated" in rows_lines[3]
+    assert "data rows that could not be evaluated (every sample an evaluator error): " in (
+        proc.stderr
+    )
+    named = (out / "logs" / "driver.log").read_text().count("could not be evaluated: the")
+    assert named == json.loads((out / "summary.json").read_text())["rows_not_evaluated"] >= 8
     logged = "".join(per_worker)
     val = [r for r in read_rows(out) if "val/evaluator_errors" in r]
     assert val and val[0]["step"] == 0 and val[0]["val/evaluator_errors"] == 49  # every prompt

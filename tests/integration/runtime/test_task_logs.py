@@ -93,7 +93,7 @@ def test_a_failing_task_is_one_line_per_failure_on_the_terminal(tmp_path: Path) 
     assert warned[0].startswith("nexrl.rollout_worker.base - WARNING - evaluator NoAnswer")
     for line in failures:
         assert line.startswith("distributed.worker - ERROR - Compute Failed evaluate-g")
-        assert "(details and repeats: logs/dask-worker-" in line
+        assert "details and repeats: logs/dask-worker-" in line
     # every failure, traceback included, is in the workers' log files
     text = "".join(per_worker)
     assert text.count("Compute Failed") == 12
@@ -149,3 +149,56 @@ def test_a_task_that_logs_while_its_worker_closes_stays_off_the_terminal(
     (log,) = logs.glob("dask-worker-*.log")
     text = log.read_text()
     assert text.count("rollout of group") == 2 and "ConnectionError" in text
+
+
+PER_OUTPUT = textwrap.dedent(
+    """
+    import sys
+    from distributed import Client, LocalCluster
+
+    from nexrl.runtime.task_logs import install_task_logs
+
+    logs = sys.argv[1]
+
+    def scored(i):  # as BaseRolloutWorker.evaluate logs an evaluator that raised
+        import logging
+
+        log = logging.getLogger("nexrl.rollout_worker.base")
+        row = '{"prompt": "max of %d %d %d", "answer": "%d"}' % (i, i + 1, i + 2, i + 2)
+        try:  # each sample a different model output, so each message differs
+            int(f"answer {i}")
+        except ValueError as exc:
+            log.warning("evaluator %s failed on data row %s", "Digits", row, exc_info=exc)
+        try:
+            {}[f"field{i % 2}"]
+        except KeyError as exc:
+            log.warning("evaluator %s failed on data row %s", "Digits", row, exc_info=exc)
+        return 0.0
+
+    if __name__ == "__main__":
+        with LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster, Client(cluster) as client:
+            install_task_logs(client, logs)
+            assert client.gather([client.submit(scored, i) for i in range(30)]) == [0.0] * 30
+        print("done", file=sys.stderr)
+    """
+)
+
+
+def test_one_line_per_failure_kind_not_per_distinct_message(tmp_path: Path) -> None:
+    """An evaluator that raises on every sample, each time with a different message (the
+    model's output in it, another data row): one terminal line per kind of failure (the
+    message's template and the exception's type) per worker, not one per sample."""
+    logs = tmp_path / "logs"
+    proc = run_script(tmp_path / "per_output.py", PER_OUTPUT, logs)
+    assert proc.returncode == 0, proc.stderr
+    per_worker = [p.read_text() for p in sorted(logs.glob("dask-worker-*.log"))]
+    warned = [line for line in proc.stderr.splitlines() if "evaluator Digits failed" in line]
+    for kind in ("ValueError", "KeyError"):
+        lines = [line for line in warned if f": {kind}:" in line]
+        assert len(lines) == sum(f"{kind}:" in t for t in per_worker) >= 1, proc.stderr
+        assert all("(shown once per kind; details and repeats: logs/" in x for x in lines)
+    assert len(warned) <= 4, proc.stderr  # 2 kinds x 2 workers, of 60 warnings
+    text = "".join(per_worker)
+    assert text.count("evaluator Digits failed") == 60  # every one in the log files

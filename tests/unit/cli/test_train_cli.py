@@ -151,3 +151,15 @@ def test_the_entry_module_imports_nothing_heavy() -> None:
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_scaffolds_recipe_says_its_comment_describes_the_example_task(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The scaffold's recipe describes the example task it wrote, and says to describe
+    one's own task there: after make_data.py and evaluator.py change, a comment naming
+    the next-digit task as the recipe's task would describe another task."""
+    assert main(["--new-task", str(tmp_path / "arith")]) == 0
+    header = (tmp_path / "arith" / "arith.yaml").read_text().split("defaults:")[0]
+    assert header.startswith("# arith: as scaffolded, the example task of make_data.py and ")
+    assert "say what your task is here" in header

@@ -63,12 +63,14 @@ def test_a_misspelt_name_lists_the_named_evaluators(recipe: Path) -> None:
 
 
 def test_rows_without_the_reference_field_the_options_name(recipe: Path) -> None:
-    (p, *_) = problems_of(recipe, "+rollout_worker.evaluator_options={reference_key: label}")
-    assert p == (
-        "data.data_files: train.jsonl, line 1: no 'label' field, which "
-        "rollout_worker.evaluator reads (its required_fields); fields: ['answer', 'gold', "
-        "'prompt']"
-    )
+    """Every row checked lacks the field (a renamed one): one line per file, its rows
+    listed, not one line per row."""
+    problems = problems_of(recipe, "+rollout_worker.evaluator_options={reference_key: label}")
+    assert [p for p in problems if "no 'label' field" in p] == [
+        "data.data_files: train.jsonl: 3 rows (line 1, line 2, line 3): no 'label' field, "
+        "which rollout_worker.evaluator reads (its required_fields); fields: ['answer', "
+        "'gold', 'prompt'] (in line 1)"
+    ]
 
 
 def test_options_with_an_evaluator_class_are_a_mistake(recipe: Path, tmp_path: Path) -> None:

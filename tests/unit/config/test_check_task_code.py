@@ -183,3 +183,62 @@ def test_the_cli_prints_them_with_exit_2(
     assert main([str(recipe), "--check"]) == 2
     err = capsys.readouterr().err
     assert "train.jsonl, line 1: no 'answer' field" in err and "Traceback" not in err
+
+
+def test_a_valid_recipe_shows_what_the_example_answer_scores(
+    recipe: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A successful ``--check`` shows the example answer's score (and the evaluator's
+    metrics), so a reward that is not the one expected is seen before any run."""
+    assert main([str(recipe), "--check"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        f"{recipe}: recipe is valid",
+        "rollout_worker.example_answer 'b' on train.jsonl, line 1: reward 1",
+    ]
+    assert main([str(recipe), "--check", "rollout_worker.example_answer=wrong"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("line 1: reward 0")
+
+
+def test_all_rows_reads_every_row(
+    recipe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad row past the first 5: ``--check`` does not read it, ``--check --all-rows``
+    names it (file and line); the rows missing a field are one line per file."""
+    good = {"prompt": "a", "answer": "b"}
+    rows(tmp_path / "train.jsonl", [good] * 6 + [{"prompt": "a"}] * 12 + [good] * 2)
+    assert main([str(recipe), "--check"]) == 0
+    capsys.readouterr()
+    try:
+        assert main([str(recipe), "--check", "--all-rows"]) == 2
+    finally:
+        from nexrl.rollout_worker.dry_run import check_all_rows
+
+        check_all_rows(False)
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "no 'answer'" in x]
+    assert line.endswith(
+        "data.data_files: train.jsonl: 12 rows (line 7, line 8, line 9, line 10, line 11, "
+        "line 12, line 13, line 14, line 15, line 16, ... and 2 more): no 'answer' field, "
+        "which rollout_worker.evaluator reads (its required_fields); fields: ['prompt'] "
+        "(in line 7)"
+    ), line
+
+
+def test_a_misspelt_file_path_gets_a_did_you_mean(recipe: Path, tmp_path: Path) -> None:
+    """A data file or an evaluator file whose name (or folder) is misspelt: the problem
+    line names the existing path it probably means, written as the recipe wrote it."""
+    (tmp_path / "data").mkdir()
+    rows(tmp_path / "data" / "train.jsonl", [{"prompt": "a", "answer": "b"}] * 3)
+    problems = problems_of(
+        recipe,
+        "data.data_files=[dta/trian.jsonl]",
+        f"validate.data_files=[{tmp_path}/tset.jsonl]",
+        "rollout_worker.evaluator=tsak.py:Scored",
+    )
+    assert problems[0].startswith("data.data_files: 'dta/trian.jsonl' does not exist")
+    assert problems[0].endswith("; did you mean 'data/train.jsonl'?")
+    assert problems[1].endswith(f"; did you mean '{tmp_path}/test.jsonl'?")
+    (evaluator,) = [p for p in problems if p.startswith("rollout_worker.evaluator")]
+    assert evaluator.endswith("; did you mean 'task.py'?")
+    far = problems_of(recipe, "data.data_files=[nothing_like_it.jsonl]")
+    assert far[0].endswith("; fix the path or create the file")

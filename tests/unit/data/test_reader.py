@@ -130,3 +130,20 @@ def test_invalid_utf8_line_is_a_bad_row(tmp_path: Path) -> None:
     result = read_rows([str(path)], bad_rows="skip")
     assert len(result.rows) == 1
     assert result.skipped == [f"{path}, line 2: not valid UTF-8 text"]
+
+
+def test_head_rows_reads_every_row_with_n_none(tmp_path: Path) -> None:
+    """``--check --all-rows`` reads every row of a parquet file (several row groups) and of
+    a JSON-lines file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from nexrl.data.reader import head_rows
+
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.Table.from_pylist(numbered_prompts(0, 7)), path, row_group_size=3)
+    assert len(head_rows(str(path), 2)) == 2
+    every = head_rows(str(path), None)
+    assert [p for p, _ in every] == [f"row {i}" for i in range(1, 8)]
+    jsonl = write_jsonl(tmp_path / "j.jsonl", numbered_prompts(0, 7))
+    assert len(head_rows(jsonl, None)) == 7

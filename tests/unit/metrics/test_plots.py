@@ -76,3 +76,23 @@ def test_without_evaluator_metrics_there_is_one_panel() -> None:
 
     fig = reward_figure([{"step": 1, "reward/mean": 0.5}])
     assert len(fig.axes) == 1
+
+
+def test_validation_evaluator_metrics_are_markers_in_the_metrics_panel() -> None:
+    """val/eval/<name> (the evaluator's metrics at each validation): markers of the
+    metric's colour beside its per-step line; a metric seen only in validation too."""
+    from nexrl.metrics.plots import reward_figure
+
+    rows = [
+        {"step": 0, "val/reward/mean": 0.1, "val/eval/exact": 0.0, "val/eval/form": 0.2},
+        *({"step": s, "reward/mean": s / 10, "eval/exact": s / 5} for s in (1, 2, 3, 4)),
+        {"step": 4, "val/reward/mean": 0.5, "val/eval/exact": 0.75, "val/eval/form": 1.0},
+    ]
+    _, eval_ax = reward_figure(rows).axes
+    lines = {line.get_label(): line for line in eval_ax.get_lines()}
+    assert sorted(lines) == ["exact", "val exact", "val form"]
+    assert list(lines["val exact"].get_xdata()) == [0, 4]
+    assert list(lines["val exact"].get_ydata()) == [0.0, 0.75]
+    assert lines["val exact"].get_marker() == "o" and lines["val exact"].get_linestyle() == "None"
+    assert lines["val exact"].get_color() == lines["exact"].get_color()
+    assert list(lines["val form"].get_ydata()) == [0.2, 1.0]

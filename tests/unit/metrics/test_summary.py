@@ -60,3 +60,17 @@ def test_write_summary(tmp_path: Path) -> None:
     assert "0.300 at the start -> 0.600 at the end" in lines[1]
     assert lines[2] == "validation reward: 0.150 first -> 0.450 last, best 0.550 at step 4"
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_validation_evaluator_metrics_are_in_the_summary(tmp_path: Path) -> None:
+    """val/eval/<name> of the last validation: in summary.json and one line of text."""
+    rows = [
+        *ROWS,
+        {"step": 4, "val/eval/exact_match": 0.25, "val/eval/right_form": 0.5},
+        {"step": 8, "val/eval/exact_match": 0.375, "val/eval/right_form": 1.0},
+    ]
+    s = summarize(rows)
+    assert s["val_eval_last"] == {"exact_match": 0.375, "right_form": 1.0}
+    lines = write_summary(tmp_path, rows).splitlines()
+    assert lines[3] == "validation evaluator metrics (last): exact_match 0.375, right_form 1.000"
+    assert summarize(ROWS)["val_eval_last"] == {}

@@ -1,6 +1,6 @@
 """``nexrl train``: the training entry point (``./pants run src/python/nexrl:train``).
 
-    train RECIPE.yaml [key=value ...] [--print-config] [--check]
+    train RECIPE.yaml [key=value ...] [--print-config] [--check [--all-rows]]
     train --new-task recipes/NAME      # scaffold a task (nexrl.cli.new_task)
 
 The recipe is composed with the overrides and validated against the typed
@@ -13,7 +13,8 @@ A recipe that still uses a renamed key works, with one ``warning:`` line per
 old key naming the new one (``nexrl.config.renames``); an override that also
 moves something else (``trainer.total_train_steps`` moving the LR schedule's end)
 gets a ``warning:`` line too (``nexrl.recipe.notes``).
-Ctrl-C checkpoints and exits 130.
+Ctrl-C checkpoints and exits 130 (also through ``./pants run``: the ``./pants``
+script returns 130 when Pants was interrupted); the same command resumes.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.lr=1e-5")
     p.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
     p.add_argument("--check", action="store_true", help="validate the recipe and exit")
+    p.add_argument(
+        "--all-rows",
+        action="store_true",
+        help="with --check: check every row of every data file (by default the first "
+        "5 of each), naming each bad row's file and line",
+    )
     p.add_argument(
         "--sbatch",
         action="store_true",
@@ -87,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         warm_parent_for(args.recipe, args.overrides)
     from nexrl.recipe import load_recipe_checked
 
+    if args.all_rows:
+        if not args.check:
+            parser.error("--all-rows goes with --check")
+        from nexrl.rollout_worker.dry_run import check_all_rows
+
+        check_all_rows()
     try:
         recipe = load_recipe_checked(args.recipe, args.overrides)
     except RecipeError as exc:
@@ -110,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         print(OmegaConf.to_yaml(recipe.cfg, resolve=True), end="")
     if args.check:
         print(f"{args.recipe}: recipe is valid")
+        from nexrl.rollout_worker.dry_run import example_score
+
+        score = example_score(recipe.cfg, list(recipe.roots))
+        if score:
+            print(score)
     if args.print_config or args.check:
         return 0
     if args.dry_run and not args.sbatch and str(recipe.cfg.cluster.type) == "kubernetes":
@@ -269,6 +287,17 @@ def _interrupts_to_the_log(previous: Callable[[Any], None]) -> Callable[[Any], N
     return hook
 
 
+def resume_hint(recipe: Recipe) -> str:
+    """How to continue a stopped run: the same command (``resume.mode=auto``, the
+    default), or the override a run that does not resume by itself needs."""
+    mode = str(recipe.cfg.resume.mode)
+    if mode == "auto":
+        return "run the same command to resume"
+    return (
+        f"to resume, run the same command with resume.mode=auto (this run has resume.mode={mode})"
+    )
+
+
 def run(recipe: Recipe) -> int:
     """Train; the exit code (0 done, 1 failed, 130 interrupted)."""
     from nexrl.controller import Controller, ControllerError
@@ -305,8 +334,7 @@ def run(recipe: Recipe) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C, or one before the run's loop started
         print(
             "nexrl: stopped at once (before the first step, or a second Ctrl-C: a step in "
-            "progress is not checkpointed); continue from the newest checkpoint with: "
-            "resume.mode=auto",
+            f"progress is not checkpointed; the newest checkpoint is kept): {resume_hint(recipe)}",
             file=sys.stderr,
         )
         return 130
@@ -314,8 +342,8 @@ def run(recipe: Recipe) -> int:
         sys.unraisablehook = previous_hook
     if result.stopped_by:
         print(
-            f"nexrl: stopped by {result.stopped_by} at step {result.steps}; "
-            f"continue with: resume.mode=auto",
+            f"nexrl: stopped by {result.stopped_by} at step {result.steps} (checkpointed); "
+            f"{resume_hint(recipe)}",
             file=sys.stderr,
         )
         return 130

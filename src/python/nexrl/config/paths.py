@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["resolve_path"]
+__all__ = ["did_you_mean_path", "resolve_path"]
 
 
 def resolve_path(value: str, roots: Sequence[Path]) -> Path | None:
@@ -17,3 +18,38 @@ def resolve_path(value: str, roots: Sequence[Path]) -> Path | None:
         if (root / p).exists():
             return (root / p).resolve()
     return None
+
+
+def close_path(value: str, roots: Sequence[Path]) -> str | None:
+    """An existing path that ``value`` (which does not exist) is probably a misspelling
+    of, written as ``value`` is (relative stays relative): each part of ``value`` that
+    does not exist is replaced by the closest name in its folder; None when some part
+    has no close name, or nothing needed replacing."""
+    p = Path(value).expanduser()
+    bases = [Path(p.parts[0])] if p.is_absolute() else list(roots)
+    parts = p.parts[1:] if p.is_absolute() else p.parts
+    for base in bases:
+        here, changed = base, False
+        fixed: list[str] = []
+        for part in parts:
+            if (here / part).exists():
+                here, fixed = here / part, [*fixed, part]
+                continue
+            try:
+                names = sorted(entry.name for entry in here.iterdir())
+            except OSError:
+                break
+            close = difflib.get_close_matches(part, names, n=1, cutoff=0.75)
+            if not close:
+                break
+            here, fixed, changed = here / close[0], [*fixed, close[0]], True
+        else:
+            if changed:
+                return str(Path(p.parts[0], *fixed)) if p.is_absolute() else str(Path(*fixed))
+    return None
+
+
+def did_you_mean_path(value: str, roots: Sequence[Path]) -> str:
+    """``"; did you mean 'x'?"`` for a misspelt path (``close_path``), else ``""``."""
+    close = close_path(value, roots)
+    return f"; did you mean '{close}'?" if close else ""

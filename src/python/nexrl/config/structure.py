@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from nexrl.config.paths import resolve_path
+from nexrl.config.paths import did_you_mean_path, resolve_path
 from nexrl.config.renames import new_key_of
 
 _MISSING_MARK = object()
@@ -206,7 +206,8 @@ def _metadata_problems(
                 tried = " or ".join(str(r) for r in roots)
                 out.append(
                     f"{path}: '{item}' does not exist (relative paths are looked up in "
-                    f"{tried}); fix the path or create the file"
+                    f"{tried})"
+                    + (did_you_mean_path(str(item), roots) or "; fix the path or create the file")
                 )
     return out
 

@@ -3,7 +3,8 @@
 ``evaluator_metrics(cols)``: the mean of every evaluator metric (the pool's
 metric columns, NaN where a trajectory has no value) over the batch, as
 ``eval/<name>``; ``eval/evaluator_error`` is the share of samples whose
-evaluator raised. ``EvaluatorFailurePolicy`` tells the controller to stop the
+evaluator raised. ``summary_metrics(summaries)``: the same means over the groups a
+validation rolled out (``val/eval/<name>``). ``EvaluatorFailurePolicy`` tells the controller to stop the
 run (it raises ``ControllerError``) when every sample of ``max_steps``
 consecutive batches had an evaluator error, naming the evaluator, the
 exception and the first failing row.
@@ -19,7 +20,13 @@ import numpy as np
 from nexrl.types.episode import TRAJECTORY_METRICS
 from nexrl.util.rows import row_text
 
-__all__ = ["EVAL_PREFIX", "EvaluatorFailurePolicy", "evaluator_metrics", "first_error"]
+__all__ = [
+    "EVAL_PREFIX",
+    "EvaluatorFailurePolicy",
+    "evaluator_metrics",
+    "first_error",
+    "summary_metrics",
+]
 
 EVAL_PREFIX = "eval/"
 ERROR_METRIC = "evaluator_error"
@@ -35,6 +42,22 @@ def evaluator_metrics(cols: Any) -> dict[str, float]:
         if seen.any():
             out[EVAL_PREFIX + name] = float(values[seen].mean())
     return out
+
+
+def summary_metrics(summaries: Any, prefix: str = "val/" + EVAL_PREFIX) -> dict[str, float]:
+    """``{"val/eval/<name>": mean}`` over the samples of ``summaries`` (``GroupSummary``
+    objects: each holds its group's mean of every metric), each group weighted by its
+    number of samples; the evaluator's metrics only, as ``evaluator_metrics``."""
+    totals: dict[str, list[float]] = {}
+    for s in summaries:
+        n = len(s.rewards)
+        for name, value in s.metrics.items():
+            if name in TRAJECTORY_METRICS or not n or not np.isfinite(value):
+                continue
+            acc = totals.setdefault(name, [0.0, 0.0])
+            acc[0] += float(value) * n
+            acc[1] += n
+    return {prefix + name: total / n for name, (total, n) in sorted(totals.items()) if n}
 
 
 def error_mask(cols: Any) -> np.ndarray:

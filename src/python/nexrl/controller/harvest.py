@@ -3,8 +3,10 @@ results collected, failures counted against ``runtime_monitor.max_task_failures`
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
+from nexrl.controller.driver_log import DETAILS_LOGGER
 from nexrl.controller.errors import ControllerError
 from nexrl.util.disk import says_no_space
 
@@ -15,6 +17,9 @@ if TYPE_CHECKING:
     from nexrl.controller.watch import ClusterWatch
 
 __all__ = ["HarvestRecorder"]
+
+logger = logging.getLogger("nexrl.controller.loop")  # the controller's log lines keep one name
+SHOWN_ROWS = 3  # rows that could not be evaluated named on the terminal; the rest in the log
 
 
 class HarvestRecorder:
@@ -34,11 +39,41 @@ class HarvestRecorder:
         self.limit = max_task_failures
         self.val_summaries: list[Any] = []  # validation results being collected
         self._replaced_server_failures = 0  # failed groups sent to a server replaced since
+        self.not_evaluated: set[int] = set()  # data rows named as not evaluable (indices)
+
+    def not_evaluable(self, g: Any, summary: Any, parts: Components) -> None:
+        """A training group whose every sample had an evaluator error: its data row could
+        not be evaluated at all (its samples score 0 and teach nothing). One ERROR line
+        per row, naming its file and line (on the terminal for the first ``SHOWN_ROWS``,
+        then one line saying the rest are in logs/driver.log: an evaluator that fails on
+        every row is not a line per row); counted in ``rows_not_evaluated``."""
+        n = len(summary.rewards)
+        if not n or summary.evaluator_errors < n:
+            return
+        index = int(g.items[0]["index"])
+        if index in self.not_evaluated:
+            return
+        self.not_evaluated.add(index)
+        self.counters["rows_not_evaluated"] = self.counters.get("rows_not_evaluated", 0) + 1
+        shown = len(self.not_evaluated) <= SHOWN_ROWS
+        if len(self.not_evaluated) == SHOWN_ROWS + 1:
+            logger.error(
+                "more data rows could not be evaluated: each is named in logs/driver.log, "
+                "and the summary counts them"
+            )
+        (logger if shown else logging.getLogger(DETAILS_LOGGER)).error(
+            "data row %s could not be evaluated: the evaluator failed on all %d samples "
+            "(%s); they score 0 (details: logs/dask-worker-*.log)",
+            parts.loader.source(index),
+            n,
+            summary.first_error or "unknown error",
+        )
 
     def record(self, h: Harvest, parts: Components) -> None:
         for g, summary in h.done:
             if g.tag == "train":
                 self.scheduler.record_done(summary)
+                self.not_evaluable(g, summary, parts)
             else:
                 self.val_summaries.append(summary)
         limit = self.limit

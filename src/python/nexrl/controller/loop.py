@@ -86,6 +86,7 @@ class Controller:
             "duplicate_trajectories_dropped": 0,
             "delivered_trajectories": 0,
             "evaluator_errors": 0,
+            "rows_not_evaluated": 0,  # data rows whose every sample had an evaluator error
             "groups_rolled_out": 0,
             "inference_restarts": 0,
             "retried_groups": 0,

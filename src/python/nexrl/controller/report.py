@@ -42,6 +42,8 @@ def step_row(
         "version/lag_max": int(version_before - versions.min()),  # the one lag metric
         "rollout/failed_groups": counters["failed_groups"],
         "rollout/evaluator_errors": counters["evaluator_errors"],
+        "rollout/rows_not_evaluated": counters.get("rows_not_evaluated", 0),
+        "data/bad_rows_skipped": parts.loader.stats()["bad_rows_skipped"],
         "rollout/groups_done": counters["groups_rolled_out"],
         "pool/delivered_total": counters["delivered_trajectories"],
         "inference/restarts": counters["inference_restarts"],

@@ -55,10 +55,18 @@ def _resolve_files(recipe: Recipe, files: list[str]) -> list[str]:
 
 
 def data_config(recipe: Recipe) -> LoaderConfig:
-    """The loader's config: the ``data`` section (files resolved) and the group size."""
+    """The loader's config: the ``data`` section (files resolved), the group size and the
+    fields every row must hold (the evaluator's ``required_fields``: a row without one
+    is a bad row, named with its file and line, ``data.bad_rows``)."""
+    from nexrl.rollout_worker.dry_run import required_data_fields
+
     data: DataConfig = typed(recipe.cfg.data)
     data = replace(data, data_files=_resolve_files(recipe, list(data.data_files)))
-    return LoaderConfig.from_section(data, int(recipe.cfg.rollout_worker.group_size))
+    return LoaderConfig.from_section(
+        data,
+        int(recipe.cfg.rollout_worker.group_size),
+        required_data_fields(recipe.cfg, list(recipe.roots)),
+    )
 
 
 def pool_config(cfg: DictConfig, policy: SyncPolicy) -> PoolConfig:

@@ -1,5 +1,7 @@
 """Validation: the held-out prompts rolled out on the current policy (at
-``validate.temperature``), their mean reward logged as ``val/*``."""
+``validate.temperature``), their mean reward logged as ``val/*``, and the mean of
+every metric the evaluator returned as ``val/eval/<name>`` (as ``eval/<name>`` of
+a training step)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from nexrl.controller.evaluator_stats import summary_metrics
 
 if TYPE_CHECKING:
     from nexrl.controller.components import Components
@@ -50,6 +54,7 @@ def validate(
         "val/evaluator_errors": float(errors),
         "val/failed_groups": failed,
         "val/time_s": time.perf_counter() - t,
+        **summary_metrics(summaries),
     }
     problems = [f"{errors} evaluator errors, scored 0"] if errors else []
     problems += [f"{failed} prompts failed"] if failed else []

@@ -53,12 +53,17 @@ class LoaderConfig(DataConfig):
     group_size: int = 8
     #: the recipe field listing ``data_files``, named in errors (validation's differs)
     files_field: str = "data.data_files"
+    #: ``(field, who reads it)``: fields every row must hold (the evaluator's
+    #: ``required_fields``); a row without one is a bad row (``data.bad_rows``)
+    required: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def from_section(cls, section: DataConfig, group_size: int) -> LoaderConfig:
-        """From a typed ``data`` section and the recipe's group size."""
+    def from_section(
+        cls, section: DataConfig, group_size: int, required: tuple[tuple[str, str], ...] = ()
+    ) -> LoaderConfig:
+        """From a typed ``data`` section, the recipe's group size and the required fields."""
         values = {f.name: getattr(section, f.name) for f in dataclasses.fields(DataConfig)}
-        return cls(**values, group_size=int(group_size))
+        return cls(**values, group_size=int(group_size), required=tuple(required))
 
 
 def render_prompt(prompt: Prompt) -> str:
@@ -91,25 +96,34 @@ class DataLoader:
         _check_config(config)
         self.config = config
         read = read_rows(
-            list(config.data_files), config.prompt_key, config.bad_rows, config.files_field
+            list(config.data_files),
+            config.prompt_key,
+            config.bad_rows,
+            config.files_field,
+            config.required,
         )
-        self._rows, overlong = _drop_overlong(
+        kept, overlong = _drop_overlong(
             read.rows,
             config.prompt_key,
             prompt_length or word_count_length,
             config.max_prompt_length,
         )
         if config.max_samples is not None:
-            self._rows = self._rows[: config.max_samples]
+            kept = kept[: config.max_samples]
+        self._rows = [r.data for r in kept]
+        self._sources = [f"{r.file}, {r.position}" for r in kept]
         self._stats = {
             "rows_read": len(read.rows) + len(read.skipped),
             "bad_rows_skipped": len(read.skipped),
             "filtered_overlong": overlong,
             "num_prompts": len(self._rows),
         }
-        if read.skipped:
-            shown = "; ".join(read.skipped[:3])
-            logger.warning("data: skipped %d bad rows (first: %s)", len(read.skipped), shown)
+        if read.skipped:  # each bad row named, folded per file and problem
+            logger.warning(
+                "data: skipped %d bad rows (data.bad_rows=skip): %s",
+                len(read.skipped),
+                "; ".join(read.folded),
+            )
         if not self._rows:
             raise DataError(
                 f"{config.files_field}: no usable prompts in {list(config.data_files)} "
@@ -146,6 +160,10 @@ class DataLoader:
         return total is not None and (
             self._epoch >= total or (self._epoch == total - 1 and self._pos >= len(self))
         )
+
+    def source(self, index: int) -> str:
+        """Where prompt ``index`` (an item's ``index``) came from: ``file, line N``."""
+        return self._sources[index]
 
     def stats(self) -> dict[str, int]:
         """``rows_read``, ``bad_rows_skipped``, ``filtered_overlong``, ``num_prompts``."""
@@ -263,16 +281,16 @@ class DataLoader:
 
 def _drop_overlong(
     rows: list[SourceRow], prompt_key: str, measure: Callable[[Prompt], int], max_length: int
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[SourceRow], int]:
     """``(rows whose prompt is at most max_length long, number dropped)``."""
-    kept: list[dict[str, Any]] = []
+    kept: list[SourceRow] = []
     for row in rows:
         try:
             n_tokens = measure(row.data[prompt_key])
         except Exception as exc:
             raise DataError(f"{row.file}, {row.position}: prompt_length failed: {exc!r}") from exc
         if n_tokens <= max_length:
-            kept.append(row.data)
+            kept.append(row)
     return kept, len(rows) - len(kept)
 
 

@@ -2,10 +2,13 @@
 
 Files are read whole and concatenated in the order given. A file that is
 missing, a folder, of an unknown type or unreadable is always a ``DataError``.
-A bad row (invalid JSON line, not an object, missing or ill-typed prompt) is a
-``DataError`` naming the file and its 1-based position (``row N`` in a parquet
-file, ``line N`` in a JSON-lines file, blank lines included in the count), or,
-with ``bad_rows="skip"``, dropped and listed in ``ReadResult.skipped``.
+A bad row (invalid JSON line, not an object, missing or ill-typed prompt, or
+missing a field the evaluator reads: ``required``, its ``required_fields``) is
+named with its file and 1-based position (``row N`` in a parquet file, ``line N``
+in a JSON-lines file, blank lines included in the count). Every row of every
+file is read: with ``bad_rows="error"`` the ``DataError`` names every bad row
+(one line per file and problem, its rows listed), with ``bad_rows="skip"`` they
+are dropped and listed in ``ReadResult.skipped``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,39 @@ class SourceRow:
 class ReadResult:
     rows: list[SourceRow] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # "file, line N: problem" per dropped row
+    #: the bad rows folded: one "file: N bad rows (line 3, line 7): problem" per file and problem
+    folded: list[str] = field(default_factory=list)
+
+
+SHOWN_POSITIONS = 10  # rows listed per file and problem; the rest counted
+
+
+def fold_positions(bad: list[tuple[str, str, str]]) -> list[str]:
+    """``(file, position, problem)`` triples as one line per file and problem, in order
+    of first appearance: ``file, line 3: problem`` for one row, ``file: 12 rows (line 3,
+    line 7, ... and 2 more): problem`` for several (a renamed field: one line, not one
+    per row)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for file, position, problem in bad:
+        groups.setdefault((file, problem), []).append(position)
+    out = []
+    for (file, problem), positions in groups.items():
+        if len(positions) == 1:
+            out.append(f"{file}, {positions[0]}: {problem}")
+            continue
+        shown = ", ".join(positions[:SHOWN_POSITIONS])
+        more = len(positions) - SHOWN_POSITIONS
+        shown += f", ... and {more} more" if more > 0 else ""
+        out.append(f"{file}: {len(positions)} rows ({shown}): {problem}")
+    return out
+
+
+def missing_fields_problem(row: dict[str, Any], required: Sequence[tuple[str, str]]) -> str | None:
+    """The first field of ``required`` (``(field, who reads it)``) that ``row`` lacks."""
+    for name, who in required:
+        if name not in row:
+            return f"no '{name}' field, which {who} reads (its required_fields)"
+    return None
 
 
 def read_rows(
@@ -44,14 +80,17 @@ def read_rows(
     prompt_key: str = "prompt",
     bad_rows: str = "error",
     field: str = "data.data_files",
+    required: Sequence[tuple[str, str]] = (),
 ) -> ReadResult:
     """Read every row of ``files`` in order; see the module doc for error handling.
-    ``field``: the recipe field that lists ``files``, named in errors."""
+    ``field``: the recipe field that lists ``files``, named in errors; ``required``:
+    ``(field, who reads it)`` of the fields every row must hold besides the prompt."""
     if bad_rows not in ("error", "skip"):
         raise DataError(f"data.bad_rows: must be 'error' or 'skip', got {bad_rows!r}")
     if not files:
         raise DataError(f"{field}: no data files given; list at least one .parquet or .jsonl file")
     result = ReadResult()
+    bad: list[tuple[str, str, str]] = []
     for file in files:
         path = _check_file(file, field)
         rows = (
@@ -63,27 +102,37 @@ def read_rows(
             problem = data if isinstance(data, str) else prompt_problem(data, prompt_key)
             if problem is None:
                 assert isinstance(data, dict)
+                problem = missing_fields_problem(data, required)
+            if problem is None:
+                assert isinstance(data, dict)
                 result.rows.append(SourceRow(file, position, data))
-            elif bad_rows == "skip":
-                result.skipped.append(f"{file}, {position}: {problem}")
             else:
-                raise DataError(f"{file}, {position}: {problem}; {_SKIP_HINT}")
+                bad.append((file, position, problem))
+                result.skipped.append(f"{file}, {position}: {problem}")
+    result.folded = fold_positions(bad)
+    if bad and bad_rows != "skip":
+        count = "" if len(bad) == 1 else f"{len(bad)} bad rows: "
+        raise DataError(f"{count}{'; '.join(result.folded)}; {_SKIP_HINT}")
     return result
 
 
 def head_rows(
-    file: str, n: int, path: Path | None = None, field: str = "data.data_files"
+    file: str, n: int | None, path: Path | None = None, field: str = "data.data_files"
 ) -> list[tuple[str, dict[str, Any] | str]]:
-    """The first ``n`` rows of one data file as ``(position, row)``, ``row`` a problem
-    string for a line that is not a JSON object (``--check`` reads these); ``path`` is
-    where the file is, when ``file`` is relative to another folder."""
+    """The first ``n`` rows (every row: ``n=None``) of one data file as ``(position,
+    row)``, ``row`` a problem string for a line that is not a JSON object (``--check``
+    reads these); ``path`` is where the file is, when ``file`` is relative to another
+    folder."""
     path = _check_file(str(path or file), field)
     if path.suffix in PARQUET_SUFFIXES:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
-            table = pq.ParquetFile(path).read_row_group(0) if n else None
+            if n is None:
+                table = pq.read_table(path)
+            else:
+                table = pq.ParquetFile(path).read_row_group(0) if n else None
         except (pa.ArrowException, OSError, IndexError) as exc:
             raise DataError(f"{file}: cannot read as parquet ({exc})") from None
         rows = [] if table is None else table.slice(0, n).to_pylist()

@@ -2,7 +2,8 @@
 
 The top panel has the training and validation reward; when the rows carry
 evaluator metrics (``eval/<name>``, the step's mean of each metric the
-evaluator returned), a second panel below plots each of them per step.
+evaluator returned), a second panel below plots each of them per step (a line)
+and at each validation (``val/eval/<name>``: markers of the same colour).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = ["EVAL_PREFIX", "plot_reward_curve", "reward_figure"]
 TRAIN_KEY = "reward/mean"
 VAL_KEY = "val/reward/mean"
 EVAL_PREFIX = "eval/"
+VAL_EVAL_PREFIX = "val/eval/"
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -31,18 +33,27 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float
 
 
 def _eval_keys(rows: list[dict[str, Any]]) -> list[str]:
-    return sorted({k for row in rows for k in row if k.startswith(EVAL_PREFIX)})
+    """The evaluator metrics' names (``<name>`` of ``eval/<name>`` or ``val/eval/<name>``)."""
+    keys = {k for row in rows for k in row}
+    return sorted(
+        {k.removeprefix(EVAL_PREFIX) for k in keys if k.startswith(EVAL_PREFIX)}
+        | {k.removeprefix(VAL_EVAL_PREFIX) for k in keys if k.startswith(VAL_EVAL_PREFIX)}
+    )
 
 
 def reward_figure(rows: list[dict[str, Any]], *, title: str | None = None) -> Any:
     """The ``matplotlib.figure.Figure`` ``plot_reward_curve`` saves: training
     ``reward/mean`` (line) and ``val/reward/mean`` (markers) against ``step`` and,
-    below, one line per ``eval/<name>`` metric (labelled ``<name>``); ``None`` when
-    no row has a reward or an evaluator metric."""
+    below, one line per ``eval/<name>`` metric (labelled ``<name>``) and markers of
+    its ``val/eval/<name>`` (labelled ``val <name>``); ``None`` when no row has a
+    reward or an evaluator metric."""
     train_steps, train = _series(rows, TRAIN_KEY)
     val_steps, val = _series(rows, VAL_KEY)
-    evals = [(k[len(EVAL_PREFIX) :], *_series(rows, k)) for k in _eval_keys(rows)]
-    evals = [e for e in evals if e[1]]
+    evals = [
+        (name, _series(rows, EVAL_PREFIX + name), _series(rows, VAL_EVAL_PREFIX + name))
+        for name in _eval_keys(rows)
+    ]
+    evals = [e for e in evals if e[1][0] or e[2][0]]
     if not train and not val and not evals:
         return None
 
@@ -71,9 +82,21 @@ def reward_figure(rows: list[dict[str, Any]], *, title: str | None = None) -> An
         ax.legend(loc="best")
     if evals:
         ev = fig.add_subplot(2, 1, 2, sharex=ax)
-        for name, steps, values in evals:
-            ev.plot(steps, values, linewidth=1.2, label=name)
-        ev.set_title("Evaluator metrics (mean per step)")
+        for i, (name, (steps, values), (v_steps, v_values)) in enumerate(evals):
+            color = f"C{i % 10}"
+            if steps:
+                ev.plot(steps, values, linewidth=1.2, color=color, label=name)
+            if v_steps:
+                ev.plot(
+                    v_steps,
+                    v_values,
+                    linestyle="none",
+                    marker="o",
+                    markersize=4,
+                    color=color,
+                    label=f"val {name}",
+                )
+        ev.set_title("Evaluator metrics (mean per step; markers: validation)")
         ev.set_xlabel("step")
         ev.set_ylabel("eval/<name>")
         ev.grid(True, alpha=0.3)

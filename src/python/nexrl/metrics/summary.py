@@ -14,6 +14,7 @@ __all__ = ["SUMMARY_FILE", "format_summary", "summarize", "write_summary"]
 SUMMARY_FILE = "summary.json"
 TRAIN_KEY = "reward/mean"
 VAL_KEY = "val/reward/mean"
+VAL_EVAL_PREFIX = "val/eval/"
 WINDOW = 5  # steps averaged at the start and at the end
 RUNNING_KEY = "time/running_s"  # written by JsonlSink (seconds spent running)
 
@@ -47,6 +48,11 @@ def _wall_time(rows: list[dict[str, Any]], times: list[float]) -> float | None:
     return max(times) - min(times) if times else None
 
 
+def _last_int(rows: list[dict[str, Any]], key: str) -> int | None:
+    points = _by_step(rows, key)
+    return int(points[-1][1]) if points else None
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -61,9 +67,14 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
       steps each);
     * ``val_reward_first`` / ``val_reward_last`` / ``val_reward_best`` and
       ``val_reward_best_step`` from ``val/reward/mean``;
+    * ``val_eval_last``: ``{name: value}`` of every ``val/eval/<name>`` (the
+      evaluator's metrics over the validation prompts) at the last validation;
     * ``evaluator_errors``: samples whose evaluator raised (the last
       ``rollout/evaluator_errors``), ``evaluator_error_share``: their share of the
       trained samples (mean ``eval/evaluator_error`` over the steps);
+    * ``bad_rows_skipped``: data rows the loader skipped (``data.bad_rows=skip``; the
+      last ``data/bad_rows_skipped``), ``rows_not_evaluated``: data rows whose every
+      sample had an evaluator error (the last ``rollout/rows_not_evaluated``);
     * ``wall_time_s``: the time the run spent running: the last
       ``time/running_s`` (the jsonl sink counts it, without the gap between a
       stopped run and its resume); for rows without it, last minus first ``time``.
@@ -76,6 +87,12 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     reward = [v for _, v in _by_step(rows, TRAIN_KEY)]
     val = _by_step(rows, VAL_KEY)
     best = max(val, key=lambda p: p[1]) if val else None
+    val_eval = sorted({k for r in rows for k in r if k.startswith(VAL_EVAL_PREFIX)})
+    val_eval_last: dict[str, float] = {}
+    for key in val_eval:
+        points = _by_step(rows, key)
+        if points and val and points[-1][0] == val[-1][0]:
+            val_eval_last[key.removeprefix(VAL_EVAL_PREFIX)] = points[-1][1]
     times = [t for t in (_number(r.get("time")) for r in rows) if t is not None]
     errors = [v for _, v in _by_step(rows, "rollout/evaluator_errors")]
     error_share = [v for _, v in _by_step(rows, "eval/evaluator_error")]
@@ -90,8 +107,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "val_reward_last": val[-1][1] if val else None,
         "val_reward_best": best[1] if best else None,
         "val_reward_best_step": best[0] if best else None,
+        "val_eval_last": val_eval_last,
         "evaluator_errors": int(max(errors)) if errors else None,
         "evaluator_error_share": _mean(error_share),
+        "bad_rows_skipped": _last_int(rows, "data/bad_rows_skipped"),
+        "rows_not_evaluated": _last_int(rows, "rollout/rows_not_evaluated"),
         "wall_time_s": _wall_time(rows, times),
     }
 
@@ -135,12 +155,25 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{_f(s['val_reward_last'])} last, best {_f(s['val_reward_best'])} "
             f"at step {s['val_reward_best_step']}"
         )
+    if s.get("val_eval_last"):
+        shown = ", ".join(f"{k} {_f(v)}" for k, v in s["val_eval_last"].items())
+        lines.append(f"validation evaluator metrics (last): {shown}")
     if s.get("evaluator_errors"):
         share = s.get("evaluator_error_share")
         lines.append(
             f"evaluator errors: {s['evaluator_errors']}"
             + (f" ({share:.1%} of trained samples)" if share is not None else "")
             + "; each one is in logs/dask-worker-*.log"
+        )
+    if s.get("rows_not_evaluated"):
+        lines.append(
+            f"data rows that could not be evaluated (every sample an evaluator error): "
+            f"{s['rows_not_evaluated']}; each is named (file, line) in logs/driver.log"
+        )
+    if s.get("bad_rows_skipped"):
+        lines.append(
+            f"bad data rows skipped (data.bad_rows=skip): {s['bad_rows_skipped']}; each is "
+            "named (file, line) in logs/driver.log"
         )
     return "\n".join(lines)
 

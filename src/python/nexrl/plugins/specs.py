@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from nexrl.config.errors import RecipeError
-from nexrl.config.paths import resolve_path
+from nexrl.config.paths import did_you_mean_path, resolve_path
 
 __all__ = [
     "import_file",
@@ -168,7 +168,8 @@ def load_object(file: str, name: str, roots: Sequence[Path], field: str) -> Any:
         path = resolve_path(file, roots)
         if path is None or not path.is_file():
             tried = ", ".join(str(r / file) for r in roots)
-            raise RecipeError([f"{field}: file '{file}' not found (looked in: {tried})"])
+            hint = did_you_mean_path(file, roots)
+            raise RecipeError([f"{field}: file '{file}' not found (looked in: {tried}){hint}"])
         module = import_file(path, field)
         where = f"'{path}'"
     if not hasattr(module, name):

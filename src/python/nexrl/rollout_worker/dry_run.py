@@ -3,12 +3,15 @@
 * the evaluator class is instantiated (and a custom rollout worker class, with
   a client for a service that is not started: constructors must not call it);
 * the first ``HEAD_ROWS`` rows of every data file (``data.data_files`` and
-  ``validate.data_files``) are read (an empty file is a problem) and must hold the prompt
+  ``validate.data_files``; every row with ``--check --all-rows``, ``check_all_rows``)
+  are read (an empty file is a problem) and must hold the prompt
   (``data.prompt_key``) and every field the evaluator (and a custom worker)
-  lists in its ``required_fields`` class attribute;
+  lists in its ``required_fields`` class attribute (a missing field is one line
+  listing its rows, not one line per row);
 * a custom worker's ``format_task_query`` runs on the first training row;
 * with ``rollout_worker.example_answer`` set, the evaluator scores that answer
-  on the first training row and must return an ``EvaluationRunResult``.
+  on the first training row and must return an ``EvaluationRunResult``
+  (``example_score``: what it scored, which ``--check`` shows when the recipe is valid).
 
 Each problem is one line naming the field, the file and the row.
 """
@@ -26,13 +29,25 @@ from nexrl.plugins import load_spec
 
 __all__ = [
     "HEAD_ROWS",
+    "check_all_rows",
+    "example_score",
     "instantiate_evaluator",
     "instantiate_worker",
+    "required_data_fields",
     "required_fields",
     "task_rows",
 ]
 
 HEAD_ROWS = 5  # rows read from the top of each data file
+SHOWN_ROWS = 10  # rows listed per file in a folded line
+_rows_to_check: list[int | None] = [HEAD_ROWS]  # None: every row (``--check --all-rows``)
+
+
+def check_all_rows(on: bool = True) -> None:
+    """``--check --all-rows``: the data checks read every row of every data file (a bad
+    row anywhere is named with its file and line), not only the first ``HEAD_ROWS``."""
+    _rows_to_check[0] = None if on else HEAD_ROWS
+
 
 EVALUATOR = "rollout_worker.evaluator"
 WORKER = "rollout_worker.custom_worker"
@@ -134,19 +149,77 @@ def required_fields(obj: Any) -> tuple[str, ...]:
     return tuple(str(f) for f in fields)
 
 
+def _needs(evaluator: Any, worker: Any) -> list[tuple[str, str]]:
+    """``(field, who reads it)`` of the evaluator's and the worker's required fields."""
+    needs: list[tuple[str, str]] = [(f, EVALUATOR) for f in required_fields(evaluator)]
+    needs += [(f, WORKER) for f in required_fields(worker) if (f, EVALUATOR) not in needs]
+    return needs
+
+
+def example_score(cfg: DictConfig, roots: list[Path]) -> str | None:
+    """What ``rollout_worker.example_answer`` scores on the first training row (``--check``
+    shows it once the recipe is valid), e.g. ``reward 1.0 (metrics: exact 1.0)``; None
+    without an example answer or when it cannot be scored (the check says why)."""
+    from nexrl.data.reader import head_rows, prompt_problem
+    from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
+
+    answer = cfg.rollout_worker.get("example_answer")
+    files = list(cfg.data.data_files or [])
+    if answer is None or not files or cfg.get("mode", "rl") == "sft":
+        return None
+    evaluator, _ = instantiate_evaluator(cfg, roots)
+    path = resolve_path(str(files[0]), roots)
+    if evaluator is None or path is None:
+        return None
+    try:
+        usable = [
+            (position, row)
+            for position, row in head_rows(str(files[0]), HEAD_ROWS, path)
+            if isinstance(row, dict) and prompt_problem(row, str(cfg.data.prompt_key)) is None
+        ]
+        if not usable:
+            return None
+        position, row = usable[0]
+        result = evaluator.evaluate(row, BaseEvaluationTarget(final_answer=str(answer)))
+    except Exception:  # the check reports it
+        return None
+    metrics = {k: v for k, v in result.metrics.items() if k != "evaluator_error"}
+    shown = ", ".join(f"{k} {v:g}" for k, v in sorted(metrics.items()))
+    return (
+        f"rollout_worker.example_answer {str(answer)!r} on {files[0]}, {position}: "
+        f"reward {result.reward:g}" + (f" (metrics: {shown})" if shown else "")
+    )
+
+
+def required_data_fields(cfg: DictConfig, roots: list[Path]) -> tuple[tuple[str, str], ...]:
+    """``(field, who reads it)``: the fields every data row must hold for the run's
+    evaluator (and custom worker), which the data loader checks in every row; ``()``
+    in SFT mode or when they do not load (the recipe check says why)."""
+    if cfg.get("mode", "rl") == "sft" or OmegaConf.is_missing(cfg.rollout_worker, "evaluator"):
+        return ()
+    evaluator, _ = instantiate_evaluator(cfg, roots)
+    if evaluator is None:
+        return ()
+    worker, _ = instantiate_worker(cfg, roots, evaluator)
+    return tuple(_needs(evaluator, worker))
+
+
 def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -> list[str]:
     """The data-row checks and dry runs (module doc); one line per problem."""
     from nexrl.data.errors import DataError
     from nexrl.data.reader import head_rows, prompt_problem
 
     prompt_key = str(cfg.data.prompt_key)
-    needs: list[tuple[str, str]] = [(f, EVALUATOR) for f in required_fields(evaluator)]
-    needs += [(f, WORKER) for f in required_fields(worker) if (f, EVALUATOR) not in needs]
+    needs = _needs(evaluator, worker)
     groups = [
         ("data.data_files", cfg.data.data_files),
         ("validate.data_files", cfg.validate.data_files),
     ]
     out: list[str] = []
+    # a missing field: one line per field, its rows listed per file (a renamed field is
+    # one line, not one per row checked)
+    missing_at: dict[tuple[str, str], dict[tuple[str, str], list[str]]] = {}
+    fields_seen: dict[tuple[str, str, str], list[str]] = {}
     first: tuple[str, str, dict[str, Any]] | None = None
     for field, files in groups:
         for file in files or []:
@@ -154,7 +227,7 @@ def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -
             if path is None:
                 continue  # reported by the data check
             try:
-                rows = head_rows(str(file), HEAD_ROWS, path, field)
+                rows = head_rows(str(file), _rows_to_check[0], path, field)
             except DataError as exc:
                 out.append(f"{field}: {exc}")
                 continue
@@ -172,13 +245,26 @@ def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -
                     out.append(f"{where}: {problem}")
                     continue
                 missing = [(f, who) for f, who in needs if f not in row]
-                for f, who in missing:
-                    out.append(
-                        f"{where}: no '{f}' field, which {who} reads (its required_fields); "
-                        f"fields: {sorted(row)}"
-                    )
+                for key in missing:
+                    missing_at.setdefault(key, {}).setdefault((field, str(file)), [])
+                    missing_at[key][(field, str(file))].append(position)
+                    fields_seen.setdefault((*key, str(file)), sorted(row))
                 if not missing and first is None and field == "data.data_files":
                     first = (str(file), position, row)
+    for (f, who), places in missing_at.items():  # one line per field and file
+        for (field, file), positions in places.items():
+            where = f"{field}: {file}, {positions[0]}"
+            fields = str(fields_seen[(f, who, file)])
+            if len(positions) > 1:
+                shown = ", ".join(positions[:SHOWN_ROWS])
+                more = len(positions) - SHOWN_ROWS
+                shown += f", ... and {more} more" if more > 0 else ""
+                where = f"{field}: {file}: {len(positions)} rows ({shown})"
+                fields = f"{fields} (in {positions[0]})"
+            out.append(
+                f"{where}: no '{f}' field, which {who} reads (its required_fields); "
+                f"fields: {fields}"
+            )
     if out or first is None or evaluator is None:
         return out
     file, position, row = first

@@ -68,6 +68,7 @@ class GroupSummary:
     metrics: dict[str, float] = field(default_factory=dict)  # means over the trajectories
     evaluator_errors: int = 0
     committed: bool = False
+    first_error: str = ""  # the first sample's evaluator error ("Type: message"), if any
 
 
 def evaluator(spec: RolloutSpec) -> Any:
@@ -288,6 +289,14 @@ def _summary(trajectories: list[Trajectory], committed: bool) -> GroupSummary:
         metrics=metrics,
         evaluator_errors=int(sum(t.metrics.get("evaluator_error", 0.0) for t in trajectories)),
         committed=committed,
+        first_error=next(
+            (
+                str(t.extra_info["evaluator_error"])
+                for t in trajectories
+                if t.extra_info.get("evaluator_error")
+            ),
+            "",
+        ),
     )
 
 

@@ -13,8 +13,13 @@ process it runs in,
   below WARNING as before (shown if its logger printed it before, else only in
   the file: a worker's ``nexrl`` / ``backends`` INFO); a WARNING or ERROR one as one line
   (``distributed.worker - ERROR - Compute Failed evaluate-g3-r0: TypeError(...)``)
-  the first time that failure is seen (the same exception in another task is
-  the same failure), and only in the file after that.
+  the first time that kind of failure is seen, and only in the file after that.
+  A kind is the logger, the message's template (``record.msg``, before its
+  arguments: the data row an evaluator failed on) and the exception's type, not
+  its text: an evaluator that raises ``ValueError`` on every model output (each
+  message naming a different output) is one line, not one per distinct output.
+  The line names the kind and says that the repeats are in the log file;
+  ``counts`` holds how often each kind was seen.
 
 The driver routes the scheduler's and client's records (``distributed``) into
 ``logs/driver.log``; ``install_task_logs(client, log_dir)`` registers
@@ -75,6 +80,23 @@ def one_line(record: logging.LogRecord) -> tuple[str, str]:
     return what, " ".join(failure.split())
 
 
+_EXC_TYPE = re.compile(r"^([A-Za-z_][\w.]*)")
+
+
+def failure_kind(record: logging.LogRecord, what: str, failure: str) -> tuple[str, ...]:
+    """What makes two records "the same failure" (module doc): the logger, the message
+    template's first line (the first word of a Dask ``Compute Failed`` line: its task
+    key differs per task) and the exception's type."""
+    template = record.msg if isinstance(record.msg, str) else what
+    first = template.strip().splitlines()[0] if template.strip() else what
+    if _KEY.search(record.getMessage()) or not isinstance(record.msg, str):
+        first = what.split(" ", 1)[0]
+    if not failure:
+        return (record.name, first)
+    found = _EXC_TYPE.match(failure)
+    return (record.name, first, found.group(1) if found else failure)
+
+
 class OneLinePerFailure(logging.StreamHandler[TextIO]):
     """Writes records of WARNING and above as one line, once per distinct failure (see
     the module doc); ``counts`` holds how often each was seen. ``where`` names the
@@ -94,14 +116,13 @@ class OneLinePerFailure(logging.StreamHandler[TextIO]):
                 super().emit(record)  # as before (a logger that printed it already)
             return
         what, failure = one_line(record)
-        # one exception in many tasks is one failure: the kind of record, not its task key
-        seen = (record.name, what.split(" ", 1)[0], failure) if failure else (record.name, what)
+        seen = failure_kind(record, what, failure)
         self.counts[seen] = self.counts.get(seen, 0) + 1
         if self.counts[seen] > 1:
             return
         line = f"{record.name} - {record.levelname} - {what}" + (f": {failure}" if failure else "")
         try:
-            self.stream.write(f"{line} (details and repeats: {self.where})\n")
+            self.stream.write(f"{line} (shown once per kind; details and repeats: {self.where})\n")
             self.flush()
         except Exception:
             self.handleError(record)

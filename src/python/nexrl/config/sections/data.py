@@ -39,9 +39,11 @@ class DataConfig:
     )
     bad_rows: str = cfg_field(
         "error",
-        help="What to do with a malformed row (invalid JSON line, missing or ill-typed "
-        "prompt): 'error' stops with the file and row number, 'skip' drops it and "
-        "reports how many were dropped.",
+        help="What to do with a bad row (invalid JSON line, missing or ill-typed "
+        "prompt, missing a field the evaluator lists in required_fields), checked in "
+        "every row when the run starts: 'error' stops before the run (exit 2) naming "
+        "each bad row's file and line, 'skip' drops them, names each, and counts them "
+        "in the summary.",
         choices=BAD_ROWS_CHOICES,
     )
     drop_last: bool = cfg_field(
