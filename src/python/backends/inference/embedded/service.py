@@ -226,7 +226,7 @@ class InferenceService:
                 self._slots = SlotDecoder(
                     model,
                     slots=self.batching.max_batch_size,
-                    width=256,
+                    width=64,
                     graphs=self.batching.cuda_graphs,
                     budget_bytes=self._kv_budget(),
                 )

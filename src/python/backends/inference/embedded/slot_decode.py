@@ -87,6 +87,11 @@ def _attend(
     return torch.matmul(probs, values).view(B, H, d)
 
 
+def _round_width(width: int) -> int:
+    """Cache widths are powers of two from 64."""
+    return max(64, 1 << (width - 1).bit_length())
+
+
 def _bucket(n: int, cap: int) -> int:
     return next((b for b in _GRAPH_BUCKETS if b >= n and b <= cap), cap)
 
@@ -138,14 +143,15 @@ class SlotDecoder:
 
     def fits(self, slots: int, width: int) -> bool:
         """Whether a cache of at least ``slots`` x ``width`` stays within the budget."""
-        return self.bytes_for(max(slots, self.slots), max(width, self.width)) <= self.budget_bytes
+        wide = max(_round_width(width), self.width)
+        return self.bytes_for(max(slots, self.slots), wide) <= self.budget_bytes
 
     def _reserve(self, slots: int, width: int) -> None:
         """Grow the cache to at least ``slots`` x ``width`` (contents kept)."""
         slots, width = max(slots, self.slots), max(width, self.width)
         if (slots, width) == (self.slots, self.width):
             return
-        width = -(-width // 64) * 64
+        width = _round_width(width)  # (doubling: a few reallocations and recaptures at most)
         shape = (slots, self.n_kv, width, self.head_dim)
         kw = {"device": self.device}
         old = (self.keys + self.values) if self.slots else None
