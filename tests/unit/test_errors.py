@@ -47,6 +47,8 @@ from nexrl.training_service.server import TrainingServiceStartError
 from nexrl.types.batch import BatchError
 from nexrl.types.trajectory import TrajectoryError
 from nexrl.weights.checkpoint import CheckpointError
+from nexrl.weights.handoff.layout import LayoutError
+from nexrl.weights.handoff.transport import TransportError
 from nexrl.weights.snapshot import SnapshotError
 
 # class -> the bases it had before NexrlError (existing `except` clauses rely on them)
@@ -90,6 +92,8 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     TrainingClientError: (RuntimeError,),
     TrainingServiceError: (ValueError,),
     TrainingServiceStartError: (RuntimeError,),
+    LayoutError: (ValueError,),
+    TransportError: (RuntimeError,),
 }
 
 # Raised and caught inside one module, never shown to a user as such.

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from nexrl.errors import NexrlError
+
 __all__ = [
     "ALIGN",
     "HEADER_BYTES",
@@ -40,7 +42,7 @@ ALIGN = 256
 HEADER_BYTES = ALIGN  # the stamp (an int64 version) and room to spare
 
 
-class LayoutError(ValueError):
+class LayoutError(ValueError, NexrlError):
     """Tensors that do not fit a layout (names, shapes, dtypes), or a malformed one."""
 
 

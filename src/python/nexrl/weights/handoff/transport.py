@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from nexrl.errors import NexrlError
+
 __all__ = [
     "SHM_PREFIX",
     "TRANSPORTS",
@@ -42,7 +44,7 @@ TRANSPORTS = ("shm", "cuda_ipc")
 SHM_PREFIX = "nexrl-weights-"
 
 
-class TransportError(RuntimeError):
+class TransportError(RuntimeError, NexrlError):
     """A handoff buffer could not be allocated or opened; the message says why."""
 
 
