@@ -144,6 +144,24 @@ def _joinable(cache: Any) -> bool:
     )
 
 
+def prefill(
+    model: Any, prompts: list[Any], pad_token_id: int, device: torch.device
+) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+    """One forward of ``model`` over the left-padded ``prompts`` (token id lists):
+    ``(last logits [b, V], KV cache, mask [b, width], position ids [b, width])``;
+    positions follow the mask, so padding changes no row's logits."""
+    width = max(len(ids) for ids in prompts)
+    input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, ids in enumerate(prompts):
+        input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        mask[i, width - len(ids) :] = 1
+    input_ids, mask = input_ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    return out.logits[:, -1, :], out.past_key_values, mask, positions
+
+
 class DecodeBatch:
     """Rows generating together, one decoding step at a time (continuous batching).
 
@@ -210,20 +228,7 @@ class DecodeBatch:
         self._join(rows, logits, cache, mask, positions)
 
     def _prefill(self, prompts: list[Any]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
-        """One forward over the left-padded ``prompts``: ``(last logits [b, V], KV
-        cache, mask [b, width], position ids [b, width])``."""
-        width = max(len(ids) for ids in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, ids in enumerate(prompts):
-            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            mask[i, width - len(ids) :] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True
-        )
-        return out.logits[:, -1, :], out.past_key_values, mask, positions
+        return prefill(self.model, prompts, self.pad_token_id, self.device)
 
     def _join(
         self,

@@ -324,13 +324,7 @@ class InferenceService:
         """Load ``path`` off to the side, validate, swap; returns the new version."""
         async with self._reload_lock:
             current = self._loaded
-            if version < current.version:
-                raise OpenAIError(
-                    409,
-                    f"version {version} is older than the served version {current.version}",
-                    param="version",
-                    code="stale_version",
-                )
+            _not_older(version, current.version)
             start = time.perf_counter()
             try:
                 if is_adapter_snapshot(path):
@@ -367,13 +361,7 @@ class InferenceService:
         (or raises ``SnapshotError``: 400, the served model untouched); then the swap."""
         async with self._reload_lock:
             current = self._loaded
-            if version < current.version:
-                raise OpenAIError(
-                    409,
-                    f"version {version} is older than the served version {current.version}",
-                    param="version",
-                    code="stale_version",
-                )
+            _not_older(version, current.version)
             start = time.perf_counter()
             spare = self._take_spare(current)
             try:
@@ -403,6 +391,17 @@ class InferenceService:
 
 
 _SPARE_MAX_BYTES = 1 << 30
+
+
+def _not_older(version: int, served: int) -> None:
+    """A reload may not go back: 409 ``stale_version`` for a version under ``served``."""
+    if version < served:
+        raise OpenAIError(
+            409,
+            f"version {version} is older than the served version {served}",
+            param="version",
+            code="stale_version",
+        )
 
 
 def _small(model: Any) -> bool:

@@ -23,6 +23,7 @@ from backends.inference.embedded.generation import (
     _pad_right,
     _record,
     _RowState,
+    prefill,
     sample_next,
 )
 from backends.inference.embedded.slot_decode import SlotDecoder
@@ -68,7 +69,9 @@ class SlotBatch:
             return
         first: dict[tuple[int, ...], int] = {}
         which = [first.setdefault(tuple(ids), len(first)) for ids, _ in rows]
-        logits, cache, mask, positions = self._prefill(list(first))
+        logits, cache, mask, positions = prefill(
+            self.model, list(first), self.pad_token_id, self.device
+        )
         index = torch.tensor(which, dtype=torch.long, device=self.device)
         new = {
             "temperature": torch.tensor([p.temperature for _, p in rows], device=self.device),
@@ -88,20 +91,6 @@ class SlotBatch:
         self._ends += [width + 1] * len(rows)
         self._merge(new)
         self.rows += states
-
-    def _prefill(self, prompts: list[list[int]] | list[tuple[int, ...]]) -> tuple[Any, ...]:
-        width = max(len(ids) for ids in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, ids in enumerate(prompts):
-            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            mask[i, width - len(ids) :] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True
-        )
-        return out.logits[:, -1, :], out.past_key_values, mask, positions
 
     def _merge(self, new: dict[str, torch.Tensor]) -> None:
         if not self._t:
