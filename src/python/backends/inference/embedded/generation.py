@@ -94,6 +94,29 @@ def sample_next(
     return tokens, raw
 
 
+def sample_rows(
+    logits: torch.Tensor,
+    t: dict[str, torch.Tensor],
+    states: list[_RowState],
+    tokenizer: Any,
+    stop_token_ids: frozenset[int],
+    mode: LogprobsMode,
+) -> torch.Tensor:
+    """Sample every row's next token from ``logits [B, V]`` with its next seeded draw
+    (``t``: the batch's ``temperature``, ``top_p``, ``uniform``, ``drawn``; ``drawn``
+    advances) and record it in the rows not done yet; returns the tokens ``[B]``."""
+    idx = t["drawn"].clamp(max=t["uniform"].shape[1] - 1)
+    uniform = t["uniform"].gather(1, idx[:, None]).squeeze(1)
+    tokens, lp = sample_next(logits, t["temperature"], t["top_p"], uniform, mode)
+    t["drawn"] = t["drawn"] + 1
+    chosen = lp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
+    for i, (st, token) in enumerate(zip(states, tokens.tolist(), strict=True)):
+        if st.done:  # (a finished row riding along until it leaves the batch)
+            continue
+        _record(st, token, chosen[i], lp[i], tokenizer, stop_token_ids)
+    return tokens
+
+
 class _RowState:
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
@@ -297,16 +320,9 @@ class DecodeBatch:
     def _sample(
         self, logits: torch.Tensor, t: dict[str, torch.Tensor], states: list[_RowState]
     ) -> torch.Tensor:
-        idx = t["drawn"].clamp(max=t["uniform"].shape[1] - 1)
-        uniform = t["uniform"].gather(1, idx[:, None]).squeeze(1)
-        tokens, lp = sample_next(logits, t["temperature"], t["top_p"], uniform, self.logprobs_mode)
-        t["drawn"] = t["drawn"] + 1
-        chosen = lp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
-        for i, (st, token) in enumerate(zip(states, tokens.tolist(), strict=True)):
-            if st.done:  # (a finished row riding along in a batch that cannot shrink)
-                continue
-            _record(st, token, chosen[i], lp[i], self.tokenizer, self.stop_token_ids)
-        return tokens
+        return sample_rows(
+            logits, t, states, self.tokenizer, self.stop_token_ids, self.logprobs_mode
+        )
 
     def retire(self) -> list[_RowState]:
         """Take the finished rows out of the batch; returns them, text finalised."""

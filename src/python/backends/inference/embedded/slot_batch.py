@@ -21,10 +21,9 @@ from backends.inference.embedded.generation import (
     _draws,
     _finalize_text,
     _pad_right,
-    _record,
     _RowState,
     prefill,
-    sample_next,
+    sample_rows,
 )
 from backends.inference.embedded.slot_decode import SlotDecoder
 
@@ -117,16 +116,9 @@ class SlotBatch:
     def _sample(
         self, logits: torch.Tensor, t: dict[str, torch.Tensor], states: list[_RowState]
     ) -> torch.Tensor:
-        idx = t["drawn"].clamp(max=t["uniform"].shape[1] - 1)
-        uniform = t["uniform"].gather(1, idx[:, None]).squeeze(1)
-        tokens, lp = sample_next(logits, t["temperature"], t["top_p"], uniform, self.logprobs_mode)
-        t["drawn"] = t["drawn"] + 1
-        chosen = lp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
-        for i, (st, token) in enumerate(zip(states, tokens.tolist(), strict=True)):
-            if st.done:  # (retire takes finished rows out before the next step)
-                continue
-            _record(st, token, chosen[i], lp[i], self.tokenizer, self.stop_token_ids)
-        return tokens
+        return sample_rows(
+            logits, t, states, self.tokenizer, self.stop_token_ids, self.logprobs_mode
+        )
 
     @torch.inference_mode()
     def retire(self) -> list[_RowState]:
