@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ class NoHooks(SimpleRolloutWorker.__mro__[1]):  # BaseRolloutWorker without run_
 """
 
 
-def rows(path: Path, items: list[dict[str, object]]) -> str:
+def rows(path: Path, items: Sequence[Mapping[str, object]]) -> str:
     path.write_text("".join(json.dumps(r) + "\n" for r in items))
     return str(path)
 
