@@ -195,10 +195,18 @@ def test_one_line_per_failure_kind_not_per_distinct_message(tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr
     per_worker = [p.read_text() for p in sorted(logs.glob("dask-worker-*.log"))]
     warned = [line for line in proc.stderr.splitlines() if "evaluator Digits failed" in line]
+    first = [line for line in warned if "(shown once per kind, then counted at 10" in line]
+    counted = [line for line in warned if "times so far in this process" in line]
+    assert len(first) + len(counted) == len(warned)
     for kind in ("ValueError", "KeyError"):
-        lines = [line for line in warned if f": {kind}:" in line]
+        lines = [line for line in first if f": {kind}:" in line]
         assert len(lines) == sum(f"{kind}:" in t for t in per_worker) >= 1, proc.stderr
-        assert all("(shown once per kind; details and repeats: logs/" in x for x in lines)
-    assert len(warned) <= 4, proc.stderr  # 2 kinds x 2 workers, of 60 warnings
+        assert all("details and repeats: logs/dask-worker-" in x for x in lines)
+        # the 10th of a kind in a worker is said with its count (30 of each in all)
+        tenth = [t.count(f"{kind}:") >= 10 for t in per_worker]
+        said = [line for line in counted if f": {kind}:" in line]
+        assert len(said) == sum(tenth) >= 1, proc.stderr  # one worker ran >= 15 of 30
+        assert all("the same kind 10 times so far in this process" in x for x in said)
+    assert len(warned) <= 8, proc.stderr  # 2 kinds x 2 workers x (first, 10th), of 60
     text = "".join(per_worker)
     assert text.count("evaluator Digits failed") == 60  # every one in the log files

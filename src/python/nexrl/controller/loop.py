@@ -48,6 +48,7 @@ from nexrl.controller.driver_log import DETAILS_LOGGER
 from nexrl.controller.errors import ControllerError, RunResult
 from nexrl.controller.evaluator_stats import EvaluatorFailurePolicy
 from nexrl.controller.harvest import HarvestRecorder
+from nexrl.metrics.learning_signal import LearningSignalWatch
 from nexrl.controller.reload import sync_weights
 from nexrl.controller.report import filter_row, step_row, timed, warn_skipped_update
 from nexrl.controller.resume import finished_run, restore_state, say_resumed
@@ -113,6 +114,7 @@ class Controller:
             int(self.cfg.rollout_worker.max_evaluator_error_steps),
             str(OmegaConf.select(self.cfg, "rollout_worker.evaluator", default="none")),
         )
+        self.signal_watch = LearningSignalWatch(decode=self._decode)
 
     @property
     def stop_reason(self) -> str | None:
@@ -122,6 +124,10 @@ class Controller:
     @stop_reason.setter
     def stop_reason(self, reason: str | None) -> None:
         self.signals.reason = reason
+
+    def _decode(self, ids: list[int]) -> str:
+        """Token ids as text (the run's tokenizer), for the learning-signal warnings."""
+        return str(self.parts.tokenizer.decode(ids))
 
     @property
     def parts(self) -> Components:
@@ -279,6 +285,8 @@ class Controller:
         self.version = result.policy_version
         row = step_row(parts, self.counters, batch, trained, result, self.version, version_before)
         warn_skipped_update(parts, row, self.step, self.cfg)
+        for line in self.signal_watch.observe(self.step, trained, row):
+            parts.progress.write(f"warning: {line}")
         if parts.pool.config.filter_zero_variance:
             row.update(filter_row(trained, filtered, self.step, parts.groups_per_batch, self.cfg))
         parts.record_samples(self.step, trained)

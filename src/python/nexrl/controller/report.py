@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nexrl.controller.evaluator_stats import evaluator_metrics
+from nexrl.metrics.learning_signal import signal_metrics
 
 if TYPE_CHECKING:
     from nexrl.controller.components import Components
@@ -55,6 +56,7 @@ def step_row(
     }
     row.update(batch.metrics())
     row.update(evaluator_metrics(trained))  # eval/<name>: mean over the step's batch
+    row.update(signal_metrics(trained))  # is there anything to learn from?
     for k, v in result.row().items():
         row[f"timing/trainer_{k[7:]}" if k.startswith("timing/") else k] = v
     return row

@@ -29,7 +29,9 @@ Usage (what a training loop does)::
 
 Modules: ``sinks`` (``METRIC_SINKS`` by name), ``tracker`` (``MetricsTracker``,
 ``read_metrics``), ``progress`` (``ProgressDisplay``), ``plots``
-(``plot_reward_curve``) and ``summary`` (``summarize``, ``write_summary``).
+(``plot_reward_curve``), ``summary`` (``summarize``, ``write_summary``) and
+``learning_signal`` (is there anything to learn from: ``signal_metrics``,
+``LearningSignalWatch``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from nexrl.metrics import learning_signal as ls
 from nexrl.util.files import atomic_write_text
 
 __all__ = ["SUMMARY_FILE", "format_summary", "summarize", "write_summary"]
@@ -17,6 +18,8 @@ VAL_KEY = "val/reward/mean"
 VAL_EVAL_PREFIX = "val/eval/"
 WINDOW = 5  # steps averaged at the start and at the end
 RUNNING_KEY = "time/running_s"  # written by JsonlSink (seconds spent running)
+ZERO_VARIANCE_KEY = "rollout/zero_variance_groups"  # nexrl.metrics.learning_signal
+TOP_ANSWER_KEY = "rollout/top_answer_share"
 
 
 def _number(value: Any) -> float | None:
@@ -75,6 +78,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     * ``bad_rows_skipped``: data rows the loader skipped (``data.bad_rows=skip``; the
       last ``data/bad_rows_skipped``), ``rows_not_evaluated``: data rows whose every
       sample had an evaluator error (the last ``rollout/rows_not_evaluated``);
+    * ``zero_variance_first5`` / ``zero_variance_last5``: the mean share of groups
+      whose samples all got the same reward (nothing to learn from) over the first /
+      last 5 steps; ``top_answer_first5`` / ``top_answer_last5``: the same for the
+      most common answer's share of the samples (near 1: a collapsed policy);
     * ``wall_time_s``: the time the run spent running: the last
       ``time/running_s`` (the jsonl sink counts it, without the gap between a
       stopped run and its resume); for rows without it, last minus first ``time``.
@@ -95,6 +102,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             val_eval_last[key.removeprefix(VAL_EVAL_PREFIX)] = points[-1][1]
     times = [t for t in (_number(r.get("time")) for r in rows) if t is not None]
     errors = [v for _, v in _by_step(rows, "rollout/evaluator_errors")]
+    zero_var = [v for _, v in _by_step(rows, ZERO_VARIANCE_KEY)]
+    top_answer = [v for _, v in _by_step(rows, TOP_ANSWER_KEY)]
     error_share = [v for _, v in _by_step(rows, "eval/evaluator_error")]
     return {
         "steps_run": len(steps),
@@ -112,6 +121,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "evaluator_error_share": _mean(error_share),
         "bad_rows_skipped": _last_int(rows, "data/bad_rows_skipped"),
         "rows_not_evaluated": _last_int(rows, "rollout/rows_not_evaluated"),
+        "zero_variance_first5": _mean(zero_var[:WINDOW]),
+        "zero_variance_last5": _mean(zero_var[-WINDOW:]),
+        "top_answer_first5": _mean(top_answer[:WINDOW]),
+        "top_answer_last5": _mean(top_answer[-WINDOW:]),
         "wall_time_s": _wall_time(rows, times),
     }
 
@@ -131,6 +144,18 @@ def _steps(n: int) -> str:
 
 def _f(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def _stuck(s: dict[str, Any]) -> bool:
+    """Nearly no group to learn from at the end, or one answer for most samples, while
+    the reward is short of solved (the learning-signal warnings' thresholds)."""
+    reward = s.get("reward_last5_mean")
+    if reward is None or reward >= ls.SOLVED_REWARD:
+        return False
+    return bool(
+        s["zero_variance_last5"] >= ls.NO_SIGNAL_SHARE
+        or (s.get("top_answer_last5") or 0.0) >= ls.COLLAPSE_SHARE
+    )
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -154,6 +179,13 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"validation reward: {_f(s['val_reward_first'])} first -> "
             f"{_f(s['val_reward_last'])} last, best {_f(s['val_reward_best'])} "
             f"at step {s['val_reward_best_step']}"
+        )
+    if s.get("zero_variance_first5") is not None:
+        lines.append(
+            f"learning signal: groups with no reward variance {s['zero_variance_first5']:.0%}"
+            f" -> {s['zero_variance_last5']:.0%}, most common answer "
+            f"{s['top_answer_first5']:.0%} -> {s['top_answer_last5']:.0%} of the samples"
+            + (" (see \"When it does not learn\" in docs/user-guide.md)" if _stuck(s) else "")
         )
     if s.get("val_eval_last"):
         shown = ", ".join(f"{k} {_f(v)}" for k, v in s["val_eval_last"].items())

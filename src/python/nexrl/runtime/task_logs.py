@@ -13,7 +13,9 @@ process it runs in,
   below WARNING as before (shown if its logger printed it before, else only in
   the file: a worker's ``nexrl`` / ``backends`` INFO); a WARNING or ERROR one as one line
   (``distributed.worker - ERROR - Compute Failed evaluate-g3-r0: TypeError(...)``)
-  the first time that kind of failure is seen, and only in the file after that.
+  the first time that kind of failure is seen, then the same line with its count
+  at the 10th, 100th, 1000th... time (one line per kind and power of ten), and
+  every record in the file.
   A kind is the logger, the message's template (``record.msg``, before its
   arguments: the data row an evaluator failed on) and the exception's type, not
   its text: an evaluator that raises ``ValueError`` on every model output (each
@@ -97,6 +99,12 @@ def failure_kind(record: logging.LogRecord, what: str, failure: str) -> tuple[st
     return (record.name, first, found.group(1) if found else failure)
 
 
+def _power_of_ten(n: int) -> bool:
+    while n >= 10 and n % 10 == 0:
+        n //= 10
+    return n == 1
+
+
 class OneLinePerFailure(logging.StreamHandler[TextIO]):
     """Writes records of WARNING and above as one line, once per distinct failure (see
     the module doc); ``counts`` holds how often each was seen. ``where`` names the
@@ -117,12 +125,17 @@ class OneLinePerFailure(logging.StreamHandler[TextIO]):
             return
         what, failure = one_line(record)
         seen = failure_kind(record, what, failure)
-        self.counts[seen] = self.counts.get(seen, 0) + 1
-        if self.counts[seen] > 1:
+        n = self.counts[seen] = self.counts.get(seen, 0) + 1
+        if n > 1 and not _power_of_ten(n):
             return
         line = f"{record.name} - {record.levelname} - {what}" + (f": {failure}" if failure else "")
+        note = (
+            "shown once per kind, then counted at 10, 100, ...;"
+            if n == 1
+            else f"the same kind {n} times so far in this process;"
+        )
         try:
-            self.stream.write(f"{line} (shown once per kind; details and repeats: {self.where})\n")
+            self.stream.write(f"{line} ({note} details and repeats: {self.where})\n")
             self.flush()
         except Exception:
             self.handleError(record)

@@ -1,0 +1,124 @@
+"""The learning-signal numbers and warnings on pool columns (the controller's path:
+``step_row``'s columns), against hand-counted batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nexrl.metrics import format_summary, summarize
+from nexrl.metrics import learning_signal as ls
+from nexrl.metrics.learning_signal import LearningSignalWatch, answer_ids, signal_metrics
+from nexrl.pool.columns import TrajectoryColumns
+from nexrl.types.trajectory import Trajectory
+
+
+def batch(groups: list[list[tuple[list[int], float]]]) -> TrajectoryColumns:
+    """Pool columns of ``groups``: each a list of (response ids, reward)."""
+    trajs = [
+        Trajectory([1, 2], resp, [1] * len(resp), [0.0] * len(resp), reward, group_id=g, run_id=r)
+        for g, group in enumerate(groups)
+        for r, (resp, reward) in enumerate(group)
+    ]
+    return TrajectoryColumns.from_trajectories(trajs)
+
+
+def test_metrics_counted_by_hand() -> None:
+    cols = batch(
+        [
+            [([5], 0.0), ([5], 0.0)],  # all 0: no variance
+            [([5], 1.0), ([6, 7], 0.0)],  # informative
+            [([6, 7], 1.0), ([6, 7], 1.0)],  # all 1: no variance
+            [([6], 0.5), ([6, 7, 8], 0.5)],  # equal rewards, different answers
+        ]
+    )
+    m = signal_metrics(cols)
+    assert m["rollout/zero_variance_groups"] == pytest.approx(3 / 4)
+    # answers: [5] x3, [6,7] x3, [6], [6,7,8]: 4 distinct of 8; the top one 3 of 8
+    assert m["rollout/distinct_answers"] == pytest.approx(4 / 8)
+    assert m["rollout/top_answer_share"] == pytest.approx(3 / 8)
+
+
+def test_answers_differ_by_any_token_or_length() -> None:
+    cols = batch([[([1], 0.0), ([1, 0], 0.0), ([0, 1], 0.0), ([1], 0.0), ([1, 0, 0], 0.0)]])
+    ids = answer_ids(cols.response_ids, cols.response_lens)
+    assert ids[0] == ids[3]
+    assert len(set(ids.tolist())) == 4  # [1], [1, 0], [0, 1], [1, 0, 0]
+
+
+def no_signal(step: int, share: float, reward: float) -> dict[str, float]:
+    return {"rollout/zero_variance_groups": share, "reward/mean": reward}
+
+
+def test_no_signal_warns_after_five_steps_in_a_row_then_waits() -> None:
+    cols = batch([[([g], 0.0), ([g + 1], 0.0)] for g in range(8)])  # varied, not collapsed
+    watch = LearningSignalWatch()
+    said = {s: watch.observe(s, cols, no_signal(s, 0.95, 0.0)) for s in range(1, 6)}
+    assert [s for s, lines in said.items() if lines] == [5]
+    assert said[5][0].startswith("steps 1-5: 95% of the groups gave every sample the same reward")
+    assert "docs/user-guide.md" in said[5][0]
+    # the same streak goes on: said again only REPEAT_AFTER steps later
+    later = [s for s in range(6, 60) if watch.observe(s, cols, no_signal(s, 0.95, 0.0))]
+    assert later == [5 + ls.REPEAT_AFTER]
+
+
+def test_no_signal_streak_breaks_and_solved_runs_stay_quiet() -> None:
+    cols = batch([[([g], 1.0), ([g + 1], 1.0)] for g in range(8)])
+    watch = LearningSignalWatch()
+    shares = [0.95, 0.95, 0.95, 0.95, 0.5, 0.95, 0.95, 0.95, 0.95]  # a step with signal
+    assert not any(watch.observe(s, cols, no_signal(s, x, 0.2)) for s, x in enumerate(shares))
+    # every group all right: the same reward everywhere, but nothing is wrong
+    assert not any(watch.observe(s, cols, no_signal(s, 1.0, 1.0)) for s in range(20, 40))
+
+
+def test_collapse_names_the_answer_and_its_reward() -> None:
+    groups = [[([7], 0.0)] * 5 + [([g], 1.0)] for g in range(4)]  # 20 of 24 say "7"
+    watch = LearningSignalWatch(decode=lambda ids: "".join(map(str, ids)))
+    lines = watch.observe(3, batch(groups), {})
+    assert lines == [
+        "step 3: 83% of the samples over 4 groups gave the same answer '7' (mean reward "
+        "0.000): the policy collapsed to one answer (rollout/top_answer_share); "
+        'see "When it does not learn" in docs/user-guide.md'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("groups", "why"),
+    [
+        ([[([7], 1.0)] * 6 for _ in range(4)], "one answer, right everywhere"),
+        ([[([7], 0.0)] * 6 for _ in range(3)], "too few groups to call it a collapse"),
+        ([[([7], 0.0)] * 3 + [([g], 0.0)] * 3 for g in range(4)], "only half the samples"),
+    ],
+)
+def test_no_collapse_warning(groups: list, why: str) -> None:
+    assert LearningSignalWatch().observe(1, batch(groups), {}) == [], why
+
+
+def test_summary_line_points_to_the_guide_only_when_stuck() -> None:
+    def rows(share: float, top: float, reward: float) -> list[dict[str, float]]:
+        return [
+            {
+                "step": s,
+                "reward/mean": reward,
+                "rollout/zero_variance_groups": share,
+                "rollout/top_answer_share": top,
+            }
+            for s in range(1, 11)
+        ]
+
+    stuck = format_summary(summarize(rows(0.97, 0.1, 0.0)))
+    assert (
+        "learning signal: groups with no reward variance 97% -> 97%, most common answer "
+        '10% -> 10% of the samples (see "When it does not learn" in docs/user-guide.md)'
+    ) in stuck
+    learning = format_summary(summarize(rows(0.4, 0.1, 0.6)))
+    assert "learning signal: groups with no reward variance 40% -> 40%" in learning
+    assert "When it does not learn" not in learning
+    solved = summarize(rows(1.0, 0.2, 1.0))
+    assert solved["zero_variance_last5"] == 1.0
+    assert "When it does not learn" not in format_summary(solved)
+
+
+def test_an_empty_batch_has_no_answers() -> None:
+    assert ls.answer_shares(np.zeros(0, np.int32), np.zeros(0, np.int64)) == (0.0, 0.0)
+    assert ls.zero_variance_share(np.zeros(0), np.zeros(0, np.int64)) == 0.0
