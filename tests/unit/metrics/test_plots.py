@@ -96,3 +96,29 @@ def test_validation_evaluator_metrics_are_markers_in_the_metrics_panel() -> None
     assert lines["val exact"].get_marker() == "o" and lines["val exact"].get_linestyle() == "None"
     assert lines["val exact"].get_color() == lines["exact"].get_color()
     assert list(lines["val form"].get_ydata()) == [0.2, 1.0]
+
+
+def test_learning_signal_gets_the_last_panel() -> None:
+    """Rows with the learning signal (as step_row logs it): a panel of its own below
+    the evaluator metrics, one line per share, with the logged values."""
+    from nexrl.metrics.plots import reward_figure
+
+    rows = [
+        {
+            "step": s,
+            "reward/mean": 0.0,
+            "eval/exact": 0.0,
+            "rollout/zero_variance_groups": 1.0 - s / 10,
+            "rollout/top_answer_share": s / 20,
+        }
+        for s in (1, 2, 3)
+    ]
+    reward_ax, eval_ax, signal_ax = reward_figure(rows).axes
+    lines = {line.get_label(): list(line.get_ydata()) for line in signal_ax.get_lines()}
+    assert lines == {
+        "groups without reward variance": [0.9, 0.8, 0.7],
+        "most common answer's share": [0.05, 0.1, 0.15],
+    }
+    assert [line.get_label() for line in eval_ax.get_lines()] == ["exact"]
+    _, only_signal = reward_figure([{k: v for k, v in r.items() if k != "eval/exact"} for r in rows]).axes
+    assert only_signal.get_title().startswith("Learning signal")

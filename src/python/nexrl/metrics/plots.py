@@ -3,7 +3,10 @@
 The top panel has the training and validation reward; when the rows carry
 evaluator metrics (``eval/<name>``, the step's mean of each metric the
 evaluator returned), a second panel below plots each of them per step (a line)
-and at each validation (``val/eval/<name>``: markers of the same colour).
+and at each validation (``val/eval/<name>``: markers of the same colour). When
+they carry the learning signal (``nexrl.metrics.learning_signal``), a last panel
+plots the share of groups without reward variance and the most common answer's
+share per step: the two numbers that say a run has nothing to learn from.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ TRAIN_KEY = "reward/mean"
 VAL_KEY = "val/reward/mean"
 EVAL_PREFIX = "eval/"
 VAL_EVAL_PREFIX = "val/eval/"
+SIGNAL_KEYS = (
+    ("rollout/zero_variance_groups", "groups without reward variance"),
+    ("rollout/top_answer_share", "most common answer's share"),
+)
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -54,15 +61,18 @@ def reward_figure(rows: list[dict[str, Any]], *, title: str | None = None) -> An
         for name in _eval_keys(rows)
     ]
     evals = [e for e in evals if e[1][0] or e[2][0]]
+    signal = [(label, _series(rows, key)) for key, label in SIGNAL_KEYS]
+    signal = [(label, points) for label, points in signal if points[0]]
     if not train and not val and not evals:
         return None
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 6.5 if evals else 4), dpi=100)
+    panels = 1 + bool(evals) + bool(signal)
+    fig = Figure(figsize=(7, 4 + 2.5 * (panels - 1)), dpi=100)
     FigureCanvasAgg(fig)  # explicit Agg canvas: no pyplot, no global backend switch
-    ax = fig.add_subplot(2, 1, 1) if evals else fig.add_subplot()
+    ax = fig.add_subplot(panels, 1, 1)
     if train:
         ax.plot(train_steps, train, color="tab:blue", linewidth=1.5, label="train reward/mean")
     if val:
@@ -81,7 +91,7 @@ def reward_figure(rows: list[dict[str, Any]], *, title: str | None = None) -> An
     if train or val:
         ax.legend(loc="best")
     if evals:
-        ev = fig.add_subplot(2, 1, 2, sharex=ax)
+        ev = fig.add_subplot(panels, 1, 2, sharex=ax)
         for i, (name, (steps, values), (v_steps, v_values)) in enumerate(evals):
             color = f"C{i % 10}"
             if steps:
@@ -101,6 +111,15 @@ def reward_figure(rows: list[dict[str, Any]], *, title: str | None = None) -> An
         ev.set_ylabel("eval/<name>")
         ev.grid(True, alpha=0.3)
         ev.legend(loc="best", fontsize="small")
+    if signal:
+        sig = fig.add_subplot(panels, 1, panels, sharex=ax)
+        for label, (steps, values) in signal:
+            sig.plot(steps, values, linewidth=1.2, label=label)
+        sig.set_ylim(-0.05, 1.05)
+        sig.set_title("Learning signal (share of the step's batch)")
+        sig.set_xlabel("step")
+        sig.grid(True, alpha=0.3)
+        sig.legend(loc="best", fontsize="small")
     fig.tight_layout()
     return fig
 
