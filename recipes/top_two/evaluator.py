@@ -47,6 +47,4 @@ class TopTwoPartialEvaluator(TopTwoEvaluator):
         reply = evaluation_target.final_answer.strip()
         right = sum(a == b for a, b in zip(reply, answer, strict=False))
         metrics = {**result.metrics, "exact": result.reward}
-        return EvaluationRunResult(
-            reward=right / len(answer), ground_truth=answer, metrics=metrics
-        )
+        return EvaluationRunResult(reward=right / len(answer), ground_truth=answer, metrics=metrics)

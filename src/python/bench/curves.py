@@ -5,7 +5,9 @@ docs/user-guide.md, "When it does not learn".
         "from scratch=runs/top_two_tiny" "SFT, then RL=runs/top_two_from_sft" ...
 
 Each ``label=run folder`` is drawn as its ``val/reward/mean`` per step (step 0:
-the weights the run started from), from its ``metrics.jsonl``.
+the weights the run started from), from its ``metrics.jsonl``;
+``label=run folder@key`` draws another key (``val/eval/exact``), and a ``+N``
+at the end shifts the run's steps by N (a second stage drawn after the first).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def plot_curves(curves: dict[str, list[tuple[int, float]]], out: Path, title: st
     for label, points in curves.items():
         ax.plot([s for s, _ in points], [v for _, v in points], marker="o", label=label)
     ax.set_title(title)
-    ax.set_xlabel("RL step (0: the weights the run started from)")
+    ax.set_xlabel("RL step (0: the weights the first run started from)")
     ax.set_ylabel("greedy validation reward")
     ax.set_ylim(-0.05, 1.05)
     ax.grid(True, alpha=0.3)
@@ -55,7 +57,13 @@ def plot_curves(curves: dict[str, list[tuple[int, float]]], out: Path, title: st
 
 def main(argv: list[str]) -> None:
     out, *pairs = argv
-    curves = {p.split("=", 1)[0]: val_curve(Path(p.split("=", 1)[1])) for p in pairs}
+    curves = {}
+    for pair in pairs:
+        label, where = pair.split("=", 1)
+        where, _, shift = where.partition("+")
+        run, _, key = where.partition("@")
+        points = val_curve(Path(run), key or "val/reward/mean")
+        curves[label] = [(step + int(shift or 0), value) for step, value in points]
     plot_curves(curves, Path(out), "recipes/top_two: held-out exact answers")
 
 

@@ -113,12 +113,14 @@ def test_learning_signal_gets_the_last_panel() -> None:
         }
         for s in (1, 2, 3)
     ]
-    reward_ax, eval_ax, signal_ax = reward_figure(rows).axes
+    _, eval_ax, signal_ax = reward_figure(rows).axes
     lines = {line.get_label(): list(line.get_ydata()) for line in signal_ax.get_lines()}
     assert lines == {
         "groups without reward variance": [0.9, 0.8, 0.7],
         "most common answer's share": [0.05, 0.1, 0.15],
     }
     assert [line.get_label() for line in eval_ax.get_lines()] == ["exact"]
-    _, only_signal = reward_figure([{k: v for k, v in r.items() if k != "eval/exact"} for r in rows]).axes
+    _, only_signal = reward_figure(
+        [{k: v for k, v in r.items() if k != "eval/exact"} for r in rows]
+    ).axes
     assert only_signal.get_title().startswith("Learning signal")

@@ -34,7 +34,9 @@ def evaluator(name: str) -> Any:
         ("", 0.0, 0.0, 0.0, 0.0),
     ],
 )
-def test_rewards_and_metrics(reply: str, exact: float, partial: float, first: float, form: float) -> None:
+def test_rewards_and_metrics(
+    reply: str, exact: float, partial: float, first: float, form: float
+) -> None:
     target = BaseEvaluationTarget(final_answer=reply)
     result = evaluator("TopTwoEvaluator").evaluate(ROW, target)
     assert result.reward == exact
@@ -45,7 +47,9 @@ def test_rewards_and_metrics(reply: str, exact: float, partial: float, first: fl
 
 
 def rows(name: str) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in Path(f"recipes/top_two/data/{name}.jsonl").read_text().splitlines()]
+    return [
+        json.loads(x) for x in Path(f"recipes/top_two/data/{name}.jsonl").read_text().splitlines()
+    ]
 
 
 def test_shipped_data_is_right_and_held_out() -> None:
@@ -59,7 +63,9 @@ def test_shipped_data_is_right_and_held_out() -> None:
     assert shown <= {(r["prompt"], r["answer"]) for r in train}  # demonstrations: training prompts
 
 
-def test_the_remedy_recipes_differ_from_the_default_only_where_the_guide_says(tmp_path: Path) -> None:
+def test_the_remedy_recipes_differ_from_the_default_only_where_the_guide_says(
+    tmp_path: Path,
+) -> None:
     base = load_recipe_checked("recipes/top_two/top_two_tiny.yaml").cfg
     assert base.rollout_worker.max_response_length == 2
     stage1 = load_recipe_checked("recipes/top_two/top_two_stage1.yaml").cfg

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,7 +49,6 @@ from nexrl.controller.driver_log import DETAILS_LOGGER
 from nexrl.controller.errors import ControllerError, RunResult
 from nexrl.controller.evaluator_stats import EvaluatorFailurePolicy
 from nexrl.controller.harvest import HarvestRecorder
-from nexrl.metrics.learning_signal import LearningSignalWatch
 from nexrl.controller.reload import sync_weights
 from nexrl.controller.report import filter_row, step_row, timed, warn_skipped_update
 from nexrl.controller.resume import finished_run, restore_state, say_resumed
@@ -57,6 +57,7 @@ from nexrl.controller.scheduler import RolloutScheduler
 from nexrl.controller.signals import StopSignals
 from nexrl.controller.validation import validate
 from nexrl.controller.watch import ClusterWatch, scheduler_gone
+from nexrl.metrics.learning_signal import LearningSignalWatch
 from nexrl.recipe import Recipe
 from nexrl.trainer.heartbeats import QuietNotice
 
@@ -125,7 +126,7 @@ class Controller:
     def stop_reason(self, reason: str | None) -> None:
         self.signals.reason = reason
 
-    def _decode(self, ids: list[int]) -> str:
+    def _decode(self, ids: Sequence[int]) -> str:
         """Token ids as text (the run's tokenizer), for the learning-signal warnings."""
         return str(self.parts.tokenizer.decode(ids))
 

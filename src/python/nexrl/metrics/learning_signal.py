@@ -112,7 +112,9 @@ class LearningSignalWatch:
 
     def observe(self, step: int, trained: Any, row: dict[str, Any]) -> list[str]:
         """The warning lines for this step (also logged); ``row``: its metrics row."""
-        lines = [line for line in (self._no_signal(step, row), self._collapse(step, trained)) if line]
+        lines = [
+            line for line in (self._no_signal(step, row), self._collapse(step, trained)) if line
+        ]
         for line in lines:
             logger.warning("%s", line)
         return lines

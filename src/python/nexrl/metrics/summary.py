@@ -185,7 +185,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"learning signal: groups with no reward variance {s['zero_variance_first5']:.0%}"
             f" -> {s['zero_variance_last5']:.0%}, most common answer "
             f"{s['top_answer_first5']:.0%} -> {s['top_answer_last5']:.0%} of the samples"
-            + (" (see \"When it does not learn\" in docs/user-guide.md)" if _stuck(s) else "")
+            + (' (see "When it does not learn" in docs/user-guide.md)' if _stuck(s) else "")
         )
     if s.get("val_eval_last"):
         shown = ", ".join(f"{k} {_f(v)}" for k, v in s["val_eval_last"].items())
