@@ -10,20 +10,19 @@ samples and nearly every group of 8 has the same reward, 0, for all its samples:
 GRPO has nothing to learn from. The files:
 
 * ``train.jsonl`` / ``test.jsonl``: 210 training and 49 held-out prompts,
-  disjoint, balanced over the largest digit 3..9 (as recipes/max_digit).
+  disjoint: recipes/max_digit's triples, balanced over the largest digit 3..9.
 * ``demos.jsonl``: 70 demonstrations (one in three training prompts with its
   answer), OpenAI-style conversations for the SFT warm start.
 """
 
 from __future__ import annotations
 
-import itertools
+import importlib.util
 import json
-import random
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-PER_ANSWER, TEST_PER_ANSWER = 37, 7
+MAX_DIGIT = HERE.parent / "max_digit" / "make_data.py"
 
 
 def answer(digits: tuple[int, ...]) -> str:
@@ -32,19 +31,14 @@ def answer(digits: tuple[int, ...]) -> str:
     return f"{top[0]}{top[1]}"
 
 
-def split(seed: int = 0) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-    """(train, test) triples, balanced over the largest digit 3..9."""
-    triples = list(itertools.product(range(10), repeat=3))
-    random.Random(seed).shuffle(triples)
-    train: list[tuple[int, ...]] = []
-    test: list[tuple[int, ...]] = []
-    for top in range(3, 10):
-        chosen = [t for t in triples if max(t) == top][:PER_ANSWER]
-        test += chosen[:TEST_PER_ANSWER]
-        train += chosen[TEST_PER_ANSWER:]
-    random.Random(seed + 1).shuffle(train)
-    random.Random(seed + 2).shuffle(test)
-    return train, test
+def split() -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """max_digit's (train, test) triples: the same prompts, balanced over the largest
+    digit 3..9 (recipes/max_digit/make_data.py says why), answered with two digits."""
+    spec = importlib.util.spec_from_file_location("max_digit_data", MAX_DIGIT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.split()
 
 
 def prompt(t: tuple[int, ...]) -> str:
