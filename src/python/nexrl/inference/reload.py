@@ -109,6 +109,11 @@ class ReloadAdapter(ABC):
                 out[url] = False
         return out
 
+    def started(self, version: int) -> None:
+        """Replicas nexrl has just started on the weights of ``version`` (no reload:
+        they loaded them at start)."""
+        self.policy_version = version
+
     def reload(self, model_path: str, version: int) -> list[ReloadOutcome]:
         """Reload ``model_path`` as ``version`` on every replica, in parallel."""
         return self._on_all(
