@@ -356,7 +356,10 @@ class InferenceSupervisor:
                 )
             else:
                 logger.warning(
-                    "inference: the embedded server exited (code %s); restarting on v%d",
+                    "inference: the %s exited (code %s); restarting on v%d",
+                    "server started by service.inference_service.command"
+                    if self.config.command
+                    else "embedded server",
                     None if self.server is None else self.server.returncode,
                     self.version,
                 )

@@ -121,6 +121,12 @@ def fork_warm(
 
 def terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     if proc.poll() is not None:
+        # The leader is gone (killed, crashed), its children may not be: vLLM's
+        # engine-core and worker processes outlive a kill -9 of its API server.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         return
     try:
         os.killpg(proc.pid, signal.SIGTERM)  # the child's own group (start_new_session)
