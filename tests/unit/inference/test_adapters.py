@@ -106,8 +106,10 @@ def test_vllm_reload_uses_collective_rpc_then_resets_prefix_cache_and_labels() -
     with _vllm_ok() as engine, VLLMReloadAdapter(engine.url, timeout_s=30) as adapter:
         (outcome,) = adapter.reload(SNAP, 3)
         assert adapter.policy_version == 3
+        paths = engine.paths()
+        assert adapter.served_version(engine.url) == 3  # what vLLM now reports
     assert outcome.detail == f"reloaded {SNAP}"
-    assert engine.paths() == [
+    assert paths == [
         ("POST", "/collective_rpc"),
         ("POST", "/reset_prefix_cache"),
         *LABEL,
@@ -118,8 +120,6 @@ def test_vllm_reload_uses_collective_rpc_then_resets_prefix_cache_and_labels() -
         "kwargs": {"weights_path": SNAP},
     }
     assert engine.requests[2].body == {"new_version": "3"}
-    with VLLMReloadAdapter(engine.url) as adapter:
-        assert adapter.served_version(engine.url) == 3
 
 
 def test_vllm_reporting_other_weights_than_it_was_given_is_a_failed_reload() -> None:
