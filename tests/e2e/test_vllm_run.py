@@ -72,9 +72,7 @@ def group_gone(pgid: int) -> bool:
     except ProcessLookupError:
         return True
     return all(
-        p.status() == psutil.STATUS_ZOMBIE
-        for p in psutil.process_iter()
-        if _pgid(p.pid) == pgid
+        p.status() == psutil.STATUS_ZOMBIE for p in psutil.process_iter() if _pgid(p.pid) == pgid
     )
 
 

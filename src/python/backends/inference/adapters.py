@@ -161,9 +161,7 @@ class VLLMReloadAdapter(ReloadAdapter):
         self.pause = pause
         self.lora_name = lora_name
 
-    def _rpc(
-        self, base_url: str, method: str, kwargs: dict[str, Any] | None = None
-    ) -> Any:
+    def _rpc(self, base_url: str, method: str, kwargs: dict[str, Any] | None = None) -> Any:
         payload: dict[str, Any] = {"method": method, "timeout": self.timeout_s}
         if kwargs:
             payload["kwargs"] = kwargs
@@ -185,8 +183,10 @@ class VLLMReloadAdapter(ReloadAdapter):
         finally:
             if self.pause:
                 self._post(f"{base_url}/resume")
-        what = f"loaded adapter {model_path} as {self.lora_name!r}" if adapter else (
-            f"reloaded {model_path}"
+        what = (
+            f"loaded adapter {model_path} as {self.lora_name!r}"
+            if adapter
+            else (f"reloaded {model_path}")
         )
         return what if labelled else f"{what} (unlabelled: no /update_weight_version)"
 
@@ -206,8 +206,7 @@ class VLLMReloadAdapter(ReloadAdapter):
             return False
         if resp.status_code >= 400:
             raise ReloadError(
-                f"{base_url}/update_weight_version answered {resp.status_code}: "
-                f"{reply_text(resp)}",
+                f"{base_url}/update_weight_version answered {resp.status_code}: {reply_text(resp)}",
                 {},
             )
         served = self.served_version(base_url)

@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import httpx
 
@@ -170,7 +170,7 @@ class ReloadAdapter(ABC):
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> ReloadAdapter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
