@@ -6,7 +6,10 @@ reloaded after every step through vLLM's own dev-mode API (``/collective_rpc``
 ``reload_weights``, the weights labelled with ``/update_weight_version``) and
 stopped at the end. No stand-in: the engine's own log names its version.
 
-Each test is one short run (vLLM takes ~1-2 min to start on 2 busy cores)."""
+Each test is one short run (vLLM takes ~1-2 min to start on 2 busy cores): a sync
+run with LoRA adapters, and a batch-async run with full-weight reloads and vLLM
+killed by SIGKILL mid-run. Together they cover a training run, an async run, a
+LoRA run and a kill against the real engine."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from omegaconf import OmegaConf
 
 from nexrl.controller import Controller
 from nexrl.recipe import load_recipe_checked
@@ -57,7 +61,6 @@ def assert_real_vllm(out: Path) -> list[int]:
     """The run's inference log is vLLM's own; the pids nexrl started it as."""
     log = (out / "logs" / "inference.log").read_text(errors="replace")
     assert f"Initializing a V1 LLM engine (v{VLLM_VERSION})" in log, log[-3000:]
-    assert '"POST /collective_rpc HTTP/1.1" 200' in log, log[-3000:]
     driver = (out / "logs" / "driver.log").read_text()
     pids = [int(p) for p in re.findall(STARTED, driver)]
     assert pids, driver[-3000:]
@@ -83,25 +86,40 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
-def test_a_sync_run_on_a_real_vllm_reloads_it_every_step(tmp_path: Path) -> None:
-    """sync: each step's rollouts come from the weights the previous step published,
-    loaded into vLLM by /collective_rpc reload_weights and labelled there (the adapter
-    reads the label back from /weight_info: a mismatch would be a failed reload and a
-    restart); one vLLM for the whole run, stopped with it (engine processes too)."""
+LORA = (
+    "trainer.lora.rank=8",
+    "trainer.lora.alpha=16",
+    "trainer.lora.target_modules=[q_proj,v_proj,gate_proj]",
+)
+
+
+def test_a_sync_lora_run_on_a_real_vllm_loads_each_adapter_by_name(tmp_path: Path) -> None:
+    """sync with trainer.lora: vLLM (started with --enable-lora) serves the base model and
+    loads the run's initial adapter and each step's adapter snapshot through
+    /v1/load_lora_adapter as 'policy-lora', which the rollouts request; each load is
+    labelled with its version in vLLM and read back. Each step's rollouts come from the
+    adapter the previous step published, and vLLM's log-probs of them are the trainer's
+    (the adapter served, not the base); one vLLM for the whole run, stopped with it
+    (its engine processes too)."""
     out = tmp_path / "run"
-    run(out, steps=3)
+    command = str(OmegaConf.load(RECIPE).service.inference_service.command)
+    lora_command = f"{command} --enable-lora --max-lora-rank 8"
+    run(out, *LORA, f"service.inference_service.command='{lora_command}'", steps=3)
     (pid,) = assert_real_vllm(out)
     driver = (out / "logs" / "driver.log").read_text()
     assert "restarting" not in driver and "starting one on" not in driver, driver[-3000:]
+    log = (out / "logs" / "inference.log").read_text(errors="replace")
+    loaded = re.findall(r"Loaded new LoRA adapter: name 'policy-lora', path '(\S+)'", log)
+    assert loaded == [str(out / "snapshots" / f"v{v}") for v in range(4)], loaded
+    # the base model labelled 0 at start, then each adapter (v0-v3) as it was loaded
+    assert log.count('"POST /update_weight_version HTTP/1.1" 200') == 5
     rows = train_rows(out)
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:
         assert r["version/rollout_min"] == r["version/rollout_max"] == r["step"] - 1
         assert r["version/inference"] == r["step"]
         assert r["inference/restarts"] == 0
-    log = (out / "logs" / "inference.log").read_text(errors="replace")
-    # the initial weights labelled 0, then one label per reload (steps 1-3)
-    assert log.count('"POST /update_weight_version HTTP/1.1" 200') == 4
+        assert abs(r["rollout_corr/ppl_ratio"] - 1.0) < 1e-3, r["rollout_corr/ppl_ratio"]
     assert group_gone(pid)
 
 
@@ -130,6 +148,8 @@ def test_batch_async_on_a_real_vllm_survives_a_kill_minus_9(tmp_path: Path) -> N
     )
     assert killed, "vLLM was not killed"
     pids = assert_real_vllm(out)
+    log = (out / "logs" / "inference.log").read_text(errors="replace")
+    assert '"POST /collective_rpc HTTP/1.1" 200' in log, log[-3000:]  # full-weight reloads
     assert len(pids) == 2 and pids[0] == killed[0] != pids[1], pids
     rows = train_rows(out)
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
