@@ -150,9 +150,10 @@ cmd_python() {
 
 # The OpenAI server of that venv, with the rest of the arguments (what a recipe's
 # service.inference_service.command names). The CPU build's settings for a small
-# machine are defaults (the environment wins): a 1 GiB KV cache, no thread pinning
-# (pinning to cores the trainer also uses slowed both), and VLLM_SERVER_DEV_MODE=1
-# (the /collective_rpc, /pause, /resume routes nexrl reloads through).
+# machine are defaults (the environment wins): a 1 GiB KV cache, no OpenMP thread
+# pinning (the cores are shared with the trainer and the rollout workers), and
+# VLLM_SERVER_DEV_MODE=1 (the /collective_rpc, /pause, /resume, /update_weight_version
+# routes nexrl reloads through).
 cmd_serve() {
   local py
   py="$(cmd_python)"
