@@ -74,7 +74,8 @@ def test_no_signal_streak_breaks_and_solved_runs_stay_quiet() -> None:
 def test_collapse_names_the_answer_and_its_reward() -> None:
     groups = [[([7], 0.0)] * 5 + [([g], 1.0)] for g in range(4)]  # 20 of 24 say "7"
     watch = LearningSignalWatch(decode=lambda ids: "".join(map(str, ids)))
-    lines = watch.observe(3, batch(groups), {})
+    cols = batch(groups)
+    lines = watch.observe(3, cols, signal_metrics(cols))
     assert lines == [
         "step 3: 83% of the samples over 4 groups gave the same answer '7' (mean reward "
         "0.000): the policy collapsed to one answer (rollout/top_answer_share); "
@@ -91,7 +92,8 @@ def test_collapse_names_the_answer_and_its_reward() -> None:
     ],
 )
 def test_no_collapse_warning(groups: list, why: str) -> None:
-    assert LearningSignalWatch().observe(1, batch(groups), {}) == [], why
+    cols = batch(groups)
+    assert LearningSignalWatch().observe(1, cols, signal_metrics(cols)) == [], why
 
 
 def test_summary_line_points_to_the_guide_only_when_stuck() -> None:

@@ -111,9 +111,12 @@ class LearningSignalWatch:
     last_warned: dict[str, int] = field(default_factory=dict)
 
     def observe(self, step: int, trained: Any, row: dict[str, Any]) -> list[str]:
-        """The warning lines for this step (also logged); ``row``: its metrics row."""
+        """The warning lines for this step (also logged); ``row``: its metrics row, with
+        ``signal_metrics(trained)`` in it."""
         lines = [
-            line for line in (self._no_signal(step, row), self._collapse(step, trained)) if line
+            line
+            for line in (self._no_signal(step, row), self._collapse(step, trained, row))
+            if line
         ]
         for line in lines:
             logger.warning("%s", line)
@@ -141,7 +144,9 @@ class LearningSignalWatch:
             f"learn from (rollout/zero_variance_groups); {GUIDE}"
         )
 
-    def _collapse(self, step: int, trained: Any) -> str | None:
+    def _collapse(self, step: int, trained: Any, row: dict[str, Any]) -> str | None:
+        if float(row.get("rollout/top_answer_share", 0.0)) < COLLAPSE_SHARE:
+            return None  # the row's share (signal_metrics): no second pass over the answers
         groups = len(np.unique(np.asarray(trained.group_id)))
         ids = answer_ids(trained.response_ids, trained.response_lens)
         if groups < MIN_GROUPS or not len(ids):
