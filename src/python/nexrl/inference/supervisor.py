@@ -195,9 +195,7 @@ class InferenceSupervisor:
                 ) from exc
         logger.info(
             "inference: %s at %s (pid %s)",
-            "server started by service.inference_service.command"
-            if cfg.command
-            else "embedded server",
+            self._server_kind,
             server.base_url,
             server.pid,
         )
@@ -220,6 +218,13 @@ class InferenceSupervisor:
             *([] if cfg.cuda_graphs else ["--no-cuda-graphs"]),
             *_cpu_threads_args(cfg.cpu_threads),
         ]
+
+    @property
+    def _server_kind(self) -> str:
+        """How the log names the replica: the user's command or the embedded server."""
+        if self.config.command:
+            return "server started by service.inference_service.command"
+        return "embedded server"
 
     def _adapter_for(self) -> Any:
         if self._adapter is None:
@@ -357,9 +362,7 @@ class InferenceSupervisor:
             else:
                 logger.warning(
                     "inference: the %s exited (code %s); restarting on v%d",
-                    "server started by service.inference_service.command"
-                    if self.config.command
-                    else "embedded server",
+                    self._server_kind,
                     None if self.server is None else self.server.returncode,
                     self.version,
                 )
