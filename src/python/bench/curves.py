@@ -12,23 +12,21 @@ at the end shifts the run's steps by N (a second stage drawn after the first).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from nexrl.metrics import read_metrics
+from nexrl.metrics.plots import _series
 from nexrl.util.files import atomic_path
 
 __all__ = ["plot_curves", "val_curve"]
 
 
 def val_curve(run: Path, key: str = "val/reward/mean") -> list[tuple[int, float]]:
-    """``(step, value)`` of ``key`` in ``run``'s metrics.jsonl (a later row wins)."""
-    points: dict[int, float] = {}
-    for line in (Path(run) / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if key in row:
-            points[int(row["step"])] = float(row[key])
-    return sorted(points.items())
+    """``(step, value)`` of ``key`` in ``run``'s metrics.jsonl (a later row wins, as in
+    the run's own plot)."""
+    steps, values = _series(read_metrics(Path(run) / "metrics.jsonl"), key)
+    return list(zip(steps, values, strict=True))
 
 
 def plot_curves(curves: dict[str, list[tuple[int, float]]], out: Path, title: str) -> Path:
