@@ -32,7 +32,11 @@ def test_a_bar_with_eta_and_the_summary_last(tmp_path: Path) -> None:
     assert any(f.startswith("train 1/2 |") for f in frames)
     assert not any(f.startswith("step 1/2") for f in frames)  # no plain lines on a terminal
     summary = frames.index(next(f for f in frames if f.startswith("steps: 2 (1 -> 2)")))
-    assert [f.split(":")[0] for f in frames[summary:]] == ["steps", "reward (mean of 2 steps)"]
+    assert [f.split(":")[0] for f in frames[summary:]] == [
+        "steps",
+        "reward (mean of 2 steps)",
+        "learning signal",  # zero-variance groups and the top answer's share, first/last steps
+    ]
     assert "built successfully" not in text
     assert "Loading weights" not in text  # no worker's progress bar beside ours
     logs = "".join(p.read_text() for p in (out / "logs").glob("dask-worker-*.log"))
