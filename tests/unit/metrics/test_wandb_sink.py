@@ -39,7 +39,7 @@ def wandb_records(path: Path) -> Iterator[Any]:
         record = (b"" if kind in (1, 2) else record) + data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # full, last
-            message = pb.Record()
+            message = pb.Record()  # type: ignore[attr-defined]  # generated, no stub
             message.ParseFromString(record)
             yield message
 
