@@ -6,6 +6,7 @@ started by the command exactly as vLLM would be."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -16,7 +17,10 @@ from nexrl.controller import Controller
 from nexrl.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 
+# A command runs in the driver's environment as it is (no nexrl import path added):
+# the stand-in names its own, as a user's engine in another venv would not.
 VLLM_STANDIN = (
+    f"env PYTHONPATH={os.pathsep.join(p for p in sys.path if p)} "
     f"{sys.executable} -m backends.inference.embedded --model {{model}} --host {{host}} "
     "--port {port} --served-model-name {served_model_name} --api vllm --torch-threads 1"
 )

@@ -42,14 +42,27 @@ def _sglang_ok() -> StandinEngine:
 
 
 def _vllm_ok() -> StandinEngine:
+    """vLLM 0.32's dev-mode routes, with its weight label (``/update_weight_version``
+    sets what ``/weight_info`` reports)."""
+    label = {"weight_version": "default"}
+
+    def set_label(rec: Recorded) -> tuple[int, object]:
+        label["weight_version"] = str(rec.body["new_version"])
+        return 200, {"success": True, "new_version": label["weight_version"]}
+
     return StandinEngine(
         {
             ("POST", "/collective_rpc"): (200, {"results": [None]}),
             ("POST", "/reset_prefix_cache"): (200, {}),
             ("POST", "/pause"): (200, {"status": "paused"}),
             ("POST", "/resume"): (200, {"status": "resumed"}),
+            ("POST", "/update_weight_version"): set_label,
+            ("GET", "/weight_info"): lambda rec: (200, dict(label)),
         }
     )
+
+
+LABEL = [("POST", "/update_weight_version"), ("GET", "/weight_info")]
 
 
 def test_factory_selects_by_backend_name() -> None:
@@ -87,21 +100,47 @@ def test_sglang_success_false_is_a_failure() -> None:
         assert adapter.policy_version is None
 
 
-def test_vllm_reload_uses_collective_rpc_then_resets_prefix_cache() -> None:
+def test_vllm_reload_uses_collective_rpc_then_resets_prefix_cache_and_labels() -> None:
+    """vLLM 0.32: reload_weights from the snapshot's path (one call), the prefix cache
+    dropped, the weights labelled with the version and the label read back."""
     with _vllm_ok() as engine, VLLMReloadAdapter(engine.url, timeout_s=30) as adapter:
-        adapter.reload(SNAP, 3)
-    assert engine.paths() == [
-        ("POST", "/collective_rpc"),
+        (outcome,) = adapter.reload(SNAP, 3)
+        assert adapter.policy_version == 3
+        paths = engine.paths()
+        assert adapter.served_version(engine.url) == 3  # what vLLM now reports
+    assert outcome.detail == f"reloaded {SNAP}"
+    assert paths == [
         ("POST", "/collective_rpc"),
         ("POST", "/reset_prefix_cache"),
+        *LABEL,
     ]
-    update, reload_ = engine.requests[0].body, engine.requests[1].body
-    assert update == {
-        "method": "update_config",
+    assert engine.requests[0].body == {
+        "method": "reload_weights",
         "timeout": 30,
-        "args": [{"model_config": {"model": SNAP}}],
+        "kwargs": {"weights_path": SNAP},
     }
-    assert reload_ == {"method": "reload_weights", "timeout": 30}
+    assert engine.requests[2].body == {"new_version": "3"}
+
+
+def test_vllm_reporting_other_weights_than_it_was_given_is_a_failed_reload() -> None:
+    engine = _vllm_ok()
+    engine.routes[("GET", "/weight_info")] = (200, {"weight_version": "2"})
+    with (
+        engine,
+        VLLMReloadAdapter(engine.url) as adapter,
+        pytest.raises(ReloadError, match="reports weights 2, expected 3"),
+    ):
+        adapter.reload(SNAP, 3)
+    assert adapter.policy_version is None
+
+
+def test_a_vllm_without_the_label_routes_is_reloaded_unlabelled() -> None:
+    engine = _vllm_ok()
+    del engine.routes[("POST", "/update_weight_version")]
+    with engine, VLLMReloadAdapter(engine.url) as adapter:
+        (outcome,) = adapter.reload(SNAP, 3)
+        assert adapter.policy_version == 3
+    assert "unlabelled" in outcome.detail
 
 
 def test_vllm_pause_wraps_the_reload_and_resumes_on_failure() -> None:
@@ -146,9 +185,10 @@ def test_vllm_loads_a_lora_snapshot_as_the_named_adapter(tmp_path: Path) -> None
     assert engine.paths() == [
         ("POST", "/v1/load_lora_adapter"),
         ("POST", "/reset_prefix_cache"),
-        ("POST", "/collective_rpc"),
+        *LABEL,
         ("POST", "/collective_rpc"),
         ("POST", "/reset_prefix_cache"),
+        *LABEL,
     ]
     assert engine.requests[0].body == {
         "lora_name": "policy-lora",

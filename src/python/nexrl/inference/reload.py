@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import httpx
 
@@ -109,6 +109,11 @@ class ReloadAdapter(ABC):
                 out[url] = False
         return out
 
+    def started(self, version: int) -> None:
+        """Replicas nexrl has just started on the weights of ``version`` (no reload:
+        they loaded them at start)."""
+        self.policy_version = version
+
     def reload(self, model_path: str, version: int) -> list[ReloadOutcome]:
         """Reload ``model_path`` as ``version`` on every replica, in parallel."""
         return self._on_all(
@@ -165,7 +170,7 @@ class ReloadAdapter(ABC):
     def close(self) -> None:
         self._client.close()
 
-    def __enter__(self) -> ReloadAdapter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

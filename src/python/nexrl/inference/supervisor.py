@@ -9,7 +9,9 @@ the driver; the rollouts' side is ``nexrl.inference.client``).
   kills it and restarts it on the newest weights.
 * ``command`` with no ``base_urls`` (vLLM, SGLang): nexrl starts that command the
   same way (``EmbeddedServer(command=...)``), reloads it through ``backend``'s
-  adapter and restarts it on the newest weights if it dies.
+  adapter and restarts it on the newest weights if it dies. With ``backend: vllm``
+  the command gets ``VLLM_SERVER_DEV_MODE=1`` (unless the environment sets it): the
+  routes the reloads use (``/collective_rpc``, ``/pause``, ``/resume``) exist only then.
 * ``base_urls`` given (vLLM, SGLang or an embedded server started elsewhere):
   nexrl only checks health and reloads weights.
 
@@ -34,6 +36,7 @@ their requests. The embedded server is told ``snapshot_root`` (the run's
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -142,8 +145,13 @@ class InferenceSupervisor:
         adapter = bool(cfg.command) and bool(model) and is_adapter_snapshot(model)
         if cfg.command:  # the user's engine: its own flags only
             command: dict[str, Any] = {"command": str(cfg.command), "extra_args": []}
+            env: dict[str, str] = {}
+            if cfg.backend == "vllm":  # the /collective_rpc, /pause, /resume reloads use
+                env["VLLM_SERVER_DEV_MODE"] = os.environ.get("VLLM_SERVER_DEV_MODE", "1")
             if self.lora_name:
-                command["env"] = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+                env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+            if env:
+                command["env"] = env
             if adapter:  # an engine that loads adapters by name starts on their base
                 try:
                     model = adapter_base_model(model)
@@ -178,8 +186,13 @@ class InferenceSupervisor:
                 raise ServiceError(
                     f"{what} started but loading the adapter {self.model_path} failed: {exc}"
                 ) from exc
-        elif cfg.command and self.version > 0:
-            self._adapter_for().policy_version = self.version  # it serves model_path's weights
+        elif cfg.command:  # it serves model_path's weights: vLLM labels them
+            try:
+                self._adapter_for().started(self.version)
+            except Exception as exc:
+                raise ServiceError(
+                    f"{what} started but labelling its weights v{self.version} failed: {exc}"
+                ) from exc
         logger.info(
             "inference: %s at %s (pid %s)",
             "server started by service.inference_service.command"
@@ -343,7 +356,10 @@ class InferenceSupervisor:
                 )
             else:
                 logger.warning(
-                    "inference: the embedded server exited (code %s); restarting on v%d",
+                    "inference: the %s exited (code %s); restarting on v%d",
+                    "server started by service.inference_service.command"
+                    if self.config.command
+                    else "embedded server",
                     None if self.server is None else self.server.returncode,
                     self.version,
                 )

@@ -18,8 +18,9 @@ Generation and reload responses carry the policy version in the body
 ``api="vllm"`` (``--api vllm``) makes the server a stand-in for vLLM in tests,
 where vLLM cannot run: replies carry no policy version (as vLLM's), and the
 weights reload through the routes ``VLLMReloadAdapter`` drives
-(``POST /collective_rpc`` with ``update_config`` then ``reload_weights``,
-``POST /reset_prefix_cache``); each reload serves the next version. With
+(``POST /collective_rpc`` ``reload_weights`` with ``kwargs.weights_path``,
+``POST /reset_prefix_cache``, the label routes ``POST /update_weight_version`` and
+``GET /weight_info``, as vLLM 0.32 has them); each reload serves the next version. With
 ``max_lora_rank`` (``--enable-lora --max-lora-rank R``) it also loads LoRA snapshots
 as vLLM does, ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path",
 "load_inplace"}``: 400 for a name already loaded without ``load_inplace``, for an
@@ -270,7 +271,6 @@ def _vllm_routes(
 ) -> None:
     """vLLM's dev-mode reload routes and its LoRA loading route, as
     ``VLLMReloadAdapter`` calls them."""
-    staged: dict[str, str] = {}
 
     @app.post("/v1/load_lora_adapter")
     async def load_lora_adapter(request: Request) -> PlainTextResponse:
@@ -301,16 +301,24 @@ def _vllm_routes(
     async def collective_rpc(request: Request) -> JSONResponse:
         body = await request.json()
         method = body.get("method")
-        if method == "update_config":
-            model = str(body["args"][0]["model_config"]["model"])
-            staged["model"] = check_snapshot_path(model, root)
-        elif method == "reload_weights":
-            if "model" not in staged:
-                raise OpenAIError(400, "reload_weights before update_config")
-            await service.reload(staged.pop("model"), service.version + 1)
-        else:
+        if method != "reload_weights":
             raise OpenAIError(400, f"unsupported collective_rpc method {method!r}")
+        path = (body.get("kwargs") or {}).get("weights_path")
+        if not path:
+            raise OpenAIError(400, "reload_weights needs kwargs.weights_path")
+        await service.reload(check_snapshot_path(str(path), root), service.version + 1)
         return JSONResponse({"results": [None]})
+
+    label = {"weight_version": "default"}
+
+    @app.post("/update_weight_version")
+    async def update_weight_version(request: Request) -> JSONResponse:
+        label["weight_version"] = str((await request.json())["new_version"])
+        return JSONResponse({"success": True, "new_version": label["weight_version"]})
+
+    @app.get("/weight_info")
+    async def weight_info() -> JSONResponse:
+        return JSONResponse(dict(label))
 
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache() -> JSONResponse:

@@ -9,7 +9,9 @@ exits, so no orphan is left behind.
 
 The child gets ``PYTHONPATH`` = this interpreter's ``sys.path``, so it
 imports the same sources even where the interpreter's own environment does
-not carry them (a Pants sandbox).
+not carry them (a Pants sandbox). A ``command`` does not: it gets this
+process's environment as it is (its own Python, e.g. vLLM's venv, must not
+import nexrl's packages).
 
 With ``command`` (``service.inference_service.command``: a vLLM or SGLang
 server, or any OpenAI-compatible one) the same handle starts that command
@@ -179,7 +181,11 @@ class EmbeddedServer(LocalService):
                 *(["--parent-pid", str(os.getpid())] if self.exit_with_parent else []),
             ]
             fds, preexec = (sock.fileno(),), None
-        env = {**os.environ, **self.env, "PYTHONPATH": os.pathsep.join(sys.path)}
+        env = {**os.environ, **self.env}
+        if self.command is None:
+            env["PYTHONPATH"] = os.pathsep.join(sys.path)
+        # A command runs in its own environment (vLLM in a venv of its own): this
+        # interpreter's import path on its PYTHONPATH would shadow that venv's packages.
         env.pop(INFERENCE_TOKEN_ENV, None)  # only the token this handle was given
         if self.token:
             env[INFERENCE_TOKEN_ENV] = self.token

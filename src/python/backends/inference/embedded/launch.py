@@ -5,6 +5,7 @@ the warm parent (``nexrl.runtime.forkserver``), and terminated with its process 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -121,6 +122,10 @@ def fork_warm(
 
 def terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     if proc.poll() is not None:
+        # The leader is gone (killed, crashed), its children may not be: vLLM's
+        # engine-core and worker processes outlive a kill -9 of its API server.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
         return
     try:
         os.killpg(proc.pid, signal.SIGTERM)  # the child's own group (start_new_session)

