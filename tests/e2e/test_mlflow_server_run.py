@@ -28,7 +28,6 @@ import pytest
 
 from tests.e2e._recipe import RECIPE, overrides, read_rows, subprocess_env
 
-pytest.importorskip("mlflow")
 
 
 @dataclass
@@ -101,9 +100,9 @@ def test_metrics_params_and_files_read_back_and_a_resume_continues_the_run(
     from mlflow.tracking import MlflowClient
 
     out = tmp_path / "run"
-    finish(train(out, server, steps=2))
+    finish(train(out, server, steps=1))
     run_id = json.loads((out / "mlflow_run.json").read_text())["run_id"]
-    finish(train(out, server, steps=3))  # resumed: steps 1-2 kept, step 3 added
+    finish(train(out, server, steps=2))  # resumed: step 1 kept, step 2 added
     assert json.loads((out / "mlflow_run.json").read_text())["run_id"] == run_id
 
     client = MlflowClient(tracking_uri=server.url)
@@ -112,7 +111,7 @@ def test_metrics_params_and_files_read_back_and_a_resume_continues_the_run(
     assert len(client.search_runs([run.info.experiment_id])) == 1
     assert client.get_experiment(run.info.experiment_id).name == "nexrl_e2e"
     rows = read_rows(out)
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [1, 2]
     keys = {k for r in rows for k in r} - {"step", "time", "time/running_s"}
     assert "reward/mean" in keys and set(run.data.metrics) == keys
     for key in sorted(keys):
@@ -131,7 +130,7 @@ def test_server_killed_mid_run_costs_one_warning_not_the_run(
     tmp_path: Path, server: Server
 ) -> None:
     out = tmp_path / "run"
-    steps = 5
+    steps = 3
     proc = train(out, server, steps=steps)
     deadline = time.monotonic() + 600
     while not read_rows(out) and proc.poll() is None and time.monotonic() < deadline:
