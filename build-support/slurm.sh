@@ -20,7 +20,7 @@ die() { echo "slurm.sh: $*" >&2; exit 1; }
 install_packages() {
   command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
     && command -v munged >/dev/null && return 0
-  [ "$(id -u)" = 0 ] || die "Slurm is not installed and installing needs root: run 'sudo $0 start'"
+  [ "$(id -u)" = 0 ] || die "Slurm is not installed and installing needs root: run '$0 start' as root (e.g. 'sudo $0 start')"
   command -v apt-get >/dev/null || die "no apt-get: install slurmctld, slurmd, slurm-client and munge with your package manager"
   echo "slurm.sh: installing slurmctld slurmd slurm-client munge (apt-get)"
   apt-get update -qq >/dev/null

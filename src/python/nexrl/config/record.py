@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["MODEL_KEYS", "changed_fields", "model_changes", "recorded_yaml"]
+__all__ = ["MODEL_KEYS", "changed_fields", "model_changes", "recorded_config", "recorded_yaml"]
 
 ENV = "${oc.env:"
 
@@ -24,11 +24,18 @@ def _keep_env(raw: Any, resolved: Any) -> Any:
     return resolved
 
 
-def recorded_yaml(cfg: DictConfig) -> str:
-    """``cfg`` as YAML, resolved but for environment values (see the module doc)."""
+def recorded_config(cfg: DictConfig) -> dict[str, Any]:
+    """``cfg`` as a plain dict, resolved but for environment values (see the module doc):
+    what metric sinks that keep the recipe (mlflow params, the wandb config) are given."""
     raw = OmegaConf.to_container(cfg, resolve=False)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    kept = OmegaConf.create(_keep_env(raw, resolved))
+    kept = _keep_env(raw, resolved)
+    return kept if isinstance(kept, dict) else {}
+
+
+def recorded_yaml(cfg: DictConfig) -> str:
+    """``cfg`` as YAML, resolved but for environment values (see the module doc)."""
+    kept = OmegaConf.create(recorded_config(cfg))
     return str(OmegaConf.to_yaml(kept, resolve=False))
 
 

@@ -17,8 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import OmegaConf
-
+from nexrl.config.record import recorded_config
 from nexrl.controller.components import Components, write_cluster_record
 from nexrl.controller.dispatch import RolloutDispatcher
 from nexrl.controller.driver_log import DETAILS_LOGGER, log_to_file
@@ -205,7 +204,7 @@ def _build(
         list(cfg.logger.backends),
         out,
         run_name=str(cfg.experiment_name),
-        config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
+        config=recorded_config(cfg),  # ${oc.env:...} kept: no secret goes to a tracker
         resume_step=step if resumed else None,
         roots=recipe.roots,  # a sink class 'path/to/file.py:Name' resolves as the check did
     )

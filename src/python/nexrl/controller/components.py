@@ -122,13 +122,19 @@ class Components:
     def finish(self) -> str:
         """Plot the reward curve and write summary.json; the summary text."""
         from nexrl.metrics import read_metrics, write_summary
+        from nexrl.metrics.summary import SUMMARY_FILE
 
-        self.tracker.close()
         if self._plotting is not None:
             with contextlib.suppress(Exception):  # plot() logs its own failures
                 self._plotting.result(timeout=120)
-        self.plot()
-        return str(write_summary(self.run.root, read_metrics(self.run.metrics)))
+        png = self.plot()
+        text = str(write_summary(self.run.root, read_metrics(self.run.metrics)))
+        ends = [p for p in (png, self.run.root / "config.yaml", self.run.root / SUMMARY_FILE) if p]
+        try:  # the trackers that keep files with their run (mlflow) get them
+            self.tracker.log_artifacts(ends)
+        finally:
+            self.tracker.close()
+        return text
 
     def close(self) -> None:
         for close in reversed(self._closers):

@@ -29,8 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
+from nexrl.config.record import recorded_config
 from nexrl.controller.errors import ControllerError
 from nexrl.controller.rundir import RunDir
 from nexrl.controller.setup import absolute_output_dir, load_tokenizer, pad_token_id
@@ -165,7 +164,7 @@ class SftRun:
             list(cfg.logger.backends),
             out,
             run_name=str(cfg.experiment_name),
-            config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
+            config=recorded_config(cfg),  # ${oc.env:...} kept: no secret goes to a tracker
             resume_step=self.step if resumed else None,
             roots=self.recipe.roots,
         )

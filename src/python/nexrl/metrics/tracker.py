@@ -3,7 +3,8 @@
 The jsonl sink is always built (``metrics.jsonl`` is the run's record, read
 back for plots and the summary) and its errors propagate. Any other sink that
 raises while logging is reported once as a warning and disabled: a dashboard
-going away never stops training.
+going away never stops training (a sink talking to a server retries a bounded
+number of times, with a timeout, before it raises: the mlflow sink's requests).
 """
 
 from __future__ import annotations
@@ -92,6 +93,16 @@ class MetricsTracker:
             except Exception as exc:
                 if isinstance(sink, JsonlSink):
                     raise
+                self._disable(sink, exc)
+
+    def log_artifacts(self, paths: Sequence[Path]) -> None:
+        """Give the run's end files (the reward curve, config.yaml, summary.json) to the
+        sinks that store them with their run (mlflow); a sink that fails is disabled with
+        one warning, as in ``log``."""
+        for sink in list(self.sinks):
+            try:
+                sink.log_artifacts([Path(p) for p in paths])
+            except Exception as exc:
                 self._disable(sink, exc)
 
     def restore(self, step: int, metrics: Mapping[str, Any]) -> bool:

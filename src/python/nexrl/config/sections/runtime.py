@@ -111,9 +111,22 @@ class LoggerConfig:
         default_factory=lambda: ["jsonl"],
         help="Metric sinks (the progress bar / plain progress lines are always shown): "
         "console (also a log line per step with more metrics), jsonl (output_dir/metrics.jsonl; "
-        "always on, listed or not), tensorboard (output_dir/tensorboard), mlflow (offline "
-        "store output_dir/mlruns; needs `pip install mlflow`), wandb (offline run in "
-        "output_dir/wandb; needs `pip install wandb`).",
+        "always on, listed or not), tensorboard (output_dir/tensorboard), mlflow (a run with "
+        "the recipe as params, every metric per step, the reward curve, config.yaml and "
+        "summary.json as artifacts; where: mlflow_tracking_uri), wandb (a run under "
+        "output_dir/wandb: online or offline by WANDB_MODE, offline when neither it nor "
+        "WANDB_API_KEY is set). mlflow and wandb continue their run on a resume (its id is "
+        "kept in output_dir/mlflow_run.json, wandb_run.json).",
+    )
+    mlflow_tracking_uri: str | None = cfg_field(
+        None,
+        help="Where the mlflow sink logs: an MLflow server (http://host:5000) or any "
+        "tracking URI MLflow takes (sqlite:///path.db, databricks, ...). null = the "
+        "MLFLOW_TRACKING_URI environment variable if set, else a sqlite database in the run "
+        "folder (output_dir/mlflow.db, artifacts in output_dir/mlartifacts; view with "
+        "`mlflow ui --backend-store-uri sqlite:///<output_dir>/mlflow.db`). A server that "
+        "stops answering mid-run costs one warning after a bounded retry (10 s timeout, 2 "
+        "retries): the run goes on, metrics.jsonl stays complete.",
     )
     level: str = cfg_field("INFO", help="Log level.", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     plot_every: int = cfg_field(
