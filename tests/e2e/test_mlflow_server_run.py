@@ -29,7 +29,6 @@ import pytest
 from tests.e2e._recipe import RECIPE, overrides, read_rows, subprocess_env
 
 
-
 @dataclass
 class Server:
     url: str
@@ -138,7 +137,10 @@ def test_server_killed_mid_run_costs_one_warning_not_the_run(
     killed_at = len(read_rows(out))
     os.killpg(server.proc.pid, signal.SIGKILL)
     server.proc.wait(timeout=30)
-    assert 1 <= killed_at < steps, "the server was not killed mid-run"
+    if not 1 <= killed_at < steps:
+        proc.kill()
+        _, err = proc.communicate(timeout=60)
+        raise AssertionError(f"the server was not killed mid-run ({killed_at} rows): {err[-3000:]}")
     err = finish(proc)
     assert [r["step"] for r in read_rows(out)] == list(range(1, steps + 1))
     driver_log = (out / "logs" / "driver.log").read_text()

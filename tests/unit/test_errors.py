@@ -17,6 +17,7 @@ from nexrl.agent_service.client import AgentServiceError
 from nexrl.agent_service.errors import ServiceError as AgentServiceHTTPError
 from nexrl.agent_service.server import AgentServiceStartError
 from nexrl.algorithms.registry import UnknownNameError
+from nexrl.cli.flags import FlagError
 from nexrl.cli.new_task import NewTaskError
 from nexrl.config.errors import RecipeError
 from nexrl.controller import ControllerError
@@ -88,6 +89,7 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     EmbeddedSnapshotError: (ValueError,),
     SlurmError: (RuntimeError,),
     NewTaskError: (),
+    FlagError: (),
     InferenceJobLost: (RuntimeError,),
     TrainingClientError: (RuntimeError,),
     TrainingServiceError: (ValueError,),

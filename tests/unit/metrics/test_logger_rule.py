@@ -32,7 +32,8 @@ def test_known_sinks_pass() -> None:
 def test_sink_whose_package_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     # mlflow is in the lock: hide it as an environment without it would (a None entry in
     # sys.modules is what find_spec and import both read as "not installed")
-    monkeypatch.setitem(sys.modules, "mlflow", None)
+    for name in [m for m in list(sys.modules) if m.startswith("mlflow.")] + ["mlflow"]:
+        monkeypatch.setitem(sys.modules, name, None)  # its submodules too, if imported
     assert importlib.util.find_spec("mlflow") is None
     with pytest.raises(RecipeError) as info:
         load_recipe_checked(DEFAULT, ["logger.backends=[console,mlflow]"])

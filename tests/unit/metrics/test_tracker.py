@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 import logging
+import sys
 from pathlib import Path
 from typing import ClassVar
 
@@ -86,7 +86,8 @@ def test_missing_optional_package_is_a_clear_error(
     tmp_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # both are in the lock: hidden as in an environment without them (see test_logger_rule)
-    monkeypatch.setitem(sys.modules, backend, None)
+    for name in [m for m in list(sys.modules) if m.startswith(f"{backend}.")] + [backend]:
+        monkeypatch.setitem(sys.modules, name, None)  # its submodules too, if imported
     assert importlib.util.find_spec(backend) is None
     with pytest.raises(MetricSinkError) as info:
         MetricsTracker(["console", backend], tmp_path, run_name="t")

@@ -14,7 +14,6 @@ import pytest
 
 from nexrl.metrics import MetricsTracker, read_metrics
 
-
 KEY = "a1b2c3d4e5f6a7b8c9d0a1b2c3d4e5f6a7b8c9d0"  # the shape of a W&B API key
 RECIPE = {"project_name": "unit", "trainer": {"lr": 0.003}}
 

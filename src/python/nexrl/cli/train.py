@@ -37,13 +37,36 @@ if TYPE_CHECKING:
 # torch and the recipe machinery at the top here cost each worker ~5 s before it joined.
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "nexrl train") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="nexrl train",
+        prog=prog,
         description="Run an RL post-training recipe (Hydra YAML) on Dask.",
     )
     p.add_argument("recipe", nargs="?", help="path to the recipe .yaml file")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.lr=1e-5")
+    # NexRL's own CLI flags, so its users' habits carry over (nexrl.cli.flags)
+    p.add_argument(
+        "-c", "--train-config", metavar="RECIPE", help="the recipe .yaml (instead of RECIPE)"
+    )
+    p.add_argument(
+        "-m",
+        "--mode",
+        choices=("self-hosted", "training-service"),
+        help="where the trainer runs: the same as trainer.mode=MODE",
+    )
+    p.add_argument(
+        "-t",
+        "--tag",
+        help="a suffix for the run's name: experiment_name becomes NAME-TAG, so the run "
+        "folder (runs/NAME-TAG unless output_dir is set) and Slurm job names get it",
+    )
+    p.add_argument(
+        "--inference-url",
+        metavar="URL",
+        action="append",
+        help="use a running OpenAI-compatible engine at URL instead of starting one (the "
+        "same as service.inference_service.base_urls=[URL]); repeat it for replicas",
+    )
     p.add_argument("--print-config", action="store_true", help="print the resolved recipe and exit")
     p.add_argument("--check", action="store_true", help="validate the recipe and exit")
     p.add_argument(
@@ -72,13 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = "nexrl train") -> int:
+    parser = build_parser(prog)
     args = parser.parse_intermixed_args(argv)  # flags anywhere
     if args.new_task:
         return scaffold(args.new_task)
+    from nexrl.cli.flags import FlagError, apply_flags
+
+    try:
+        args.recipe, args.overrides = apply_flags(args)
+    except FlagError as exc:
+        parser.error(str(exc))
     if args.recipe is None:
-        parser.error("the recipe path is required (or --new-task FOLDER)")
+        parser.error("the recipe path is required (RECIPE or -c RECIPE; or --new-task FOLDER)")
     # The recipe's deprecation lines are printed below as "warning:" lines; without a
     # handler of its own, the logger would also print them bare (logging.lastResort).
     quiet = logging.getLogger("nexrl.recipe")
@@ -203,7 +232,8 @@ def kubernetes_manifests(recipe: Recipe) -> int:
 
 
 def scaffold(folder: str) -> int:
-    """``--new-task``: write the task template into ``folder``; exit code."""
+    """``--new-task``: write the task template into ``folder``; exit code. The next-step
+    line names ``nexrl train`` where nexrl is installed (pip), else ``./pants run``."""
     from nexrl.cli.new_task import NewTaskError, new_task
 
     try:
@@ -214,11 +244,20 @@ def scaffold(folder: str) -> int:
     for path in written:
         print(f"wrote {path}")
     recipe = written[-1]
-    print(
-        f"next: python {folder}/make_data.py, then "
-        f"./pants run src/python/nexrl:train -- {recipe} --check"
-    )
+    command = "nexrl train" if _installed() else "./pants run src/python/nexrl:train --"
+    print(f"next: python {folder}/make_data.py, then {command} {recipe} --check")
     return 0
+
+
+def _installed() -> bool:
+    """Whether this nexrl is an installed distribution (pip) rather than the monorepo."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution("nexrl")
+    except PackageNotFoundError:
+        return False
+    return True
 
 
 def warm_parent_for(recipe: str, overrides: list[str]) -> bool:
