@@ -116,9 +116,9 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
     # worker's count at its 10th failure (each worker saw at least 10 of the 64)
     first = [w for w in warned if "shown once per kind" in w]
     counted = [w for w in warned if "the same kind 10 times so far" in w]
-    assert len(first) == sum("SolutionEvaluator failed" in t for t in per_worker) >= 1, (
-        proc.stderr[-3000:]
-    )
+    assert len(first) == sum("SolutionEvaluator failed" in t for t in per_worker) >= 1, proc.stderr[
+        -3000:
+    ]
     assert len(counted) <= len(first) and len(first) + len(counted) == len(warned), warned
     assert "Traceback" not in proc.stderr
     # every data row could not be evaluated: the first 3 named on the terminal, then one
