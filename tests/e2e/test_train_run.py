@@ -47,7 +47,14 @@ def test_sync_run_trains_on_rollouts_from_the_reloaded_weights(tmp_path: Path) -
     out = tmp_path / "run"
     recipe = load_recipe_checked(
         RECIPE,
-        overrides(out, "validate.validate_before_train=true", "validate.every=2", steps=4),
+        overrides(
+            out,
+            "validate.validate_before_train=true",
+            "validate.every=2",
+            "trainer.save_every=1",  # a checkpoint per step, the newest 2 kept
+            "trainer.keep_checkpoints=2",
+            steps=4,
+        ),
     )
     result = Controller(recipe, progress=False).run()
     assert (result.steps, result.stopped_by) == (4, None)
@@ -75,6 +82,7 @@ def test_sync_run_trains_on_rollouts_from_the_reloaded_weights(tmp_path: Path) -
     assert (summary["steps_run"], summary["first_step"], summary["last_step"]) == (4, 1, 4)
     ckpt = CheckpointManager(out / "checkpoints").latest()
     assert ckpt is not None and ckpt.name.endswith("4")
+    assert [step for step, _ in CheckpointManager(out / "checkpoints").complete()] == [3, 4]
     snap = latest_snapshot(out / "snapshots")
     assert snap is not None and snap[0] == 4
     assert (out / "logs" / "inference.log").exists()

@@ -26,7 +26,7 @@ class TrainerSpec:
         sync_every: publish after every N-th policy update (``weight.sync_every``).
         keep_snapshots: snapshots kept on disk (``weight.keep_snapshots``).
         checkpoint_dir: checkpoint root (None = no checkpoints).
-        keep_checkpoints: checkpoints kept (None = all).
+        keep_checkpoints: checkpoints kept (``trainer.keep_checkpoints``; None = all).
         auto_checkpoint: checkpoint inside ``train_step`` every ``trainer.save_every``
             steps and at ``trainer.total_train_steps`` (False: the caller calls
             ``save_checkpoint`` itself, e.g. together with the pool cursor).
@@ -81,6 +81,9 @@ class TrainerSpec:
             sync_every=int(cfg.weight.sync_every),
             keep_snapshots=int(cfg.weight.keep_snapshots),
             checkpoint_dir=str(Path(cfg.output_dir) / "checkpoints"),
+            keep_checkpoints=(
+                None if cfg.trainer.keep_checkpoints is None else int(cfg.trainer.keep_checkpoints)
+            ),
             resume_mode=str(cfg.resume.mode),
             resume_path=cfg.resume.path,
             seed=int(cfg.seed),

@@ -78,6 +78,14 @@ class TrainerConfig:
     save_every: int = cfg_field(
         50, help="Checkpoint every N steps (0 = only at the end).", minimum=0
     )
+    keep_checkpoints: int | None = cfg_field(
+        3,
+        help="Complete checkpoints kept in <output_dir>/checkpoints; older ones are deleted "
+        "after each new one is committed (a resume needs only the newest; the two before "
+        "it are fallbacks should it be damaged). null = keep every one (each is the "
+        "model's weights plus optimizer state: ~3x the weights' size in fp32 Adam).",
+        minimum=1,
+    )
     world_size: int = cfg_field(1, help="Data-parallel trainer actors (one per GPU).", minimum=1)
     lr: float = cfg_field(1e-6, help="Learning rate.", minimum=0.0)
     weight_decay: float = cfg_field(0.0, help="AdamW weight decay.", minimum=0.0)
