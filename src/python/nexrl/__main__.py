@@ -4,4 +4,5 @@ import sys
 
 from nexrl.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # (a spawned worker re-imports the parent's main module)
+    sys.exit(main())
