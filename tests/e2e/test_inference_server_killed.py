@@ -47,7 +47,7 @@ def run_with_signal_to_the_server(
     assert result.steps == STEPS
     rows = train_rows(out)
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
-    assert rows[-1]["inference/restarts"] == 1
+    assert rows[-1]["inference/restarts"] == 1, (out / "logs" / "driver.log").read_text()[-3000:]
     return controller, rows, hit[0]
 
 

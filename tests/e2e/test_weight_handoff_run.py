@@ -53,10 +53,18 @@ def test_a_killed_server_restarts_on_the_snapshot_written_behind(tmp_path: Path)
 
     out = tmp_path / "run"
     _, rows, _ = run_with_signal_to_the_server(out, signal.SIGKILL, "weight.handoff=memory")
-    for r in rows:  # (a group retried after the kill may run across a sync: one behind)
-        assert r["step"] - 2 <= r["version/rollout_min"] <= r["version/rollout_max"] < r["step"]
-        assert r["version/inference"] == r["step"]
-    assert rows[-1]["weight/handoff_memory"] == 1.0
     log = (out / "logs" / "driver.log").read_text()
-    assert "restarting on v2" in log or "starting one on v" in log
+    seen = [
+        {k: r.get(k) for k in ("step", "version/rollout_min", "version/rollout_max",
+                               "version/inference", "weight/handoff_memory")}
+        for r in rows
+    ]  # fmt: skip
+    why = f"{seen}\n{log[-3000:]}"  # (CI shows a failure's message: say what was seen)
+    for r in rows:  # (a group retried after the kill may run across a sync: one behind)
+        assert r["step"] - 2 <= r["version/rollout_min"] <= r["version/rollout_max"] < r["step"], (
+            why
+        )
+        assert r["version/inference"] == r["step"], why
+    assert rows[-1]["weight/handoff_memory"] == 1.0, why
+    assert "restarting on v2" in log or "starting one on v" in log, why
     assert latest_snapshot(out / "snapshots") == (STEPS, out / "snapshots" / f"v{STEPS}")
