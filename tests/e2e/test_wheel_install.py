@@ -4,7 +4,7 @@ virtualenv, and the ``nexrl`` command it installs, run as a user would:
 * pip installs the wheel with its own requirements (torch from the machine's
   find-links, ``NEXRL_WHEEL_FIND_LINKS``, default /opt/wheels: the CPU build;
   everything else from the package index), with the machine's own pip configuration
-  left out (``PIP_CONFIG_FILE=/dev/null``);
+  left out (``PIP_CONFIG_FILE=/dev/null``) and the CA bundle ``./pants`` trusts;
 * ``nexrl --version`` is the wheel's version and ``nexrl.__version__``;
 * ``nexrl new-task`` scaffolds a task from the installed template (in a folder outside
   the repository) and names ``nexrl train`` as the next step; its recipe passes
@@ -29,6 +29,22 @@ from tests.e2e._recipe import RECIPE
 
 WHEEL = Path(f"nexrl-{nexrl.__version__}-py3-none-any.whl")
 FIND_LINKS = os.environ.get("NEXRL_WHEEL_FIND_LINKS", "/opt/wheels")
+
+
+def ca_bundle() -> str | None:
+    """The CA bundle HTTPS downloads trust, chosen as ``./pants`` chooses it (the
+    machine's pip configuration, where ``cert =`` may live, is left out here too)."""
+    for name in ("NEXRL_CA_BUNDLE", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT"):
+        if os.environ.get(name) and Path(os.environ[name]).is_file():
+            return os.environ[name]
+    for path in (
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/pki/tls/certs/ca-bundle.crt",
+        "/etc/ssl/cert.pem",
+    ):
+        if Path(path).is_file():
+            return path
+    return None  # pip's own certifi bundle
 
 
 def _env(venv: Path) -> dict[str, str]:
@@ -64,6 +80,8 @@ def test_pip_install_the_wheel_and_train_with_the_nexrl_command(tmp_path: Path) 
     env = _env(venv)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-compile"]
     pip += ["--find-links", FIND_LINKS]
+    cert = ca_bundle()
+    pip += ["--cert", cert] if cert else []
     _run([*pip, str(wheel)], env, tmp_path, timeout=1800)
     nexrl_cmd = str(venv / "bin" / "nexrl")
 
