@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.e2e._groups import assert_each_step_and_group_once, group_record
+from tests.e2e._groups import group_record
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 from tests.e2e.test_train_run import delivered_pairs, processes_using
 
@@ -128,13 +128,17 @@ def test_bench_resume_chain(benchmark: Any, tmp_path: Path) -> None:
     stops = benchmark.pedantic(chain, rounds=1, iterations=1)
     assert len(stops) == RESUMES, f"the run finished after {len(stops)} stops"
 
-    assert_each_step_and_group_once(out, STEPS)
+    # each step once, and every trajectory delivered once (the data order wraps past
+    # its 210 prompts here, so it is checked against the uninterrupted run's below)
+    rows = train_rows(out)
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    assert [r["version/trainer"] for r in rows] == list(range(1, STEPS + 1))
+    pairs = delivered_pairs(out)
+    assert len(pairs) == STEPS * 4 * 8 and len(set(pairs)) == len(pairs)
     record = group_record(out, STEPS)
     assert record["lost"] == [] and record["duplicated"] == 0, record
-    rows, base_rows = train_rows(out), train_rows(base)
-    assert [r["actor/lr"] for r in rows] == [r["actor/lr"] for r in base_rows]
+    assert [r["actor/lr"] for r in rows] == [r["actor/lr"] for r in train_rows(base)]
     assert _steps_groups(out) == _steps_groups(base)  # the data order, step by step
-    assert len(set(delivered_pairs(out))) == len(delivered_pairs(out))
     benchmark.extra_info.update(
         {
             "resumes": len(stops),
