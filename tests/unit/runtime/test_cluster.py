@@ -34,8 +34,27 @@ def test_local_cluster_offers_gpu_and_cpu_resources_per_worker() -> None:
         assert all("MALLOC_TRIM_THRESHOLD_" not in e for e in envs.values())
         assert all(e.get("OMP_NUM_THREADS") == "1" for e in envs.values())
         assert "MALLOC_TRIM_THRESHOLD_" not in os.environ
+        # Dask's recent-message logs keep 50 entries, not 1,000, in the scheduler (here),
+        # the client and every worker: they held a long run's old task messages
+        lengths = handle.client.run(_recent_message_log_lengths)
+        assert set(lengths.values()) == {50}
+        scheduler = handle.client.run_on_scheduler(_scheduler_log_lengths)
+        assert set(scheduler) == {50}
+        assert handle.client.scheduler_comm.recent_message_log.maxlen == 50  # the client
     finally:
         handle.close()
+
+
+def _recent_message_log_lengths(dask_worker: object) -> int | None:
+    return dask_worker.batched_stream.recent_message_log.maxlen  # type: ignore[attr-defined]
+
+
+def _scheduler_log_lengths(dask_scheduler: object) -> list[int | None]:
+    s: object = dask_scheduler
+    return [
+        s.transition_log.maxlen,  # type: ignore[attr-defined]
+        *(b.recent_message_log.maxlen for b in s.stream_comms.values()),  # type: ignore[attr-defined]
+    ]
 
 
 def test_slurm_job_scripts_carry_the_recipe_settings_and_each_roles_resources() -> None:

@@ -27,15 +27,29 @@ Everything else in ``pre-spawn-environ`` (``OMP_NUM_THREADS=1`` and the like) is
 kept: the trainer and the server set their own torch threads. Added:
 ``HF_HUB_DISABLE_PROGRESS_BARS=1``, so that a worker loading a model (the trainer)
 draws no progress bar on the terminal the workers share with the driver.
+
+Also: ``distributed.admin.low-level-log-length`` is 50 instead of 1,000, in the driver
+(its scheduler and client) and in every worker: Dask's recent-message logs held the
+run's old task messages, hundreds of MB on a long run.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-#: The Dask config the run's worker nannies get (``None`` unsets a variable).
+#: Dask's developer logs kept per process (see WORKER_DASK_CONFIG).
+LOW_LEVEL_LOG_LENGTH = 50
+
+#: The Dask config the run's worker nannies get (``None`` unsets a variable); the
+#: driver applies it to itself too (``apply_in_driver``).
 WORKER_DASK_CONFIG: dict[str, Any] = {
     "distributed": {
+        # Dask keeps the last N of several developer logs in every process (1,000 by
+        # default): each comm's recently sent payloads (a rollout task's message holds
+        # its groups and the rollout spec), the scheduler's transitions and events. On
+        # a long run they filled the driver (scheduler + client) and the trainer's
+        # worker with hundreds of MB of old messages (docs/benchmarks.md, "Long haul").
+        "admin": {"low-level-log-length": LOW_LEVEL_LOG_LENGTH},
         "nanny": {
             "pre-spawn-environ": {
                 "MALLOC_TRIM_THRESHOLD_": None,
@@ -43,7 +57,7 @@ WORKER_DASK_CONFIG: dict[str, Any] = {
                 # trainer loading its model): Hugging Face reads it at import
                 "HF_HUB_DISABLE_PROGRESS_BARS": "1",
             }
-        }
+        },
     }
 }
 INHERIT_VAR = "DASK_INTERNAL_INHERIT_CONFIG"
