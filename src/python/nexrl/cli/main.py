@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(rest) != 1 or rest[0].startswith("-"):
             print("usage: nexrl new-task FOLDER   (e.g. nexrl new-task my_task)", file=sys.stderr)
             return 2
-        return train(["--new-task", rest[0]], prog="nexrl train")
-    return train(rest, prog="nexrl train")
+        return train(["--new-task", rest[0]])
+    return train(rest)
 
 
 if __name__ == "__main__":

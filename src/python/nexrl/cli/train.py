@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 # torch and the recipe machinery at the top here cost each worker ~5 s before it joined.
 
 
-def build_parser(prog: str = "nexrl train") -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=prog,
+        prog="nexrl train",
         description="Run an RL post-training recipe (Hydra YAML) on Dask.",
     )
     p.add_argument("recipe", nargs="?", help="path to the recipe .yaml file")
@@ -95,8 +95,8 @@ def build_parser(prog: str = "nexrl train") -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None, prog: str = "nexrl train") -> int:
-    parser = build_parser(prog)
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_intermixed_args(argv)  # flags anywhere
     if args.new_task:
         return scaffold(args.new_task)
