@@ -84,7 +84,8 @@ def roles(driver: psutil.Process, out: Path) -> dict[str, psutil.Process]:
     Dask workers, by pid)."""
     found = {"driver": driver}
     log = out / "logs" / "driver.log"
-    servers = re.findall(r"\(pid (\d+)\)", log.read_text()) if log.exists() else []
+    text = log.read_text() if log.exists() else ""
+    servers = re.findall(r"embedded server at \S+ \(pid (\d+)\)", text)  # as the soak reads it
     server = int(servers[-1]) if servers else -1
     try:
         trainer = int(json.loads((out / "cluster.json").read_text())["trainer_ranks"][0]["pid"])
