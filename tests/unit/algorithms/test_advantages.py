@@ -14,6 +14,7 @@ from nexrl.algorithms.advantages import (
     reinforce_plus_plus_baseline,
     rloo,
 )
+from nexrl.algorithms.value import estimator_takes_values
 
 SQRT_HALF = math.sqrt(0.5)  # 0.70710678
 
@@ -404,7 +405,9 @@ def test_no_nan_or_inf_for_any_estimator(name: str) -> None:
     )
     mask = torch.tensor([[1, 1], [1, 1], [0, 0], [1, 0], [1, 1], [1, 1]])
     # groups: extreme pair, singleton with no valid token, singleton, zero-variance pair
-    adv, ret = fn(rewards, mask, ids(0, 0, 1, 2, 3, 3), ids(0, 1, 0, 0, 0, 1))
+    # (gae, nstep: with a critic's values as well)
+    values = {"values": torch.full((6, 2), 0.5)} if estimator_takes_values(fn) else {}
+    adv, ret = fn(rewards, mask, ids(0, 0, 1, 2, 3, 3), ids(0, 1, 0, 0, 0, 1), **values)
     assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
     assert torch.equal(adv[2], torch.zeros(2))  # fully masked row
     assert adv[3, 1] == 0.0  # masked token

@@ -109,7 +109,9 @@ def _builtin(registry: Any) -> list[str]:
 def test_package_registers_every_algorithm() -> None:
     assert _builtin(ADVANTAGE_ESTIMATORS) == [
         "dr_grpo",
+        "gae",
         "grpo",
+        "nstep",
         "reinforce_plus_plus",
         "reinforce_plus_plus_baseline",
         "rloo",

@@ -244,12 +244,18 @@ def test_every_built_in_estimator_and_loss_pass_the_dry_run() -> None:
     def built_in(registry: Any) -> list[str]:  # not the other tests' plugins
         return [n for n in registry.names() if registry.get(n).__module__.startswith("nexrl.")]
 
+    from nexrl.algorithms.value import estimator_takes_values
+
     for estimator in built_in(ADVANTAGE_ESTIMATORS):
+        # gae, nstep: on the trainer with a value model
+        takes_values = estimator_takes_values(ADVANTAGE_ESTIMATORS.get(estimator))
+        trainer = "self_hosted_ppo" if takes_values else "self_hosted_grpo"
         for loss in built_in(POLICY_LOSSES):
             for agg in LOSS_AGGREGATIONS.names():
                 load_recipe_checked(
                     DEFAULT,
                     [
+                        f"trainer.type={trainer}",
                         f"algorithm.advantage_estimator={estimator}",
                         f"algorithm.policy_loss={loss}",
                         f"algorithm.loss_agg_mode={agg}",

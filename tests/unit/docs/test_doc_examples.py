@@ -106,14 +106,15 @@ def _algorithms_section() -> str:
 
 def test_user_guide_algorithm_examples_resolve_as_described(tmp_path: Path) -> None:
     blocks = re.findall(r"```yaml\n(.*?)```", _algorithms_section(), re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     resolved = []
     for block in blocks:
         recipe = tmp_path / "recipe.yaml"
         base = OmegaConf.load("recipes/max_digit/max_digit_tiny.yaml")
         recipe.write_text(OmegaConf.to_yaml(OmegaConf.merge(base, OmegaConf.create(block))))
         resolved.append(load_recipe_checked(recipe).cfg.algorithm)
-    gspo, dr_grpo, corrected = resolved
+    gspo, dr_grpo, ppo, corrected = resolved
+    assert (ppo.advantage_estimator, ppo.lam) == ("gae", 1.0)  # its trainer: the test below
     assert (gspo.clip_ratio_low, gspo.clip_ratio_high) == (3e-4, 4e-4)
     assert gspo.loss_agg_mode == "seq-mean-token-mean"
     assert dr_grpo.loss_agg_mode == "seq-mean-token-sum-norm" and not dr_grpo.norm_adv_by_std
@@ -280,3 +281,20 @@ def test_trainer_guide_custom_trainer_overrides_the_public_hooks() -> None:
         namespace: dict[str, Any] = {}
         exec(compile(block, "docs/trainer.md", "exec"), namespace)
     assert "prepare_batch" in vars(namespace["MyTrainer"])
+
+
+def test_user_guide_shows_the_ppo_recipes_settings_and_they_check() -> None:
+    text = Path("docs/user-guide.md").read_text()
+    section = text[text.index("**PPO with a value model.**") :]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)[:1]
+    shown: Any = OmegaConf.to_container(OmegaConf.create(block))
+    checked = load_recipe_checked("recipes/max_digit/max_digit_ppo.yaml").cfg
+    assert shown["trainer"]["type"] == checked.trainer.type == "self_hosted_ppo"
+    for key, value in shown["trainer"]["critic"].items():
+        assert checked.trainer.critic[key] == value, key
+    for key, value in shown["algorithm"].items():
+        assert checked.algorithm[key] == value, key
+    with pytest.raises(RecipeError, match="needs a value model"):
+        load_recipe_checked(
+            "recipes/max_digit/max_digit_tiny.yaml", ["algorithm.advantage_estimator=nstep"]
+        )

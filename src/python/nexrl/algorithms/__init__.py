@@ -2,7 +2,8 @@
 
 Importing this package registers every implementation:
 
-- ``ADVANTAGE_ESTIMATORS``: grpo, dr_grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline
+- ``ADVANTAGE_ESTIMATORS``: grpo, dr_grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline,
+  and with a value model (:mod:`.value`) gae, nstep
 - ``POLICY_LOSSES``: ppo_clip, gspo, importance_sampling
 - ``LOSS_AGGREGATIONS``: token-mean, seq-mean-token-sum, seq-mean-token-mean,
   seq-mean-token-sum-norm (:func:`agg_loss`)
@@ -15,7 +16,16 @@ fields from them). The call signatures are documented in
 :mod:`nexrl.algorithms.registry`.
 """
 
-from nexrl.algorithms import advantages, aggregation, correction, defaults, filters, kl, policy_loss
+from nexrl.algorithms import (
+    advantages,
+    aggregation,
+    correction,
+    defaults,
+    filters,
+    kl,
+    policy_loss,
+    value,
+)
 from nexrl.algorithms.advantages import group_ids_from_keys, token_level_from_scalar
 from nexrl.algorithms.aggregation import (
     LOSS_AGG_MODES,
@@ -69,5 +79,6 @@ __all__ = [
     "resolve_algorithm",
     "rollout_correction",
     "token_level_from_scalar",
+    "value",
     "zero_variance_group_mask",
 ]

@@ -41,6 +41,7 @@ __all__ = [
     "dr_grpo",
     "group_ids_from_keys",
     "grpo",
+    "masked_whiten",
     "reinforce_plus_plus",
     "reinforce_plus_plus_baseline",
     "rloo",
@@ -176,7 +177,7 @@ def _group_stats(
     )
 
 
-def _masked_whiten(values: Tensor, valid: Tensor, eps: float) -> Tensor:
+def masked_whiten(values: Tensor, valid: Tensor, eps: float = 1e-8) -> Tensor:
     """``(v - mean) / sqrt(var + eps)`` over all valid entries (unbiased var).
 
     Zero everywhere when fewer than two entries are valid or all are equal.
@@ -358,7 +359,7 @@ def reinforce_plus_plus(
     dtype = _out_dtype(token_level_rewards)
     valid = response_mask.bool()
     returns = _discounted_returns(token_level_rewards.to(torch.float64), valid, gamma)
-    adv = _masked_whiten(returns, valid, eps)
+    adv = masked_whiten(returns, valid, eps)
     return _finish(adv, response_mask, dtype), _finish(returns, response_mask, dtype)
 
 
@@ -390,5 +391,5 @@ def reinforce_plus_plus_baseline(
     centered = torch.where(stats.informative, stats.scores - stats.mean, 0.0)
     valid = response_mask.bool()
     tokens = centered.unsqueeze(-1).expand_as(valid)
-    out = _finish(_masked_whiten(tokens, valid, eps), response_mask, dtype)
+    out = _finish(masked_whiten(tokens, valid, eps), response_mask, dtype)
     return out, out

@@ -14,13 +14,15 @@ from nexrl.algorithms.registry import call_with_options
 
 __all__ = ["ESTIMATOR_FIELDS", "call_advantage_estimator", "call_policy_loss"]
 
-ESTIMATOR_FIELDS = ("norm_adv_by_std", "std_ddof", "gamma")  # passed when set
+ESTIMATOR_FIELDS = ("norm_adv_by_std", "std_ddof", "gamma", "lam", "n_step")  # passed when set
 
 
 def call_advantage_estimator(
-    algo: Any, rewards: Any, mask: Any, group_ids: Any, run_ids: Any
+    algo: Any, rewards: Any, mask: Any, group_ids: Any, run_ids: Any, values: Any = None
 ) -> Any:
-    """``(advantages [B, T], returns [B, T])`` of ``algo.advantage_estimator``."""
+    """``(advantages [B, T], returns [B, T])`` of ``algo.advantage_estimator``; ``values``
+    (the critic's, ``[B, T]``) go to an estimator that takes them (``gae``, ``nstep``)."""
+    extra = {} if values is None else {"values": values}
     return call_with_options(
         ADVANTAGE_ESTIMATORS.get(algo.advantage_estimator),
         rewards,
@@ -28,6 +30,7 @@ def call_advantage_estimator(
         group_ids,
         run_ids,
         **_set_fields(algo, ESTIMATOR_FIELDS),
+        **extra,
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from nexrl.algorithms.value import estimator_takes_values
 from nexrl.config.checks import register_check
 
 __all__ = ["chosen_pieces_run", "groups_of_one_learn", "registered_algorithms", "settings_apply"]
@@ -79,6 +80,8 @@ def groups_of_one_learn(cfg: DictConfig, roots: list[Path]) -> list[str]:
         return []  # registered_algorithms says so
     options = {k: a[k] for k in ("norm_adv_by_std", "std_ddof", "gamma") if a[k] is not None}
     rewards = torch.tensor([[1.0], [0.0], [0.5]])
+    if estimator_takes_values(ADVANTAGE_ESTIMATORS.get(a.advantage_estimator)):
+        return []  # a critic's baseline: groups of one learn
     advantages, _ = call_with_options(
         ADVANTAGE_ESTIMATORS.get(a.advantage_estimator),
         rewards,
@@ -151,8 +154,9 @@ def chosen_pieces_run(cfg: DictConfig, roots: list[Path]) -> list[str]:
     fn = ADVANTAGE_ESTIMATORS.get(name)
     problem = None
     try:
+        values = torch.full((4, 3), 0.25) if estimator_takes_values(fn) else None
         got = call_advantage_estimator(
-            a, rewards, mask, torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 0, 1])
+            a, rewards, mask, torch.tensor([0, 0, 1, 1]), torch.tensor([0, 1, 0, 1]), values
         )
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
             problem = f"returned {type(got).__name__}, not a pair (advantages, returns)"

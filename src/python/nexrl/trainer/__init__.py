@@ -1,4 +1,4 @@
-"""Self-hosted trainers (GRPO, SFT, custom) on a training engine, and their Dask actors.
+"""Self-hosted trainers (GRPO, PPO with a value model, SFT, custom) on a training engine, and their Dask actors.
 
 Importing this package imports torch but never a training backend: the engine
 (``backends.training.<trainer.backend>_engine``) is imported when a trainer is built.
@@ -11,6 +11,7 @@ from nexrl.trainer.engine import TrainingEngine, load_backend
 from nexrl.trainer.grpo import SelfHostedGrpoTrainer
 from nexrl.trainer.handle import TrainerHandle
 from nexrl.trainer.pending import PendingCall
+from nexrl.trainer.ppo import SelfHostedPpoTrainer
 from nexrl.trainer.registry import (
     TRAINERS,
     create_trainer,
@@ -27,6 +28,7 @@ __all__ = [
     "PendingCall",
     "RankInfo",
     "SelfHostedGrpoTrainer",
+    "SelfHostedPpoTrainer",
     "SelfHostedSftTrainer",
     "SelfHostedTrainer",
     "StepResult",

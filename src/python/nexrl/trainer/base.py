@@ -165,6 +165,8 @@ class SelfHostedTrainer:
         self.resumed_from: Path | None = None
         self.resume_note: str | None = None  # set on resume when corrupted files were passed over
         self.schedule_note: str | None = None  # set on resume when the schedule's end moved
+        # other engines checkpointed with the policy's, by tag (a subclass's value model)
+        self.extra_engines: dict[str, TrainingEngine] = self.build_extra_engines()
         saving.resume(self)  # the checkpoint resume.mode picks, if any
 
     # -- construction -----------------------------------------------------------
@@ -299,6 +301,12 @@ class SelfHostedTrainer:
         )
 
     # -- hooks (subclasses override these) --------------------------------------------
+    def build_extra_engines(self) -> dict[str, TrainingEngine]:
+        """Hook: engines besides the policy's that checkpoints save and resume restores
+        (tag -> engine), built before the resume; none here (``self_hosted_ppo``: its
+        value model's)."""
+        return {}
+
     def prepare_batch(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
         """Hook: turn the received global batch into what ``compute_loss`` needs, and
         metrics (identity here)."""

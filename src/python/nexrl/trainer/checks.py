@@ -20,7 +20,14 @@ from nexrl.plugins import load_spec
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's --max-lora-rank choices
 
-__all__ = ["custom_trainer", "lora", "sft_mode", "trainer_fits_backend", "zero_problems"]
+__all__ = [
+    "custom_trainer",
+    "lora",
+    "sft_mode",
+    "trainer_fits_backend",
+    "value_model",
+    "zero_problems",
+]
 
 
 def zero_problems(zero_stage: int, offload_optimizer: bool, offload_param: bool) -> list[str]:
@@ -158,3 +165,38 @@ def training_service_mode(cfg: DictConfig, roots: list[Path]) -> list[str]:
     if url and not str(url).startswith(("http://", "https://")):
         out.append(f"trainer.service_url: {url!r} is not an http(s):// URL")
     return out
+
+
+@register_check
+def value_model(cfg: DictConfig, roots: list[Path]) -> list[str]:
+    """An advantage estimator that needs a critic's values (gae, nstep) runs on a trainer
+    that trains one (``self_hosted_ppo``, or a class with ``has_critic``), self-hosted."""
+    from nexrl.algorithms import ADVANTAGE_ESTIMATORS
+    from nexrl.algorithms.value import estimator_takes_values
+    from nexrl.trainer.registry import resolve_trainer_class
+
+    name = cfg.algorithm.advantage_estimator
+    if cfg.get("mode", "rl") != "rl" or name not in ADVANTAGE_ESTIMATORS:
+        return []  # registered_algorithms names an unknown one
+    needs = estimator_takes_values(ADVANTAGE_ESTIMATORS.get(name))
+    try:
+        has = bool(getattr(resolve_trainer_class(cfg.trainer, roots), "has_critic", False))
+    except RecipeError:
+        return []  # trainer_fits_backend / custom_trainer say what is wrong
+    if needs and not has:
+        return [
+            f"algorithm.advantage_estimator: {name!r} needs a value model; set "
+            "trainer.type: self_hosted_ppo (it trains one beside the policy)"
+        ]
+    if has and not needs:
+        return [
+            f"trainer.type: {cfg.trainer.type!r} trains a value model that advantage "
+            f"estimator {name!r} does not use; set algorithm.advantage_estimator: gae (or "
+            "nstep), or trainer.type: self_hosted_grpo"
+        ]
+    if has and cfg.trainer.get("mode", "self-hosted") == "training-service":
+        return [
+            "trainer.mode: the training service does not train a value model (PPO with a "
+            "critic); use trainer.mode: self-hosted, or a critic-free estimator (grpo, rloo)"
+        ]
+    return []

@@ -13,6 +13,7 @@
     3. token rewards: r_{i,t} = reward_i on the last valid response token, 0 elsewhere
     4. use_kl_in_reward: r_{i,t} -= beta * kl_penalty(old_log_probs, ref_log_probs)
     5. (A, returns) = ADVANTAGE_ESTIMATORS[advantage_estimator](r, mask, group_ids, run_ids)
+       (with the critic's ``values`` when the batch has them: ``self_hosted_ppo``)
     6. rollout correction (``nexrl.trainer.loss.correct_rollout``): the importance
        weights of old_log_probs vs the rollout's behaviour_log_probs
        (``algorithm.rollout_correction``: tis / mis, token / sequence) as
@@ -80,7 +81,7 @@ class SelfHostedGrpoTrainer(SelfHostedTrainer):
         batch["token_level_rewards"] = rewards
         run_ids = batch.tensors.get("run_ids")
         advantages, returns = call_advantage_estimator(
-            algo, rewards, mask, batch["group_ids"], run_ids
+            algo, rewards, mask, batch["group_ids"], run_ids, batch.tensors.get("values")
         )
         batch["returns"] = returns
         if not deferred:

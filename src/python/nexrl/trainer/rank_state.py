@@ -31,6 +31,7 @@ class TrainerRank(Protocol):
     algo: AlgorithmConfig
     loss_agg_mode: str
     engine: TrainingEngine
+    extra_engines: dict[str, TrainingEngine]  # checkpointed beside engine (a critic's)
     rank: int
     world_size: int
     device: torch.device

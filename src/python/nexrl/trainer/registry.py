@@ -1,7 +1,7 @@
 """Trainer classes by ``trainer.type``: a registered name or a class; the factory.
 
 ``trainer.type`` is a registered trainer (``self_hosted_grpo``,
-``self_hosted_sft``, or a plugin's ``@TRAINERS.register("name")``) or a user
+``self_hosted_ppo``, ``self_hosted_sft``, or a plugin's ``@TRAINERS.register("name")``) or a user
 class, ``path/to/file.py:ClassName`` (a subclass of ``SelfHostedTrainer``,
 usually of ``SelfHostedGrpoTrainer`` overriding ``prepare_batch``).
 ``trainer.custom_trainer`` is the older form of a class in ``type``; it takes
@@ -21,6 +21,7 @@ from nexrl.plugins import load_object, split_spec
 from nexrl.plugins.registry import Registry
 from nexrl.trainer.base import SelfHostedTrainer
 from nexrl.trainer.grpo import SelfHostedGrpoTrainer
+from nexrl.trainer.ppo import SelfHostedPpoTrainer
 from nexrl.trainer.sft import SelfHostedSftTrainer
 from nexrl.trainer.spec import TrainerSpec
 
@@ -31,6 +32,7 @@ TRAINERS: Registry[type[SelfHostedTrainer]] = Registry(
 )
 TRAINERS.register("self_hosted_grpo")(SelfHostedGrpoTrainer)
 TRAINERS.register("self_hosted_sft")(SelfHostedSftTrainer)
+TRAINERS.register("self_hosted_ppo")(SelfHostedPpoTrainer)
 
 FIELD = "trainer.custom_trainer"
 

@@ -52,7 +52,7 @@ def resume(t: TrainerRank) -> None:
     path = manager.resolve(spec.resume_mode, spec.resume_path) if manager else None
     notes = []
     if manager is not None and path is not None:
-        t.load_state_dict(manager.load(t.engine, path))
+        t.load_state_dict(manager.load(t.engine, path, t.extra_engines))
         t.resumed_from = path
         if manager.skipped:  # (the manager logged it)
             notes.append(
@@ -197,4 +197,4 @@ def save_checkpoint(t: TrainerRank, extra_state: dict[str, Any] | None) -> Path 
     error = _wait_behind(t)
     if float(t.engine.all_reduce_sum(torch.tensor([1.0 if error else 0.0])).sum()) > 0:
         raise TrainerError(error or "the snapshot written behind failed on rank 0")
-    return t.checkpoints.save(t.engine, t.global_step, t.state_dict())
+    return t.checkpoints.save(t.engine, t.global_step, t.state_dict(), t.extra_engines)

@@ -6,6 +6,8 @@ Layout under the checkpoint root (``<output_dir>/checkpoints``)::
         engine/            the engine's own checkpoint (DeepSpeed ``save_checkpoint``
                            with tag ``engine``: model, optimizer - ZeRO partitions one
                            file per rank - and LR scheduler)
+        critic/            another engine of the trainer's, saved the same way under its
+                           own tag (the value model of ``self_hosted_ppo``; ``extra``)
         rng_rank<r>.pt     python / numpy / torch (/ cuda) RNG states of rank r
         trainer_state.pt   step, policy version, optimizer steps, KL controller, extra
         meta.json          written last: marks the folder complete; holds the size
@@ -45,6 +47,7 @@ import logging
 import random
 import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -245,9 +248,14 @@ class CheckpointManager:
 
     # -- saving ---------------------------------------------------------------
     def save(
-        self, engine: CheckpointEngine, step: int, trainer_state: dict[str, Any]
+        self,
+        engine: CheckpointEngine,
+        step: int,
+        trainer_state: dict[str, Any],
+        extra: Mapping[str, CheckpointEngine] | None = None,
     ) -> Path | None:
-        """Write checkpoint ``step_{step}`` (collective: every rank calls it).
+        """Write checkpoint ``step_{step}`` (collective: every rank calls it); ``extra``
+        engines (tag -> engine) are saved beside the main one under their tags.
 
         Returns the folder on rank 0 (None elsewhere). Raises
         :class:`CheckpointError` on every rank when rank 0 could not commit it;
@@ -263,6 +271,8 @@ class CheckpointManager:
             tmp.mkdir()
         engine.barrier()
         engine.save_checkpoint(str(tmp), ENGINE_TAG)
+        for tag, other in (extra or {}).items():
+            other.save_checkpoint(str(tmp), tag)
         torch.save(get_rng_state(), tmp / f"rng_rank{engine.rank}.pt")
         engine.barrier()
         error = ""
@@ -316,9 +326,15 @@ class CheckpointManager:
         return removed
 
     # -- loading --------------------------------------------------------------
-    def load(self, engine: CheckpointEngine, path: str | Path) -> dict[str, Any]:
+    def load(
+        self,
+        engine: CheckpointEngine,
+        path: str | Path,
+        extra: Mapping[str, CheckpointEngine] | None = None,
+    ) -> dict[str, Any]:
         """Restore engine state and this rank's RNG from ``path`` (collective); returns the
-        trainer state."""
+        trainer state. An ``extra`` engine whose tag the checkpoint lacks (it was written
+        by a trainer without it) keeps its fresh state, with one warning line."""
         path = Path(path)
         if not is_complete(path):
             raise CheckpointError(f"checkpoint {str(path)!r} is incomplete (no {META_FILE})")
@@ -331,6 +347,17 @@ class CheckpointManager:
                 "world size"
             )
         engine.load_checkpoint(str(path), ENGINE_TAG)
+        for tag, other in (extra or {}).items():
+            if (path / tag).is_dir():
+                other.load_checkpoint(str(path), tag)
+            elif engine.rank == 0:
+                logger.warning(
+                    "checkpoint %s has no %s/ (written by a trainer without it): the %s "
+                    "starts fresh",
+                    path,
+                    tag,
+                    tag,
+                )
         rng_file = path / f"rng_rank{engine.rank}.pt"
         if rng_file.exists():
             set_rng_state(torch.load(rng_file, weights_only=False))

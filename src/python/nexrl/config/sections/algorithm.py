@@ -43,7 +43,8 @@ class AlgorithmConfig:
         "grpo",
         help="Registered advantage estimator (nexrl.algorithms.ADVANTAGE_ESTIMATORS), "
         "e.g. grpo, dr_grpo (no std division, constant loss normaliser), rloo, "
-        "reinforce_plus_plus, reinforce_plus_plus_baseline.",
+        "reinforce_plus_plus, reinforce_plus_plus_baseline; with a value model "
+        "(trainer.type: self_hosted_ppo) gae (PPO's GAE) or nstep (n-step TD returns).",
     )
     norm_adv_by_std: bool | None = cfg_field(
         None,
@@ -55,7 +56,18 @@ class AlgorithmConfig:
         help="Delta degrees of freedom of the group std (1 = unbiased, 0 = population).",
         minimum=0,
     )
-    gamma: float = cfg_field(1.0, help="Discount for REINFORCE++ returns.", minimum=0.0)
+    gamma: float = cfg_field(
+        1.0, help="Discount for REINFORCE++, GAE and n-step returns.", minimum=0.0
+    )
+    lam: float = cfg_field(
+        1.0,
+        help="GAE lambda: 0 = one-step TD (low variance, the critic's bias), 1 = Monte "
+        "Carlo returns minus the critic's value (verl's default).",
+        minimum=0.0,
+    )
+    n_step: int = cfg_field(
+        8, help="nstep: tokens summed before bootstrapping from the critic's value.", minimum=1
+    )
     policy_loss: str = cfg_field(
         "ppo_clip",
         help="Registered policy loss (nexrl.algorithms.POLICY_LOSSES), e.g. ppo_clip, gspo, "

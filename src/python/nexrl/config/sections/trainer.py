@@ -10,6 +10,7 @@ from nexrl.config.fields import cfg_field
 TRAINER_BACKENDS: dict[str, tuple[str, ...]] = {
     "self_hosted_grpo": ("deepspeed",),
     "self_hosted_sft": ("deepspeed",),
+    "self_hosted_ppo": ("deepspeed",),
 }
 
 
@@ -40,11 +41,37 @@ class LoraConfig:
 
 
 @dataclass
+class CriticConfig:
+    """``trainer.critic``: the value model ``trainer.type: self_hosted_ppo`` trains beside
+    the policy (docs/trainer.md, "PPO with a value model")."""
+
+    model_path: str | None = cfg_field(
+        None,
+        help="Hugging Face folder the value model starts from (its trunk; a new value head "
+        "of one output, zero-initialised, is added); null = the policy's initial model.",
+        path=True,
+    )
+    lr: float | None = cfg_field(
+        None,
+        help="The value model's learning rate (same schedule and warm-up as the policy's); "
+        "null = trainer.lr.",
+        minimum=0.0,
+    )
+    cliprange_value: float = cfg_field(
+        0.5,
+        help="Value clipping: a prediction moves at most this far from the value it had "
+        "before the update before the clipped loss takes over (PPO's value clipping).",
+        minimum=0.0,
+    )
+
+
+@dataclass
 class TrainerConfig:
     type: str = cfg_field(
         "self_hosted_grpo",
-        help="Trainer: self_hosted_grpo (RL) or self_hosted_sft (cross-entropy); a class of "
-        "your own is a SelfHostedTrainer.",
+        help="Trainer: self_hosted_grpo (RL without a value model), self_hosted_ppo (RL "
+        "with a value model: advantage estimators gae, nstep) or self_hosted_sft "
+        "(cross-entropy); a class of your own is a SelfHostedTrainer.",
         registry="trainer type",
     )
     backend: str = cfg_field(
@@ -146,4 +173,8 @@ class TrainerConfig:
     lora: LoraConfig = cfg_field(
         default_factory=LoraConfig,
         help="LoRA adapters (off by default); see docs/trainer.md, 'LoRA'.",
+    )
+    critic: CriticConfig = cfg_field(
+        default_factory=CriticConfig,
+        help="The value model of trainer.type self_hosted_ppo (unused by other trainers).",
     )
