@@ -1,7 +1,10 @@
 """Each algorithm family learns the default task (recipes/max_digit), selected by recipe
 overrides only, with the same settings, seed, model init and data
-(tests/e2e/_algorithm_families.py): GRPO, Dr.GRPO, RLOO, REINFORCE++, GSPO and DAPO
-(clip-higher + dynamic sampling). Their curves and a table are in docs/benchmarks.md
+(tests/e2e/_algorithm_families.py): GRPO, Dr.GRPO, RLOO, REINFORCE++, PPO with a value
+model (GAE) and DAPO (clip-higher + dynamic sampling). GSPO is in the benchmark sweep
+but not here: on this task's one-token answers its sequence ratio is the token ratio
+and its run is GRPO's step for step (docs/benchmarks.md); its loss is tested against
+hand-computed fixtures through the trainer's loss path (tests/unit/trainer). Their curves and a table are in docs/benchmarks.md
 ("Algorithm families").
 
 Per family:
@@ -43,7 +46,10 @@ MARGIN = 0.3
 VAL_MARGIN = 0.3
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+IN_CI = [name for name in FAMILIES if name != "GSPO"]  # GSPO == GRPO here (module doc)
+
+
+@pytest.mark.parametrize("name", IN_CI)
 def test_family_learns(name: str, tmp_path: Path) -> None:
     out = tmp_path / "run"
     rows = run_family(name, out)

@@ -102,6 +102,30 @@ def test_world_size_two_equals_world_size_one_and_resumes(
     _assert_same_weights(final, reference)
 
 
+def test_ppo_with_a_value_model_on_two_ranks_equals_one(
+    local_cluster: Any, tiny_model_dir: Path, vocab_size: int, tmp_path: Path
+) -> None:
+    """self_hosted_ppo: the critic's values are gathered over both ranks' shards and its
+    update is the token mean over the global batch, as the policy's."""
+    settings = _settings(tmp_path)
+    settings["trainer"] = {**settings["trainer"], "type": "self_hosted_ppo", "save_every": 0}
+    settings["algorithm"] = {"advantage_estimator": "gae", "lam": 0.95}
+    batches = [make_batch(vocab_size, groups=7, group_size=2, seed=i) for i in range(2)]
+    single = create_trainer(spec(tiny_model_dir, **settings))
+    expected = [single.train_step(b) for b in batches]
+    group = TrainerGroup.create(local_cluster, spec(tiny_model_dir, **settings), timeout_s=300)
+    try:
+        got = [group.train_step(b) for b in batches]
+    finally:
+        group.close()
+    for e, g in zip(expected, got, strict=True):
+        for k in ("critic/vf_loss", "critic/grad_norm", "critic/vpred_mean", "actor/grad_norm"):
+            assert g[k] == pytest.approx(e[k], rel=1e-4, abs=1e-7), k
+    # step 2 trains on values the first update moved: equal only if it was the same update
+    assert expected[1]["critic/values_mean"] != 0.0
+    assert got[1]["critic/values_mean"] == pytest.approx(expected[1]["critic/values_mean"], rel=1e-4)
+
+
 def test_trainer_cpu_threads_sets_the_ranks_torch_threads(tiny_model_dir: Path) -> None:
     """``trainer.cpu_threads`` is the rank's torch thread count on CPU (0: automatic)."""
     from nexrl.trainer.actor import TrainerActor

@@ -129,3 +129,20 @@ def test_a_critic_free_estimator_on_the_ppo_trainer_is_refused(tiny_model_dir: P
                 algorithm={"advantage_estimator": "grpo"},
             )
         )
+
+
+def test_nstep_through_the_trainer(tiny_model_dir: Path, vocab_size: int, tmp_path: Path) -> None:
+    """algorithm.advantage_estimator: nstep, n_step 2, gamma 0.5, at step 1 (values 0):
+    the reward r sits on the last policy token, so the returns are r there, 0.5 r on the
+    policy token before it and 0 earlier."""
+    s = ppo_spec(tiny_model_dir, tmp_path, advantage_estimator="nstep", n_step=2, gamma=0.5)
+    trainer = create_trainer(s)
+    prepared, _ = trainer.prepare_batch(make_batch(vocab_size, groups=2, group_size=4))
+    mask = prepared["response_mask"].bool()
+    order = mask.long().cumsum(-1) - mask.sum(-1, keepdim=True)  # 0 on the last token
+    r = prepared["rewards"].unsqueeze(-1).expand_as(mask)
+    want = torch.where(order == 0, r, torch.where(order == -1, 0.5 * r, 0.0)) * mask
+    assert torch.allclose(prepared["returns"], want)
+    row = trainer.train_step(make_batch(vocab_size, groups=2, group_size=4))
+    assert row["critic/vf_loss"] > 0 and trainer.policy_version == 1
+    trainer.close()
