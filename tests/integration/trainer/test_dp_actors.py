@@ -123,7 +123,9 @@ def test_ppo_with_a_value_model_on_two_ranks_equals_one(
             assert g[k] == pytest.approx(e[k], rel=1e-4, abs=1e-7), k
     # step 2 trains on values the first update moved: equal only if it was the same update
     assert expected[1]["critic/values_mean"] != 0.0
-    assert got[1]["critic/values_mean"] == pytest.approx(expected[1]["critic/values_mean"], rel=1e-4)
+    assert got[1]["critic/values_mean"] == pytest.approx(
+        expected[1]["critic/values_mean"], rel=1e-4
+    )
 
 
 def test_trainer_cpu_threads_sets_the_ranks_torch_threads(tiny_model_dir: Path) -> None:

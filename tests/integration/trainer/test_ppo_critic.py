@@ -20,7 +20,7 @@ from tests.unit.trainer._helpers import make_batch, spec
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
-def ppo_spec(model_dir: Path, tmp_path: Path, **algorithm: object):  # type: ignore[no-untyped-def]
+def ppo_spec(model_dir: Path, tmp_path: Path, **algorithm: object):
     from dataclasses import replace
 
     from nexrl.config.sections.trainer import CriticConfig
@@ -83,7 +83,7 @@ def test_first_step_gae_through_the_trainer_and_the_critic_learns(
     trainer.close()
 
 
-def _critic_weights(trainer) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
+def _critic_weights(trainer) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in trainer.critic.engine.module.state_dict().items()}
 
 

@@ -19,7 +19,7 @@ gae = ADVANTAGE_ESTIMATORS.get("gae")
 nstep = ADVANTAGE_ESTIMATORS.get("nstep")
 
 
-def verl_gae(rewards, values, mask, gamma, lam):  # type: ignore[no-untyped-def]
+def verl_gae(rewards, values, mask, gamma, lam):
     """verl's compute_gae_advantage_return (verl/trainer/ppo/core_algos.py, the
     mask-aware version: values and TD errors of masked tokens are skipped), written
     out here as the reference: a loop over tokens from the last one back."""
