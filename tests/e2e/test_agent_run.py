@@ -7,10 +7,12 @@ groups them by episode."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 from nexrl.controller import Controller
+from nexrl.pool import read_pool, read_traces
 from nexrl.recipe import load_recipe_checked
 from tests.e2e._recipe import train_rows
 from tests.integration.inference._known_model import save_bigram_model
@@ -42,3 +44,15 @@ def test_agent_episodes_become_per_call_trajectories_and_train(tmp_path: Path) -
         assert all(
             math.isfinite(row[k]) for k in ("actor/pg_loss", "critic/advantages/mean")
         )  # several trajectories per run id: no NaN from GRPO's group statistics
+
+    # every trajectory carries its episode's trace into the pool: 3 model calls, each
+    # followed by the tool call it asked for, which fails ('f' is not a calculator tool)
+    traces = read_traces(str(out / "pool.zarr"))
+    assert len(traces) == int(read_pool(str(out / "pool.zarr")).sizes["trajectory"]) >= 48
+    for spans in traces:
+        assert [s["kind"] for s in spans] == ["llm", "tool"] * 3
+        assert all(s["prompt_tokens"] > 0 and s["completion_tokens"] > 0 for s in spans[::2])
+        assert all(s["name"] == "f" and "unknown tool 'f'" in s["error"] for s in spans[1::2])
+    # the dashboard's sample rows hold it for the page (shown for the selected row)
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert samples and all("unknown tool" in s["trace_html"] for s in samples)

@@ -193,6 +193,18 @@ def test_the_page_on_a_finished_run_folder(browser: Any, first_run: tuple[Run, P
         newest = samples[::-1]
         assert table["step"] == [s["step"] for s in newest]
         assert table["reward"] == pytest.approx([s["reward"] for s in newest])
+        # selecting a row shows its agent trace below the table (this task's rollouts
+        # are single calls: the page says there is none; tests/e2e/test_agent_run.py
+        # checks an agent run's trace tables in samples.jsonl)
+        read_trace = "return Bokeh.documents[0].get_model_by_name('nexrl-trace').text"
+        assert "Select a trajectory" in browser.execute_script(read_trace)
+        browser.execute_script(
+            "Bokeh.documents[0].get_model_by_name('nexrl-samples').selected.indices = [0]"
+        )
+        deadline = time.monotonic() + 30
+        while "no trace" not in browser.execute_script(read_trace):
+            assert time.monotonic() < deadline, browser.execute_script(read_trace)
+            time.sleep(0.2)
         assert "finished" in browser.execute_script(
             "return Bokeh.documents[0].get_model_by_name('nexrl-status').text"
         )

@@ -115,6 +115,22 @@ def test_multi_turn_episode_runs_each_tool_call_and_keeps_every_model_call(
     # each call sees the previous calls and tool results: its prompt is longer
     lengths = [len(g.prompt_token_ids) for g in episode.calls]
     assert lengths == sorted(lengths) and len(set(lengths)) == 3
+    # the trace: model call, tool call, ... in order, with the tokens the server counted
+    kinds = [s["kind"] for s in episode.trace]
+    assert kinds == ["llm", "tool"] * 3, kinds
+    llm = [s for s in episode.trace if s["kind"] == "llm"]
+    for span, gen in zip(llm, episode.calls, strict=True):
+        assert span["prompt_tokens"] == len(gen.prompt_token_ids)
+        assert span["completion_tokens"] == len(gen.token_ids)
+        assert span["tool_calls"] == len(gen.tool_calls) and span["error"] is None
+    tools = [s for s in episode.trace if s["kind"] == "tool"]
+    assert [(s["name"], s["result"], s["error"]) for s in tools] == [
+        ("f", '{"calls": 1}', None),
+        ("f", '{"calls": 2}', None),
+        ("f", '{"calls": 3}', None),
+    ]
+    starts = [s["start_s"] for s in episode.trace]
+    assert starts == sorted(starts) and all(s["duration_s"] >= 0 for s in episode.trace)
 
 
 @pytest.mark.parametrize(
@@ -134,6 +150,9 @@ def test_a_tool_that_raises_or_hangs_answers_with_an_error(
     (tool_msg,) = [m for m in episode.target.observation if m["role"] == "tool"]
     assert tool_msg["content"].startswith(expected)
     assert time.monotonic() - start < 25  # the hung tool did not hold the episode
+    # the failure is in the episode's trace, not only in a log line
+    (span,) = [s for s in episode.trace if s["kind"] == "tool"]
+    assert span["name"] == "f" and span["error"].startswith(expected), span
 
 
 def test_hung_tool_calls_never_starve_later_calls(

@@ -90,6 +90,13 @@ def test_episode_is_what_the_server_sampled_for_the_agent(
         assert ep.calls[1].prompt_token_ids[: len(ep.calls[0].prompt_token_ids)] == (
             ep.calls[0].prompt_token_ids
         )
+        # the trace: the two model calls as the service timed and counted them
+        assert [s["kind"] for s in ep.trace] == ["llm", "llm"]
+        assert [(s["prompt_tokens"], s["completion_tokens"]) for s in ep.trace] == [
+            (len(g.prompt_token_ids), len(g.token_ids)) for g in ep.calls
+        ]
+        assert ep.trace[0]["start_s"] == 0.0 <= ep.trace[1]["start_s"]
+        assert all(s["duration_s"] > 0 for s in ep.trace)
     assert len(sessions) == 2  # a fresh session per episode
 
     trajectories = [t for ep in eps for t in _worker(s, None).score(ep)]

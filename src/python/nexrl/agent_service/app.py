@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -49,6 +50,7 @@ from nexrl.agent_service.recording import (
     parse_reply,
     prepare_request,
     restore_reply,
+    tool_messages,
 )
 from nexrl.agent_service.records import validate_records
 from nexrl.agent_service.rewards import RewardReport, session_trajectories
@@ -226,6 +228,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
 
     async def proxy(request: Request, path: str, chat: bool) -> JSONResponse:
         body, asked = prepare_request(await _json(request), chat=chat, model=config.model)
+        started, clock = time.time(), time.perf_counter()
         sid = session_id(request, config.token)
         session, seq = state.sessions.begin_call(sid)
         call: Call | None = None
@@ -240,7 +243,14 @@ def create_app(config: ServiceConfig) -> FastAPI:
                 content = reply.body if reply.body is not None else {"error": {"message": ""}}
                 return JSONResponse(content, status_code=reply.status)
             gens = parse_reply(reply.body, reply.headers, chat=chat)
-            call = Call(seq, "chat" if chat else "completions", tuple(gens))
+            call = Call(
+                seq,
+                "chat" if chat else "completions",
+                tuple(gens),
+                started=started,
+                duration_s=time.perf_counter() - clock,
+                tool_results=tool_messages(body),
+            )
         finally:
             state.sessions.end_call(session, call)
         state.counters["calls_recorded"] += 1

@@ -100,3 +100,16 @@ def restore_reply(body: dict[str, Any], asked: Asked) -> dict[str, Any]:
         choices.append(ch)
     out["choices"] = choices
     return out
+
+
+def tool_messages(body: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The ``role: tool`` messages of a chat request (the agent's results of the tool
+    calls it made), as ``{"tool_call_id", "content"}``, for the episode's trace."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return ()
+    return tuple(
+        {"tool_call_id": str(m.get("tool_call_id", "")), "content": str(m.get("content", ""))}
+        for m in messages
+        if isinstance(m, dict) and m.get("role") == "tool"
+    )

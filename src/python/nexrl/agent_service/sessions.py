@@ -50,6 +50,10 @@ class Call:
     seq: int
     endpoint: str  # "chat" or "completions"
     generations: tuple[Generation, ...]
+    started: float = 0.0  # time.time() when the agent's request arrived
+    duration_s: float = 0.0  # until the inference service's reply
+    # the request's tool messages (role "tool": the agent's results of earlier tool calls)
+    tool_results: tuple[dict[str, Any], ...] = ()
 
     @property
     def tokens(self) -> int:

@@ -55,7 +55,16 @@ TIME_PARTS: list[tuple[str, str]] = [
     ("t_val", "validation"),
     ("t_ckpt", "checkpoint"),
 ]
-SAMPLE_COLUMNS = ["step", "version", "reward", "advantage", "prompt", "response_html", "color"]
+SAMPLE_COLUMNS = [
+    "step",
+    "version",
+    "reward",
+    "advantage",
+    "prompt",
+    "response_html",
+    "color",
+    "trace_html",
+]
 
 
 @dataclass

@@ -4,7 +4,8 @@ latest trajectories, refreshed once a second from the run folder (``RunHistory``
 Named models, so a test (or a user's console) reads the page's data with
 ``Bokeh.documents[0].get_model_by_name(...)``: ``nexrl-metrics`` (one row per
 training step, the columns of ``history.METRIC_COLUMNS``), ``nexrl-validation``,
-``nexrl-samples`` and ``nexrl-status`` (the identity line).
+``nexrl-samples``, ``nexrl-status`` (the identity line) and ``nexrl-trace`` (the
+selected trajectory's agent trace: its model and tool calls).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ MAX_SAMPLES = 64  # rows kept in the trajectory table (the newest first)
 # the table is redrawn at most this often: each redraw re-renders every row's token
 # spans in the browser; the plots stream only their new rows each second
 SAMPLES_EVERY_S = 5.0
+NO_SELECTION = "Select a trajectory in the table to see its agent trace (model and tool calls)."
 PALETTE = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"]
 
 
@@ -86,6 +88,17 @@ def build_document(doc: Any, history: RunHistory) -> None:
     val = ColumnDataSource(validation_columns(history.rows), name="nexrl-validation")
     samples = ColumnDataSource({c: [] for c in SAMPLE_COLUMNS}, name="nexrl-samples")
     status = Div(text="", name="nexrl-status", sizing_mode="stretch_width")
+    trace = Div(text=NO_SELECTION, name="nexrl-trace", sizing_mode="stretch_width")
+
+    def show_trace(_attr: str, _old: Any, new: list[int]) -> None:
+        rows = samples.data.get("trace_html", [])
+        if not new or new[0] >= len(rows):
+            trace.text = NO_SELECTION
+            return
+        html = rows[new[0]]
+        trace.text = html or "This trajectory has no trace (not an agent episode)."
+
+    samples.selected.on_change("indices", show_trace)
 
     reward = _fig("reward (train mean ± std, validation)")
     reward.add_layout(
@@ -186,6 +199,7 @@ def build_document(doc: Any, history: RunHistory) -> None:
             row(reward, timing, sizing_mode="stretch_width"),
             row(versions, pool, rate, sizing_mode="stretch_width"),
             table,
+            trace,
             sizing_mode="stretch_width",
         )
     )

@@ -5,7 +5,9 @@ The driver appends ``SAMPLES_PER_STEP`` rows per step to ``<run>/samples.jsonl``
 as HTML: one span per token, its background by the token's sampling log-prob
 (white: certain, orange: unlikely), so a user sees at a glance what the policy was
 unsure of. The advantage is the group-relative one GRPO trains on before scaling,
-``A_i = r_i - mean(r_group)``, computed over the whole batch at once.
+``A_i = r_i - mean(r_group)``, computed over the whole batch at once. An agent
+episode's trace (``nexrl.types.trace``: its model and tool calls) is kept as an HTML
+table, ``trace_html``, which the page shows for the selected row.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SAMPLES_PER_STEP", "advantage_color", "append_samples", "sample_rows"]
+__all__ = ["SAMPLES_PER_STEP", "advantage_color", "append_samples", "sample_rows", "trace_html"]
 
 SAMPLES_PER_STEP = 8
 MAX_TOKENS = 256  # tokens shown per response (the rest is elided)
@@ -54,6 +56,48 @@ def token_html(tokens: Sequence[str], logprobs: Sequence[float]) -> str:
     return "".join(out)
 
 
+def trace_html(spans: Sequence[dict[str, Any]]) -> str:
+    """An episode's spans as an HTML table ('' when it has none); a failed call's row
+    is red, with its error."""
+    if not spans:
+        return ""
+    head = "".join(
+        f"<th>{h}</th>" for h in ("kind", "name", "start (s)", "took (s)", "tokens", "detail")
+    )
+    rows = []
+    for s in spans:
+        if s.get("kind") == "llm":
+            tokens = f"{s.get('prompt_tokens', 0)} + {s.get('completion_tokens', 0)}"
+            detail = f"finish: {s.get('finish_reason')}, tool calls: {s.get('tool_calls', 0)}"
+        else:
+            tokens = ""
+            detail = f"args {json.dumps(s.get('arguments'))[:200]} -> {str(s.get('result'))[:200]}"
+        error = s.get("error")
+        style = ' style="background:rgba(210,50,50,0.25)"' if error else ""
+        cells = (
+            s.get("kind", ""),
+            s.get("name", ""),
+            f"{float(s.get('start_s', 0.0)):.3f}",
+            f"{float(s.get('duration_s', 0.0)):.3f}",
+            tokens,
+            f"error: {error}" if error else detail,
+        )
+        rows.append(f"<tr{style}>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells))
+    return f'<table class="nexrl-trace"><tr>{head}</tr>{"</tr>".join(rows)}</tr></table>'
+
+
+def _trace_of_row(cols: Any, i: int) -> list[dict[str, Any]]:
+    from nexrl.types.trace import trace_of
+
+    meta = getattr(cols, "meta", None)
+    if meta is None:
+        return []
+    try:
+        return trace_of(json.loads(meta(i)).get("extra_info"))
+    except (ValueError, AttributeError):
+        return []
+
+
 def sample_rows(
     cols: Any,
     step: int,
@@ -81,6 +125,7 @@ def sample_rows(
                 "prompt": decode(p_ids),
                 "response_html": token_html(decode_tokens(r_ids), lps),
                 "color": advantage_color(float(adv[i]), scale),
+                "trace_html": trace_html(_trace_of_row(cols, i)),
             }
         )
     return rows

@@ -5,7 +5,8 @@
 * ``TrajectoryPool``: the consumer side: grouped, exactly-once batches with a
   durable cursor, group timeouts, staleness filter/metrics, weight-sync tags,
   ``stats()`` and a lazy ``to_xarray()`` view.
-* ``read_pool(path)``: a run's pool as that view, read only (for analysis).
+* ``read_pool(path)``: a run's pool as that view, read only (for analysis);
+  ``read_traces(path)``: its agent traces, in the same order.
 
 Layout and guarantees: docs/pool.md.
 """
@@ -17,7 +18,7 @@ from nexrl.pool.config import PoolConfig
 from nexrl.pool.cursor import ConsumerConflictError
 from nexrl.pool.layout import Chunking, PoolStoreError
 from nexrl.pool.pool import PoolConfigError, TrajectoryPool
-from nexrl.pool.view import read_pool
+from nexrl.pool.view import read_pool, read_traces
 from nexrl.pool.writer import PoolWriter, get_writer
 
 __all__ = [
@@ -35,4 +36,5 @@ __all__ = [
     "TrajectoryPool",
     "get_writer",
     "read_pool",
+    "read_traces",
 ]

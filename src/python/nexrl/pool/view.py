@@ -21,7 +21,7 @@ from nexrl.pool.kv import KVStore, open_kv
 from nexrl.pool.layout import COL, ROW_COLUMNS, PoolStoreError
 from nexrl.pool.segment import Segment
 
-__all__ = ["STATUS", "pool_to_xarray", "read_pool"]
+__all__ = ["STATUS", "pool_to_xarray", "read_pool", "read_traces"]
 
 STATUS = {"pending": 0, "delivered": 1, "dropped": 2}
 ROW_VARS = ("group_id", "run_id", "policy_version", "prompt_len", "response_len")
@@ -74,18 +74,25 @@ def _delivery(
     return step, status
 
 
-def pool_to_xarray(
-    url: str, storage_options: dict[str, Any] | None, kv: KVStore, cursors: CursorStore
-) -> Any:
-    import dask.array as da
-    import xarray as xr
-
+def _commits_in_order(kv: KVStore) -> tuple[list[CommitMarker], dict[str, list[CommitMarker]]]:
+    """Every commit marker, and per writer (writers by first commit) its markers in
+    order: the ``trajectory`` order of ``read_pool`` and ``read_traces``."""
     markers = CommitLog(kv).scan({})
     by_writer: dict[str, list[CommitMarker]] = {}
     for m in sorted(markers, key=lambda m: (m.time, m.writer, m.seq)):
         by_writer.setdefault(m.writer, []).append(m)
     for ms in by_writer.values():
         ms.sort(key=lambda m: m.seq)
+    return markers, by_writer
+
+
+def pool_to_xarray(
+    url: str, storage_options: dict[str, Any] | None, kv: KVStore, cursors: CursorStore
+) -> Any:
+    import dask.array as da
+    import xarray as xr
+
+    markers, by_writer = _commits_in_order(kv)
     writers = list(by_writer)
     metric_names = sorted({name for m in markers for name in m.metrics})
 
@@ -162,6 +169,35 @@ def pool_to_xarray(
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
+def _open(store: str, storage_options: dict[str, Any] | None) -> KVStore:
+    kv = open_kv(store, storage_options)
+    if kv.get("zarr.json") is None:
+        raise PoolStoreError(
+            f"{store}: no trajectory pool there; a run's pool is <output_dir>/pool.zarr"
+        )
+    return kv
+
+
+def read_traces(
+    store: str, storage_options: dict[str, Any] | None = None
+) -> list[list[dict[str, Any]]]:
+    """The agent traces of a run's pool, one list of spans per trajectory in
+    ``read_pool``'s ``trajectory`` order ([] for one without: a single-turn rollout,
+    or a pool written before traces). Spans: ``nexrl.types.trace``."""
+    from nexrl.types.trace import trace_of
+
+    kv = _open(store, storage_options)
+    _, by_writer = _commits_in_order(kv)
+    out: list[list[dict[str, Any]]] = []
+    for writer, mlist in by_writer.items():
+        seg = Segment.open(store, writer, storage_options)
+        sel = np.concatenate([np.arange(m.row, m.row + m.n) for m in mlist])
+        rows = np.asarray(seg.array("rows")[int(sel.min()) : int(sel.max()) + 1])
+        for meta in seg.read_meta(rows[sel - int(sel.min())]):
+            out.append(trace_of(json.loads(meta).get("extra_info")))
+    return out
+
+
 def read_pool(
     store: str, consumer: str = "trainer", storage_options: dict[str, Any] | None = None
 ) -> Any:
@@ -169,10 +205,7 @@ def read_pool(
     ``xarray.Dataset`` of ``to_xarray()``, read only: no recipe needed, and no consumer
     cursor is created or moved (``TrajectoryPool`` is the trainer's side and takes a
     ``PoolConfig``). ``step`` is the training step that took each trajectory (from 1,
-    as in metrics.jsonl; -1: not trained on)."""
-    kv = open_kv(store, storage_options)
-    if kv.get("zarr.json") is None:
-        raise PoolStoreError(
-            f"{store}: no trajectory pool there; a run's pool is <output_dir>/pool.zarr"
-        )
+    as in metrics.jsonl; -1: not trained on). The agent traces (ragged, JSON) are read
+    by ``read_traces`` in the same order."""
+    kv = _open(store, storage_options)
     return pool_to_xarray(store, storage_options, kv, CursorStore(kv, consumer))

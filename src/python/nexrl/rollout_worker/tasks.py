@@ -36,6 +36,7 @@ from nexrl.rollout_worker.cache import CACHE_LOCK, process_cached
 from nexrl.rollout_worker.registry import worker_class
 from nexrl.rollout_worker.spec import RolloutSpec
 from nexrl.types import Trajectory
+from nexrl.types.trace import TRACE_KEY
 
 __all__ = [
     "GroupError",
@@ -268,7 +269,14 @@ def rollout_groups_task(
 def _score(worker: BaseRolloutWorker, outputs: list[Episode | Trajectory]) -> list[Trajectory]:
     trajectories: list[Trajectory] = []
     for out in outputs:
-        trajectories.extend(worker.score(out) if isinstance(out, Episode) else [out])
+        if not isinstance(out, Episode):
+            trajectories.append(out)
+            continue
+        scored = worker.score(out)
+        if out.trace:  # the episode's spans go with each of its trajectories (the pool)
+            for t in scored:
+                t.extra_info.setdefault(TRACE_KEY, out.trace)
+        trajectories.extend(scored)
     if not trajectories:
         raise ValueError("the rollout produced no trajectories")
     return trajectories

@@ -96,12 +96,15 @@ class Episode:
         target: what the evaluator sees (final answer and trace).
         calls: the model calls of the episode, in order.
         infos: one dict per call for ``get_train_loss_mask``.
+        trace: the episode's spans (``nexrl.types.trace``: each model and tool call);
+            stored with each of its trajectories (``extra_info["trace"]``).
     """
 
     item: dict[str, Any]
     target: BaseEvaluationTarget
     calls: list[Generation] = field(default_factory=list)
     infos: list[dict[str, Any]] = field(default_factory=list)
+    trace: list[dict[str, Any]] = field(default_factory=list)
 
 
 def call_trajectory(

@@ -38,6 +38,7 @@ from nexrl.rollout_worker.base import BaseRolloutWorker, Episode, trained_calls
 from nexrl.rollout_worker.evaluator import BaseEvaluationTarget
 from nexrl.types import Trajectory
 from nexrl.types.episode import merge_episode
+from nexrl.types.trace import EpisodeTrace
 
 if TYPE_CHECKING:
     from nexrl.rollout_worker.spec import RolloutSpec
@@ -107,11 +108,21 @@ class AgentRolloutWorker(BaseRolloutWorker):
         messages += self.format_task_query(item["data_item"])
         tools = [t.openai() for t in agent.tools] or None
         calls, infos = [], []
+        trace = EpisodeTrace()  # every model and tool call, as spans (nexrl.types.trace)
         final, finish = "", "max_turns"
         max_tokens = int(self.sampling.get("max_tokens", 64))
         for turn in range(agent.max_turns):
+            start = trace.now()
             (gen,) = await self.client.chat(
                 messages, tools=tools, n=1, **self.sampling, **self.request_seed(item, turn)
+            )
+            trace.llm(
+                start,
+                model=str(getattr(self.client, "model", "")),
+                prompt_tokens=len(gen.prompt_token_ids),
+                completion_tokens=len(gen.token_ids),
+                finish_reason=gen.finish_reason,
+                tool_calls=len(gen.tool_calls or []),
             )
             calls.append(gen)
             used = len(gen.prompt_token_ids) + len(gen.token_ids)
@@ -125,7 +136,16 @@ class AgentRolloutWorker(BaseRolloutWorker):
             reply["tool_calls"] = gen.tool_calls
             messages.append(reply)
             for call in gen.tool_calls:
-                result = await self._run_tool(call)
+                start = trace.now()
+                result, error = await self._run_tool(call)
+                fn = call.get("function") or {}
+                trace.tool(
+                    start,
+                    name=str(fn.get("name", "")),
+                    arguments=_arguments(fn.get("arguments")),
+                    result=result,
+                    error=error,
+                )
                 messages.append(
                     {"role": "tool", "tool_call_id": call.get("id", ""), "content": result}
                 )
@@ -136,9 +156,15 @@ class AgentRolloutWorker(BaseRolloutWorker):
         target = BaseEvaluationTarget(final_answer=final, observation=messages)
         for info in infos:
             info["finish"] = finish
-        return Episode(item=item, target=target, calls=calls, infos=infos)
+        return Episode(item=item, target=target, calls=calls, infos=infos, trace=trace.spans)
 
-    async def _run_tool(self, call: dict[str, Any]) -> str:
+    async def _run_tool(self, call: dict[str, Any]) -> tuple[str, str | None]:
+        """``(what the model gets, the error or None)``: a failure goes back to the model
+        as an ``error: ...`` message, and into the trace."""
+        text = await self._tool_text(call)
+        return text, (text if text.startswith("error: ") else None)
+
+    async def _tool_text(self, call: dict[str, Any]) -> str:
         fn = call.get("function") or {}
         name = str(fn.get("name", ""))
         tool = self.agent.tool(name)
@@ -189,6 +215,16 @@ class AgentRolloutWorker(BaseRolloutWorker):
     # -- trajectories ---------------------------------------------------------
     def score(self, episode: Episode) -> list[Trajectory]:
         return shape_trajectories(self.call_trajectories(episode), episode, self.trajectory_mode)
+
+
+def _arguments(raw: Any) -> Any:
+    """A tool call's arguments for the trace: the parsed object when they are JSON."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
 
 
 def in_own_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:

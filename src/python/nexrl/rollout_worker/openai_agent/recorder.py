@@ -13,9 +13,13 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from nexrl.inference import Generation
 from nexrl.rollout_worker.openai_agent.entrypoint import AgentError
+from nexrl.types.trace import MAX_TEXT
+
+if TYPE_CHECKING:
+    from nexrl.agent_service.sessions import Call
 
 __all__ = ["Recorder"]
 
@@ -71,8 +75,8 @@ class Recorder:
             fn = self._seeds.get(sid)
         return fn(seq) if fn is not None else None
 
-    def take(self, sid: str, agent: str) -> list[Generation]:
-        """End session ``sid`` and return its model calls' generations, in call order."""
+    def take(self, sid: str, agent: str) -> list[Call]:
+        """End session ``sid`` and return its model calls, in call order."""
         from nexrl.agent_service.errors import ServiceError
 
         store = self.service.sessions
@@ -87,7 +91,55 @@ class Recorder:
                 ) from None
             raise AgentError(f"agent {agent}: {exc.message}") from None
         store.finish_close(session, "taken")
-        return [g for c in session.ordered_calls() for g in c.generations]
+        return list(session.ordered_calls())
+
+    @staticmethod
+    def trace(calls: Sequence[Call], model: str) -> list[dict[str, Any]]:
+        """The spans of a session (``nexrl.types.trace``): each model call, timed by the
+        service, and each tool call the model asked for, with the result the agent sent
+        back in a later request (the agent runs its tools itself, so a tool span has no
+        timing of its own: ``start_s`` is when the result arrived, ``duration_s`` 0; a
+        tool call never answered has the error "no result sent back")."""
+        if not calls:
+            return []
+        t0 = min(c.started for c in calls)
+        results = {
+            r["tool_call_id"]: (c.started, r["content"]) for c in calls for r in c.tool_results
+        }
+        spans: list[dict[str, Any]] = []
+        for c in calls:
+            for g in c.generations:
+                spans.append(
+                    {
+                        "kind": "llm",
+                        "name": model,
+                        "start_s": round(c.started - t0, 6),
+                        "duration_s": round(c.duration_s, 6),
+                        "prompt_tokens": len(g.prompt_token_ids),
+                        "completion_tokens": len(g.token_ids),
+                        "finish_reason": g.finish_reason,
+                        "tool_calls": len(g.tool_calls or []),
+                        "error": None,
+                    }
+                )
+                for tc in g.tool_calls or []:
+                    fn = tc.get("function") or {}
+                    at, content = results.get(str(tc.get("id", "")), (None, None))
+                    error = None if content is not None else "no result sent back"
+                    if content is not None and content.startswith("error"):
+                        error = content
+                    spans.append(
+                        {
+                            "kind": "tool",
+                            "name": str(fn.get("name", "")),
+                            "start_s": round((at if at is not None else c.started) - t0, 6),
+                            "duration_s": 0.0,
+                            "arguments": fn.get("arguments"),
+                            "result": (content or "")[:MAX_TEXT],
+                            "error": error,
+                        }
+                    )
+        return spans
 
     def discard(self, sid: str) -> None:
         """Drop what ``sid`` recorded (best effort: a call still running keeps it open

@@ -113,19 +113,21 @@ class OpenAIAgentWorker(BaseRolloutWorker):
         recorder.open(sid, lambda call: self.request_seed(item, call).get("seed"))
         try:
             answer = await self._run(copy.deepcopy(item["data_item"]), recorder.base_url, sid)
-            gens = recorder.take(sid, self.agent.name)
+            calls = recorder.take(sid, self.agent.name)
         except BaseException:
             recorder.discard(sid)
             raise
         finally:
             recorder.close(sid)
+        gens = [g for c in calls for g in c.generations]
         observation = [{"role": "assistant", "content": g.text or ""} for g in gens]
         infos = [
             {"call": k, "session": sid, "finish_reason": g.finish_reason, "finish": "answer"}
             for k, g in enumerate(gens)
         ]
         target = BaseEvaluationTarget(final_answer=answer, observation=observation)
-        return Episode(item=item, target=target, calls=gens, infos=infos)
+        trace = recorder.trace(calls, self.model)
+        return Episode(item=item, target=target, calls=gens, infos=infos, trace=trace)
 
     async def _run(self, task: dict[str, Any], base_url: str, sid: str) -> str:
         name, timeout = self.agent.name, self.timeout_s
