@@ -87,15 +87,16 @@ def trace_html(spans: Sequence[dict[str, Any]]) -> str:
 
 
 def _trace_of_row(cols: Any, i: int) -> list[dict[str, Any]]:
-    from nexrl.types.trace import trace_of
-
+    """Row ``i``'s spans: ``extra_info["trace"]`` of its meta JSON (``nexrl.types.trace``,
+    a layer above this package, writes them)."""
     meta = getattr(cols, "meta", None)
     if meta is None:
         return []
     try:
-        return trace_of(json.loads(meta(i)).get("extra_info"))
+        spans = (json.loads(meta(i)).get("extra_info") or {}).get("trace")
     except (ValueError, AttributeError):
         return []
+    return list(spans) if isinstance(spans, list) else []
 
 
 def sample_rows(
