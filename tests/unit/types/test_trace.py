@@ -3,6 +3,8 @@ recorder's spans from what its agent service recorded, and the page's HTML table
 
 from __future__ import annotations
 
+from typing import Any
+
 from nexrl.agent_service.sessions import Call
 from nexrl.dashboard.samples import trace_html
 from nexrl.inference import Generation
@@ -31,7 +33,7 @@ def test_episode_trace_spans() -> None:
     assert trace_of({}) == [] and trace_of(None) == []
 
 
-def _gen(tool_calls: list[dict[str, object]] | None = None) -> Generation:
+def _gen(tool_calls: list[dict[str, Any]] | None = None) -> Generation:
     return Generation(
         index=0,
         text="",
