@@ -211,3 +211,20 @@ def test_a_parent_with_a_parent_is_recorded_as_a_chain(stage1: Path, tmp_path: P
     assert source.parent["experiment_name"] == "top_two_stage2"
     assert source.parent["parent"] == read_parent(two)
     assert source.parent["parent"]["run"] == str(stage1.resolve())
+
+
+def test_a_lora_runs_adapter_snapshot_is_refused_as_a_next_stage(tmp_path: Path) -> None:
+    import torch
+
+    from nexrl.weights.snapshot import SnapshotPublisher
+
+    run = tmp_path / "lora"
+    run.mkdir()
+    (run / "config.yaml").write_text("experiment_name: lora\n")
+    SnapshotPublisher(run / "snapshots").publish_adapter(
+        {"lora_A.weight": torch.zeros(2, 2)}, {"peft_type": "LORA"}, version=3
+    )
+    for given in (run, run / "snapshots" / "v3"):
+        with pytest.raises(ModelSetupError) as err:
+            resolve_model_source(str(given))
+        assert f"model.path: {given}: snapshot v3 is a LoRA adapter" in str(err.value)

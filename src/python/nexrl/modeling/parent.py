@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from nexrl.modeling.folder import ModelSetupError
+from nexrl.util.adapters import ADAPTER_WEIGHTS, is_adapter_snapshot
 from nexrl.util.files import atomic_write_text
 from nexrl.weights.snapshot_read import (
     CHECKSUMS_FILE,
@@ -146,6 +147,16 @@ def _others(root: Path, version: int) -> str:
     return f" (other snapshots there: {', '.join(older[-3:])})" if older else ""
 
 
+def _not_an_adapter(text: str, snapshot: Path, version: int, field: str) -> None:
+    if is_adapter_snapshot(snapshot):
+        raise ModelSetupError(
+            f"{field}: {text}: snapshot v{version} is a LoRA adapter ({ADAPTER_WEIGHTS}), "
+            "not a model; start the next stage from a run that trains the whole model "
+            "(no trainer.lora), or merge the adapter into its base (PEFT merge_and_unload, "
+            "save_pretrained) and point model.path at that folder"
+        )
+
+
 def _parent_record(
     value: str, snapshot: Path, version: int, run: Path | None = None
 ) -> dict[str, Any]:
@@ -195,6 +206,7 @@ def resolve_model_source(
                 f"{field}: snapshot {text} is damaged ({problem}){_others(path.parent, version)}"
                 f"; {_fix(field)}"
             )
+        _not_an_adapter(text, path, version, field)
         return ModelSource(path, _parent_record(text, path, version))
     # a run folder (config.yaml, snapshots/) or a snapshot folder (vN/, latest)
     is_root = (path / LATEST_NAME).is_symlink() or bool(list_snapshots(path))
@@ -209,6 +221,7 @@ def resolve_model_source(
             f"resume it to its end); {_fix(field)}"
         )
     version, snapshot = found
+    _not_an_adapter(text, snapshot, version, field)
     problem = _verify(snapshot)
     if problem is not None:
         raise ModelSetupError(
