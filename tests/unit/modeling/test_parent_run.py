@@ -21,9 +21,10 @@ from nexrl.config.record import recorded_yaml
 from nexrl.controller.rundir import RunDir
 from nexrl.metrics.summary import write_summary
 from nexrl.modeling.folder import ModelSetupError
-from nexrl.modeling.parent import ModelSource, read_parent, resolve_model_source
+from nexrl.modeling.parent import ModelSource, resolve_model_source
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import load_recipe_checked
+from nexrl.util.run_parent import read_parent
 
 DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
 STAGE1 = "recipes/top_two/top_two_stage1.yaml"

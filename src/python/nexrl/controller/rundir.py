@@ -42,8 +42,8 @@ from typing import Any
 
 from nexrl.config.record import changed_fields, recorded_yaml
 from nexrl.errors import NexrlError
-from nexrl.modeling.parent import PARENT_FILE
 from nexrl.util.files import atomic_write_text
+from nexrl.util.run_parent import PARENT_FILE
 from nexrl.weights.checkpoint import CheckpointManager
 
 __all__ = ["LOCK_FILE", "RunDir", "RunDirError"]

@@ -170,7 +170,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             + (f", wall time {_duration(wall)}" if wall is not None else "")
         ]
     if s.get("parent"):
-        from nexrl.modeling.parent import describe_parent
+        from nexrl.util.run_parent import describe_parent
 
         lines.append(f"started from: {describe_parent(s['parent'])} (parent.json)")
     if s["reward_first5_mean"] is not None:
@@ -218,7 +218,7 @@ def write_summary(output_dir: str | Path, rows: list[dict[str, Any]]) -> str:
     """Write ``<output_dir>/summary.json`` (atomically) and return its text form; a run
     that started from another run's snapshot has its ``parent.json`` in it as ``parent``
     (and a "started from" line)."""
-    from nexrl.modeling.parent import read_parent
+    from nexrl.util.run_parent import read_parent
 
     summary = summarize(rows)
     parent = read_parent(output_dir)  # staged training: the run whose snapshot it started from

@@ -33,6 +33,7 @@ from typing import Any
 from nexrl.modeling.folder import ModelSetupError
 from nexrl.util.adapters import ADAPTER_WEIGHTS, is_adapter_snapshot
 from nexrl.util.files import atomic_write_text
+from nexrl.util.run_parent import PARENT_FILE, describe_parent, read_parent
 from nexrl.weights.snapshot_read import (
     CHECKSUMS_FILE,
     LATEST_NAME,
@@ -54,7 +55,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PARENT_FILE = "parent.json"
 SNAPSHOTS = "snapshots"  # a run folder's snapshot folder (weight.snapshot_dir's default)
 
 
@@ -229,28 +229,6 @@ def resolve_model_source(
             f"{_others(root, version)}; {_fix(field)}"
         )
     return ModelSource(snapshot, _parent_record(text, snapshot, version, None if is_root else path))
-
-
-def read_parent(output_dir: str | Path) -> dict[str, Any] | None:
-    """A run folder's ``parent.json`` (None when it has none or it is unreadable)."""
-    try:
-        data = json.loads((Path(output_dir) / PARENT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def describe_parent(parent: dict[str, Any]) -> str:
-    """One line: ``runs/stage1 (experiment stage1) snapshot v40, sha256:1a2b3c4d``."""
-    where = parent.get("run") or str(Path(str(parent.get("snapshot"))).parent)
-    name = parent.get("experiment_name")
-    fp = parent.get("fingerprint")
-    return (
-        f"{where}"
-        + (f" (experiment {name})" if name else "")
-        + f" snapshot v{parent['version']}"
-        + (f", {str(fp)[:15]}" if fp else "")
-    )
 
 
 def record_parent(output_dir: str | Path, parent: dict[str, Any], resumed: bool) -> None:
