@@ -86,10 +86,10 @@ def _run_config(run: Path) -> dict[str, Any]:
     try:
         from omegaconf import OmegaConf
 
-        data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        data: Any = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception:  # a damaged record: the snapshot folder's default is used
         return {}
-    return data if isinstance(data, dict) else {}
+    return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 def _snapshot_root_of_run(run: Path) -> Path:
