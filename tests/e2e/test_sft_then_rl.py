@@ -1,9 +1,11 @@
 """End-to-end: SFT from a conversation dataset (recipes/max_digit_sft/sft_tiny.yaml,
 ``mode: sft``) on real DeepSpeed trainer actors, resumed from its checkpoint, then an
-RL run (grpo_from_sft.yaml) that starts from the SFT run's snapshot."""
+RL run (grpo_from_sft.yaml) that starts from the SFT run's newest snapshot (``model.path``
+names the SFT run's folder) and records it as its parent (``parent.json``)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -72,14 +74,15 @@ def test_sft_from_data_then_rl_from_its_snapshot(tmp_path: Path) -> None:
     scratch = greedy_accuracy(sft_out / "model")  # the random tiny model SFT started from
     tuned = greedy_accuracy(snapshot)
 
-    # 2. RL from the snapshot: one step at lr 0, so the weights it publishes (v1) are the
+    # 2. RL from the SFT run (model.path names its run folder, as the recipe does: its
+    # newest snapshot): one step at lr 0, so the weights it publishes (v1) are the
     # weights it started from
     rl_out = tmp_path / "rl"
     rl = load_recipe_checked(
         RL,
         [
             f"output_dir={rl_out}",
-            f"model.path={snapshot}",
+            f"model.path={sft_out}",
             "trainer.total_train_steps=1",
             "trainer.lr=0",
             "validate.every=0",
@@ -91,6 +94,17 @@ def test_sft_from_data_then_rl_from_its_snapshot(tmp_path: Path) -> None:
     assert start.keys() == sft_weights.keys()
     for k, v in sft_weights.items():
         assert torch.equal(start[k], v), k
+
+    # the RL run records its parent: the SFT run, its snapshot v40 and that one's checksums
+    parent = json.loads((rl_out / "parent.json").read_text())
+    manifest = (snapshot / "checksums.json").read_bytes()
+    assert parent["run"] == str(sft_out.resolve()) and parent["version"] == 40
+    assert parent["experiment_name"] == "max_digit_sft"
+    assert parent["snapshot"] == str(snapshot.resolve())
+    assert parent["fingerprint"] == "sha256:" + hashlib.sha256(manifest).hexdigest()
+    assert json.loads((rl_out / "summary.json").read_text())["parent"] == parent
+    started = f"model.path: starts from {sft_out.resolve()} (experiment max_digit_sft) snapshot v40"
+    assert started in (rl_out / "logs" / "driver.log").read_text()
 
     rl_rows = read_rows(rl_out)
     val_start = next(r["val/reward/mean"] for r in rl_rows if r["step"] == 0)

@@ -85,9 +85,13 @@ def test_a_curriculum_learns(tmp_path: Path) -> None:
     rows = run(
         STAGE2,
         tmp_path / "stage2",
-        f"model.path={stage1 / 'snapshots' / 'latest'}",
+        f"model.path={stage1}",  # the recipe's runs/top_two_stage1, here under tmp_path
         "trainer.total_train_steps=50",
         "trainer.lr_schedule_steps=100",
     )
     curve = val(rows)  # the exact pair, steps 0, 25, 50
     assert max(curve) >= 0.15, curve  # from scratch: <= 0.04 (measured: 0.20 -> 0.27)
+    # stage 2 started from stage 1's last snapshot (v125), recorded as its parent
+    parent = json.loads((tmp_path / "stage2" / "parent.json").read_text())
+    assert (parent["run"], parent["version"]) == (str(stage1.resolve()), 125)
+    assert parent["experiment_name"] == "top_two_stage1"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -13,6 +14,7 @@ from omegaconf import OmegaConf
 
 from nexrl.algorithms import ADVANTAGE_ESTIMATORS
 from nexrl.config.errors import RecipeError
+from nexrl.modeling.tiny import save_tiny_model
 from nexrl.recipe import load_recipe_checked
 
 
@@ -184,7 +186,7 @@ def test_user_guide_sft_blocks_are_the_shipped_recipes_and_they_check(
         "recipes/max_digit_sft/grpo_from_sft.yaml", [f"model.path={tiny_model_dir}"]
     ).cfg
     shown: Any = OmegaConf.to_container(OmegaConf.create(blocks[2]))
-    assert shown["model"]["path"] == "runs/max_digit_sft/snapshots/latest"
+    assert shown["model"]["path"] == "runs/max_digit_sft"  # the SFT run's folder
     assert rl_cfg.mode == "rl" and rl_cfg.validate.validate_before_train
 
 
@@ -298,3 +300,46 @@ def test_user_guide_shows_the_ppo_recipes_settings_and_they_check() -> None:
         load_recipe_checked(
             "recipes/max_digit/max_digit_tiny.yaml", ["algorithm.advantage_estimator=nstep"]
         )
+
+
+def _staged_section() -> str:
+    text = Path("docs/user-guide.md").read_text()
+    start = text.index("## Staged training")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_user_guide_staged_training_shows_the_shipped_recipe_its_refusal_and_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The section's recipe lines are stage 2's; in a checkout where stage 1 has no
+    snapshot yet, stage 2's ``--check`` refuses with the section's line; the parent
+    record shown has the fields a run records."""
+    from nexrl.modeling.parent import resolve_model_source
+    from nexrl.weights.snapshot import SnapshotPublisher
+
+    section = _staged_section()
+    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    assert block in Path("recipes/top_two/top_two_stage2.yaml").read_text()
+    (line,) = [x[4:] for x in section.splitlines() if x.startswith("    model.path: ")]
+    repo = Path.cwd()
+    stage1 = tmp_path / "runs" / "top_two_stage1"
+    (stage1 / "snapshots").mkdir(parents=True)  # stage 1 started, published nothing yet
+    (tmp_path / "recipes").symlink_to(repo / "recipes")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RecipeError) as err:
+        load_recipe_checked("recipes/top_two/top_two_stage2.yaml")
+    expected = line.replace("/home/me/nexrl", str(tmp_path.resolve()))
+    assert expected in err.value.problems
+    # the parent record: the fields the guide shows, in that order
+    (shown,) = re.findall(r"```json\n(.*?)```", section, re.S)
+    vocab = ["top", *"0123456789"]
+    model = save_tiny_model(tmp_path / "model", vocab=vocab, byte_fallback=False)
+    import transformers
+
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(model)
+    SnapshotPublisher(stage1 / "snapshots").publish(loaded.state_dict(), loaded.config, 200)
+    (stage1 / "config.yaml").write_text("experiment_name: top_two_stage1\n")
+    parent = resolve_model_source("runs/top_two_stage1", stage1).parent
+    assert parent is not None
+    assert list(parent) == list(json.loads(shown.replace('..."', '"')))
+    assert parent["experiment_name"] == "top_two_stage1" and parent["version"] == 200

@@ -12,6 +12,8 @@ The initial model is built by ``nexrl.modeling.prepare``.
       checkpoints/        trainer + controller      batches/        the batch being trained
       metrics.jsonl       one row per step          plots/          reward curve
       logs/               driver.log, inference.log summary.json    at the end
+      parent.json         model.path was another run's folder or snapshot: which one
+                          (run, experiment, version, checksum; nexrl.modeling.parent)
 
 One run at a time: a run holds an exclusive lock on ``<output_dir>/.lock`` (``flock``,
 released when its process ends, however it ends) from before the resume policy is
@@ -41,6 +43,7 @@ from typing import Any
 from nexrl.config.record import changed_fields, recorded_yaml
 from nexrl.errors import NexrlError
 from nexrl.util.files import atomic_write_text
+from nexrl.util.run_parent import PARENT_FILE
 from nexrl.weights.checkpoint import CheckpointManager
 
 __all__ = ["LOCK_FILE", "RunDir", "RunDirError"]
@@ -159,6 +162,8 @@ class RunDir:
             d.mkdir(parents=True, exist_ok=True)
         if not self.has_checkpoint():  # a resume records its recipe once it is accepted
             self.record_config(cfg)
+            # a start over records its parent anew (nexrl.modeling.prepare), if it has one
+            (self.root / PARENT_FILE).unlink(missing_ok=True)
 
     def record_config(self, cfg: Any) -> list[str]:
         """Write ``config.yaml`` (no environment values: secrets); the fields that differ

@@ -169,6 +169,10 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"steps: {s['steps_run']} ({s['first_step']} -> {s['last_step']})"
             + (f", wall time {_duration(wall)}" if wall is not None else "")
         ]
+    if s.get("parent"):
+        from nexrl.util.run_parent import describe_parent
+
+        lines.append(f"started from: {describe_parent(s['parent'])} (parent.json)")
     if s["reward_first5_mean"] is not None:
         lines.append(
             f"reward (mean of {_steps(s.get('reward_window', WINDOW))}): "
@@ -211,8 +215,15 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def write_summary(output_dir: str | Path, rows: list[dict[str, Any]]) -> str:
-    """Write ``<output_dir>/summary.json`` (atomically) and return its text form."""
+    """Write ``<output_dir>/summary.json`` (atomically) and return its text form; a run
+    that started from another run's snapshot has its ``parent.json`` in it as ``parent``
+    (and a "started from" line)."""
+    from nexrl.util.run_parent import read_parent
+
     summary = summarize(rows)
+    parent = read_parent(output_dir)  # staged training: the run whose snapshot it started from
+    if parent is not None:
+        summary["parent"] = parent
     out = Path(output_dir) / SUMMARY_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(summary, indent=2, allow_nan=False) + "\n"

@@ -21,8 +21,9 @@ def model_source(cfg: DictConfig, roots: list[Path]) -> list[str]:
 
 @register_check
 def model_folder(cfg: DictConfig, roots: list[Path]) -> list[str]:
-    """``model.path`` loads (config, weights' headers) and its tokenizer has the chat
-    template the run needs (``nexrl.modeling.folder``)."""
+    """``model.path`` (another run's folder or snapshot: its newest snapshot, checked
+    against its checksums, ``nexrl.modeling.parent``) loads (config, weights' headers)
+    and its tokenizer has the chat template the run needs (``nexrl.modeling.folder``)."""
     if not cfg.model.path:
         return []
     from nexrl.modeling.folder import (
@@ -34,12 +35,19 @@ def model_folder(cfg: DictConfig, roots: list[Path]) -> list[str]:
         require_chat_template,
         tokenizer_field,
     )
+    from nexrl.modeling.parent import resolve_model_source
 
-    model = resolve_path(str(cfg.model.path), roots)
+    found = resolve_path(str(cfg.model.path), roots)
+    if found is None:
+        return []  # the path check of the field already reports it
+    try:  # another run's folder or snapshot: its newest verified snapshot
+        model = resolve_model_source(str(cfg.model.path), found).path
+    except ModelSetupError as exc:
+        return [str(exc)]
     tok_dir = (
         resolve_path(str(cfg.model.tokenizer_path), roots) if cfg.model.tokenizer_path else model
     )
-    if model is None or tok_dir is None:
+    if tok_dir is None:
         return []  # the path check of the field already reports it
     try:
         config = check_model_folder(model)

@@ -14,6 +14,8 @@ from typing import Any
 from nexrl.config.paths import resolve_path
 from nexrl.modeling.cache import build_into, cached_build, tiny_model_key
 from nexrl.modeling.folder import ModelSetupError, check_model_folder
+from nexrl.modeling.parent import record_parent, resolve_model_source
+from nexrl.util.adapters import is_adapter_snapshot
 
 __all__ = ["ModelSetupError", "prepare_model"]
 
@@ -27,7 +29,9 @@ def prepare_model(
     progress: bool | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> tuple[Path, Path]:
-    """``(model_dir, tokenizer_dir)`` of the initial policy: ``model.path`` as given, or
+    """``(model_dir, tokenizer_dir)`` of the initial policy: ``model.path`` (another
+    run's folder or snapshot resolved to its snapshot, recorded in
+    ``<output_dir>/parent.json``: ``nexrl.modeling.parent``), or
     the tiny model of ``model.tiny`` (warm-started on ``model.tiny.warm_start`` demos if
     any) written to ``<output_dir>/model`` once (copied from the cache of built models,
     ``nexrl.modeling.cache``, when an earlier run built the same one). It is built in a
@@ -36,13 +40,22 @@ def prepare_model(
     Relative demonstration paths are looked up in ``roots`` (default: the working dir);
     ``should_stop`` can interrupt the warm start (``KeyboardInterrupt``; nothing kept)."""
     if cfg.model.path:
-        model = Path(cfg.model.path)
+        # another run's folder or snapshot: its verified snapshot, recorded in parent.json
+        source = resolve_model_source(str(cfg.model.path), _found(str(cfg.model.path), roots))
+        model = source.path
         if not (model / "config.json").is_file():
+            lora = " (a LoRA adapter snapshot is not a model)" if is_adapter_snapshot(model) else ""
             raise ModelSetupError(
-                f"model.path: {model} has no config.json; point it at a Hugging Face model folder"
+                f"model.path: {model} has no config.json{lora}; point it at a Hugging Face "
+                "model folder"
             )
         tok = Path(cfg.model.tokenizer_path) if cfg.model.tokenizer_path else model
         check_model_folder(model)  # (the recipe check did too; a folder can change since)
+        if source.parent is not None:
+            from nexrl.weights.checkpoint import CheckpointManager  # (imports torch)
+
+            resumed = CheckpointManager(output_dir / "checkpoints").latest() is not None
+            record_parent(output_dir, source.parent, resumed)
         if cfg.model.tiny.warm_start.data_files:
             logger.warning("model.path is set: model.tiny.warm_start (tiny model only) is ignored")
         return model, tok
@@ -66,6 +79,12 @@ def prepare_model(
     else:
         build_into(out, build)
     return out, out
+
+
+def _found(value: str, roots: Sequence[Path]) -> Path:
+    """``model.path`` where the recipe check finds it (the working dir, then the
+    recipe's folder), else as given."""
+    return resolve_path(value, roots or [Path.cwd()]) or Path(value)
 
 
 def _build_tiny(

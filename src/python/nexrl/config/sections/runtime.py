@@ -283,8 +283,10 @@ class TinyModelConfig:
 class ModelConfig:
     path: str | None = cfg_field(
         None,
-        help="Hugging Face model directory (e.g. a local Qwen2.5 copy); null = build the tiny "
-        "model described by 'tiny'.",
+        help="Hugging Face model directory (e.g. a local Qwen2.5 copy), or another run's "
+        "folder (runs/<name>: its newest snapshot), snapshot folder or snapshots/vN, checked "
+        "against its checksums and recorded in <output_dir>/parent.json (staged training); "
+        "null = build the tiny model described by 'tiny'.",
         path=True,
     )
     tokenizer_path: str | None = cfg_field(
