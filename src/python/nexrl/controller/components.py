@@ -58,6 +58,7 @@ class Components:
     _plot_pool: Any = None  # the background redraw's thread (plot_in_background)
     _plotting: Any = None  # its future
     _plotted_at: float | None = None  # time.monotonic() when the last redraw started
+    _plot_rows: Any = None  # nexrl.metrics.tail.PlotRows: metrics.jsonl read incrementally
     tokenizer: Any = None  # decodes the trajectories the dashboard shows
     dashboard_url: str = ""  # the run's /nexrl page ("" when the scheduler cannot serve it)
     ranks: list[dict[str, Any]] = field(default_factory=list)  # the trainer ranks' setup
@@ -96,12 +97,13 @@ class Components:
         self._plotting = self._plot_pool.submit(self.plot)
 
     def plot(self) -> Path | None:
-        from nexrl.metrics import plot_reward_curve, read_metrics
+        from nexrl.metrics import plot_reward_curve
+        from nexrl.metrics.tail import PlotRows
 
         try:
-            return plot_reward_curve(
-                read_metrics(self.run.metrics), self.run.plots / "reward_curve.png"
-            )
+            if self._plot_rows is None:
+                self._plot_rows = PlotRows(self.run.metrics)
+            return plot_reward_curve(self._plot_rows.rows(), self.run.plots / "reward_curve.png")
         except Exception as exc:  # a plot must never stop training
             logger.warning("reward curve plot failed: %s", exc)
             return None

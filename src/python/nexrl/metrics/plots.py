@@ -17,7 +17,7 @@ from typing import Any
 
 from nexrl.util.files import atomic_path
 
-__all__ = ["EVAL_PREFIX", "plot_reward_curve", "reward_figure"]
+__all__ = ["EVAL_PREFIX", "plot_reward_curve", "plotted", "reward_figure"]
 
 TRAIN_KEY = "reward/mean"
 VAL_KEY = "val/reward/mean"
@@ -45,6 +45,15 @@ def _eval_keys(rows: list[dict[str, Any]]) -> list[str]:
     return sorted(
         {k.removeprefix(EVAL_PREFIX) for k in keys if k.startswith(EVAL_PREFIX)}
         | {k.removeprefix(VAL_EVAL_PREFIX) for k in keys if k.startswith(VAL_EVAL_PREFIX)}
+    )
+
+
+def plotted(key: str) -> bool:
+    """Whether ``reward_figure`` draws metric ``key`` (besides ``step``)."""
+    return (
+        key in (TRAIN_KEY, VAL_KEY)
+        or key.startswith((EVAL_PREFIX, VAL_EVAL_PREFIX))
+        or any(key == k for k, _ in SIGNAL_KEYS)
     )
 
 
