@@ -46,6 +46,7 @@ from nexrl.trainer.ops import (
     response_valid,
     shard_rows,
 )
+from nexrl.trainer.step_metrics import stats
 from nexrl.types.batch import Batch
 
 __all__ = ["CHECKPOINT_TAG", "Critic", "load_value_model"]
@@ -187,13 +188,9 @@ class Critic:
             "critic/grad_norm": float(sum(norms) / len(norms)),
             "critic/lr": self.engine.lr(),
             "critic/vf_explained_var": explained_variance(batch["values"], batch["returns"], mask),
-            "critic/values_mean": _masked_mean(batch["values"], mask),
-            "critic/returns_mean": _masked_mean(batch["returns"], mask),
+            **stats("critic/values", batch["values"], mask),
+            **stats("critic/returns", batch["returns"], mask),
         }
 
     def close(self) -> None:
         self.engine.close(destroy_process_group=False)
-
-
-def _masked_mean(x: Tensor, mask: Tensor) -> float:
-    return float(x[mask].double().mean()) if bool(mask.any()) else 0.0

@@ -13,14 +13,13 @@ The GRPO trainer's step (``nexrl.trainer.grpo``) with a critic
                     (``Critic.update``; trainer.critic.cliprange_value)
 
 Metrics besides the policy's: ``critic/vf_loss``, ``critic/vf_clipfrac``,
-``critic/vpred_mean``, ``critic/vf_explained_var``, ``critic/values_mean``,
-``critic/returns_mean``, ``critic/grad_norm``, ``critic/lr``. The critic is
+``critic/vpred_mean``, ``critic/vf_explained_var``, ``critic/values/{mean,max,min}``,
+``critic/returns/{mean,max,min}``, ``critic/grad_norm``, ``critic/lr``. The critic is
 checkpointed with the policy and resumed with it (``build_extra_engines``).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from nexrl.algorithms import ADVANTAGE_ESTIMATORS
@@ -29,6 +28,7 @@ from nexrl.trainer.critic import CHECKPOINT_TAG, Critic
 from nexrl.trainer.engine import TrainingEngine
 from nexrl.trainer.errors import TrainerError
 from nexrl.trainer.grpo import SelfHostedGrpoTrainer
+from nexrl.trainer.step_metrics import timed
 from nexrl.trainer.update import update_policy
 from nexrl.types.batch import Batch
 
@@ -60,21 +60,17 @@ class SelfHostedPpoTrainer(SelfHostedGrpoTrainer):
         return {CHECKPOINT_TAG: self.critic.engine}
 
     def prepare_batch(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
-        timing = 0.0
+        timings: dict[str, float] = {}
         if len(batch):
-            start = time.perf_counter()
-            batch["values"] = self.critic.compute_values(batch)
-            timing = time.perf_counter() - start
+            with timed(timings, "timing/values"):
+                batch["values"] = self.critic.compute_values(batch)
         batch, metrics = super().prepare_batch(batch)
-        if "values" in batch.tensors:
-            metrics["timing/values"] = timing
-        return batch, metrics
+        return batch, {**metrics, **timings}
 
     def _update(self, batch: Batch, units: int) -> dict[str, float]:
         metrics = update_policy(self, batch, units)
-        start = time.perf_counter()
-        metrics.update(self.critic.update(batch))
-        metrics["timing/critic_update"] = time.perf_counter() - start
+        with timed(metrics, "timing/critic_update"):
+            metrics.update(self.critic.update(batch))
         return metrics
 
     def close(self, destroy_process_group: bool = False) -> Any:

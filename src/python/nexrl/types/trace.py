@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["MAX_TEXT", "TRACE_KEY", "EpisodeTrace", "trace_of"]
+__all__ = ["MAX_TEXT", "TRACE_KEY", "EpisodeTrace", "llm_span", "tool_span", "trace_of"]
 
 TRACE_KEY = "trace"  # the key in a trajectory's extra_info
 MAX_TEXT = 500
@@ -32,6 +32,46 @@ MAX_TEXT = 500
 
 def _cut(text: str) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"… (+{len(text) - MAX_TEXT})"
+
+
+def llm_span(
+    start_s: float,
+    duration_s: float,
+    *,
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    finish_reason: str | None,
+    tool_calls: int = 0,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """A model call's span (module doc)."""
+    return {
+        "kind": "llm",
+        "name": model,
+        "start_s": round(start_s, 6),
+        "duration_s": round(duration_s, 6),
+        "prompt_tokens": int(prompt_tokens),
+        "completion_tokens": int(completion_tokens),
+        "finish_reason": finish_reason,
+        "tool_calls": int(tool_calls),
+        "error": error,
+    }
+
+
+def tool_span(
+    start_s: float, duration_s: float, *, name: str, arguments: Any, result: str, error: str | None
+) -> dict[str, Any]:
+    """A tool call's span (module doc); texts cut at ``MAX_TEXT``."""
+    return {
+        "kind": "tool",
+        "name": name,
+        "start_s": round(start_s, 6),
+        "duration_s": round(duration_s, 6),
+        "arguments": arguments if isinstance(arguments, dict) else _cut(str(arguments)),
+        "result": _cut(result),
+        "error": None if error is None else _cut(error),
+    }
 
 
 class EpisodeTrace:
@@ -45,48 +85,13 @@ class EpisodeTrace:
         """Seconds since the episode started (a span's ``start_s``)."""
         return time.perf_counter() - self.t0
 
-    def llm(
-        self,
-        start_s: float,
-        *,
-        model: str,
-        prompt_tokens: int,
-        completion_tokens: int,
-        finish_reason: str | None,
-        tool_calls: int = 0,
-        error: str | None = None,
-    ) -> None:
-        """A model call that started at ``start_s`` and ended now."""
-        self.spans.append(
-            {
-                "kind": "llm",
-                "name": model,
-                "start_s": round(start_s, 6),
-                "duration_s": round(self.now() - start_s, 6),
-                "prompt_tokens": int(prompt_tokens),
-                "completion_tokens": int(completion_tokens),
-                "finish_reason": finish_reason,
-                "tool_calls": int(tool_calls),
-                "error": error,
-            }
-        )
+    def llm(self, start_s: float, **fields: Any) -> None:
+        """A model call that started at ``start_s`` and ended now (``llm_span``'s fields)."""
+        self.spans.append(llm_span(start_s, self.now() - start_s, **fields))
 
-    def tool(
-        self, start_s: float, *, name: str, arguments: Any, result: str, error: str | None
-    ) -> None:
-        """A tool call that started at ``start_s`` and ended now."""
-        args = arguments if isinstance(arguments, dict) else _cut(str(arguments))
-        self.spans.append(
-            {
-                "kind": "tool",
-                "name": name,
-                "start_s": round(start_s, 6),
-                "duration_s": round(self.now() - start_s, 6),
-                "arguments": args,
-                "result": _cut(result),
-                "error": None if error is None else _cut(error),
-            }
-        )
+    def tool(self, start_s: float, **fields: Any) -> None:
+        """A tool call that started at ``start_s`` and ended now (``tool_span``'s fields)."""
+        self.spans.append(tool_span(start_s, self.now() - start_s, **fields))
 
 
 def trace_of(extra_info: dict[str, Any] | None) -> list[dict[str, Any]]:

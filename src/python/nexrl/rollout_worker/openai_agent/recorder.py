@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from nexrl.rollout_worker.openai_agent.entrypoint import AgentError
-from nexrl.types.trace import MAX_TEXT
+from nexrl.types.trace import llm_span, tool_span
 
 if TYPE_CHECKING:
     from nexrl.agent_service.sessions import Call
@@ -110,34 +110,31 @@ class Recorder:
         for c in calls:
             for g in c.generations:
                 spans.append(
-                    {
-                        "kind": "llm",
-                        "name": model,
-                        "start_s": round(c.started - t0, 6),
-                        "duration_s": round(c.duration_s, 6),
-                        "prompt_tokens": len(g.prompt_token_ids),
-                        "completion_tokens": len(g.token_ids),
-                        "finish_reason": g.finish_reason,
-                        "tool_calls": len(g.tool_calls or []),
-                        "error": None,
-                    }
+                    llm_span(
+                        c.started - t0,
+                        c.duration_s,
+                        model=model,
+                        prompt_tokens=len(g.prompt_token_ids),
+                        completion_tokens=len(g.token_ids),
+                        finish_reason=g.finish_reason,
+                        tool_calls=len(g.tool_calls or []),
+                    )
                 )
                 for tc in g.tool_calls or []:
                     fn = tc.get("function") or {}
-                    at, content = results.get(str(tc.get("id", "")), (None, None))
-                    error = None if content is not None else "no result sent back"
+                    at, content = results.get(str(tc.get("id", "")), (c.started, None))
+                    error = "no result sent back" if content is None else None
                     if content is not None and content.startswith("error"):
                         error = content
                     spans.append(
-                        {
-                            "kind": "tool",
-                            "name": str(fn.get("name", "")),
-                            "start_s": round((at if at is not None else c.started) - t0, 6),
-                            "duration_s": 0.0,
-                            "arguments": fn.get("arguments"),
-                            "result": (content or "")[:MAX_TEXT],
-                            "error": error,
-                        }
+                        tool_span(
+                            at - t0,
+                            0.0,
+                            name=str(fn.get("name", "")),
+                            arguments=fn.get("arguments"),
+                            result=content or "",
+                            error=error,
+                        )
                     )
         return spans
 
