@@ -36,6 +36,8 @@ from tests.benchmarks._pool_bench import appender, build_pool
 TOKENS = (64, 512)  # response length range; prompts are 1/4 of that
 LARGE = os.environ.get("NEXRL_BENCH_LARGE") == "1"
 CHUNKING = os.environ.get("NEXRL_BENCH_CHUNKING") == "1"
+# Rounds per append benchmark: 3 in CI (its time), 5 with NEXRL_BENCH_LARGE=1 (the table).
+APPEND_ROUNDS = 5 if LARGE else 3
 _baseline: dict[tuple[int, int], float] = {}
 
 
@@ -147,11 +149,11 @@ def test_append_throughput(
     benchmark.group = f"pool-append-{procs}x{block}"
     if kind == "npy":
         app = Appenders(kind, tmp_path / "data", procs, n_blocks, block)
-        benchmark.pedantic(app.run, setup=app.setup, rounds=5, iterations=1)
+        benchmark.pedantic(app.run, setup=app.setup, rounds=APPEND_ROUNDS, iterations=1)
         app.close()
     else:
         paired = Paired(tmp_path / "data", procs, n_blocks, block)
-        benchmark.pedantic(paired.run, setup=paired.setup, rounds=5, iterations=1)
+        benchmark.pedantic(paired.run, setup=paired.setup, rounds=APPEND_ROUNDS, iterations=1)
         paired.pool.close()
         app = paired.pool
         benchmark.extra_info["vs_npy_paired"] = round(paired.ratio, 3)
