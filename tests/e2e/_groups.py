@@ -1,7 +1,7 @@
 """Which prompt groups a finished (or resumed) run trained: none lost, none twice.
 
 Read from the run folder only: the controller's record in the checkpoint of the last
-step (``trained``: group -> the pool commit it was trained from, ``pending``: groups in
+step (``trained``/``trained_ranges``: the groups trained, ``pending``: groups in
 flight), the pool (what was committed, what was delivered) and ``metrics.jsonl``.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from nexrl.controller.setup import data_config
-from nexrl.controller.state import committed_group_ids
+from nexrl.controller.state import ControllerState, committed_group_ids
 from nexrl.data import DataLoader
 from nexrl.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
@@ -30,7 +30,7 @@ def group_record(out: Path, step: int, group_size: int = 8) -> dict[str, Any]:
     state = torch.load(
         out / "checkpoints" / f"step_{step}" / "trainer_state.pt", weights_only=False
     )["extra"]["controller"]
-    trained = {int(g) for g in state["trained"]}
+    trained = ControllerState(**state).trained_ids()
     pending = {int(item["group_id"]) for group in state["pending"] for item in group}
     committed = committed_group_ids(pool_of(out))
     delivered = {g for g, _ in delivered_pairs(out)}

@@ -1,9 +1,15 @@
 """The disk fills up mid-run (the run folder is a small tmpfs the test mounts, filled
-by a file once step 3 is logged): the next checkpoint, snapshot or pool write fails
-and the run stops with one ``error:`` line naming the path and "no space left", no
-traceback on the terminal, exit 1; the checkpoints already written still match their
-checksums and the pool still reads; once the file is deleted the same command
-resumes and finishes, each step and each group once."""
+by a file once step 3 is logged).
+
+* Filled to the last 64 KiB (the disk watch off): the next checkpoint, snapshot or
+  pool write fails and the run stops with one ``error:`` line naming the path and "no
+  space left", no traceback on the terminal, exit 1; the checkpoints already written
+  still match their checksums and the pool still reads; once the file is deleted the
+  same command resumes and finishes, each step and each group once.
+* Filled to below the disk watch's floor (``runtime_monitor.min_free_disk_gb``, at
+  most 5 % of the 48 MB disk: 2.4 MB) but not full: the run checkpoints the step and
+  stops with one ``error:`` line ("disk nearly full", the folder, the setting) before
+  any write fails, and resumes from that step once space is freed."""
 
 from __future__ import annotations
 
@@ -96,6 +102,7 @@ def test_a_full_disk_stops_the_run_clearly_and_it_resumes(small_disk: Path) -> N
         "nexrl.cli.train",
         RECIPE,
         *overrides(out, "trainer.save_every=2", steps=STEPS),
+        "runtime_monitor.min_free_disk_gb=0",  # the write fails (the watch: the next test)
     ]
     run: subprocess.Popen[Any] = subprocess.Popen(
         args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -132,6 +139,51 @@ def test_a_full_disk_stops_the_run_clearly_and_it_resumes(small_disk: Path) -> N
     if filler is not None:
         os.remove(filler)  # space freed: the same command resumes
     os.remove(small_disk / BALLAST)
+    again = subprocess.run(
+        args, env=subprocess_env(), capture_output=True, text=True, timeout=DEADLINE_S
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from" in (out / "logs" / "driver.log").read_text()
+    assert_each_step_and_group_once(out, STEPS)
+
+
+def test_below_the_floor_the_run_checkpoints_and_stops_before_a_write_fails(
+    small_disk: Path,
+) -> None:
+    out = small_disk / "run"
+    args = [
+        sys.executable,
+        "-m",
+        "nexrl.cli.train",
+        RECIPE,
+        *overrides(out, "trainer.save_every=2", steps=STEPS),
+    ]
+    run: subprocess.Popen[Any] = subprocess.Popen(
+        args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for_step(out, 3, run)
+        filler = fill(small_disk, leave=3 << 20)  # 3 MB, then step 4 writes ~0.6 MB
+        _, err = run.communicate(timeout=DEADLINE_S)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err[-3000:]
+    line = errors[0]
+    print(line)
+    assert line.startswith("error: the run stopped: disk nearly full: "), line
+    assert f"free on {out}, below" in line, line
+    assert "below runtime_monitor.min_free_disk_gb (here 2.4 MiB)" in line, line
+    stopped = int(line.split("the run stopped after step ")[1].split()[0])
+    assert stopped >= 4 and f"resume from its checkpoint of step {stopped}" in line, line
+    assert "Traceback" not in err and "no space left" not in err.lower(), err[-3000:]
+    assert processes_using(out) == []
+    assert verify_checkpoint(out / "checkpoints" / f"step_{stopped}") is None
+
+    if filler is not None:
+        os.remove(filler)
     again = subprocess.run(
         args, env=subprocess_env(), capture_output=True, text=True, timeout=DEADLINE_S
     )

@@ -39,6 +39,7 @@ from nexrl.inference.supervisor import InferenceSupervisor
 from nexrl.modeling.folder import chat_template_needed, require_chat_template, tokenizer_field
 from nexrl.modeling.prepare import prepare_model
 from nexrl.recipe import Recipe
+from nexrl.util.logfile import LogRotation
 
 if TYPE_CHECKING:
     from nexrl.runtime.cluster import ClusterHandle
@@ -88,7 +89,8 @@ def _build(
     run = RunDir(out)
     closers.append(run.lock())  # one run per folder, held until everything is shut down
     run.prepare(cfg, pool_cfg.store)
-    closers.append(log_to_file(run, str(cfg.logger.level)))
+    rotation = LogRotation.from_config(cfg.logger)
+    closers.append(log_to_file(run, str(cfg.logger.level), rotation))
 
     model_dir, tok_dir = prepare_model(cfg, run.root, recipe.roots, progress, should_stop)
     tokenizer = load_tokenizer(tok_dir, tokenizer_field(cfg))
@@ -103,7 +105,9 @@ def _build(
     inference_cfg = cfg.service.inference_service
     # Dask's error records (task tracebacks): in full in the log files, once on the
     # terminal; undone after the cluster closed (closers run in reverse)
-    closers.append(route_logs(run.logs / "driver.log", shown_as="logs/driver.log"))
+    closers.append(
+        route_logs(run.logs / "driver.log", shown_as="logs/driver.log", rotation=rotation)
+    )
     cluster = start_cluster(
         cfg.cluster,
         str(cfg.experiment_name),
@@ -116,7 +120,7 @@ def _build(
         should_stop=should_stop,  # Ctrl-C while Slurm jobs are pending
     )
     closers.append(cluster.close)
-    install_task_logs(cluster.client, run.logs)
+    install_task_logs(cluster.client, run.logs, rotation)
     logger.info("Dask scheduler: %s", cluster.scheduler_address)
     logger.info("Dask dashboard: %s", cluster.dashboard_link)
     for role, ids in cluster.job_ids().items():
@@ -136,6 +140,7 @@ def _build(
         snapshot_ready=lambda path, version: wait_for_snapshot(
             path, version, float(inference_cfg.startup_timeout_s), root=snapshot_dir
         ),  # a restart while the handoff's snapshot is written behind (weight.handoff)
+        log_rotation=rotation,
     )
     closers.append(supervisor.close)
     # On a fresh run (no snapshot yet) a server nexrl starts comes up on the initial

@@ -27,13 +27,15 @@ def save_checkpoint(
     from nexrl.trainer.errors import TrainerGroupError
 
     pending = scheduler.pending(parts.dispatcher)
+    trained, trained_ranges = scheduler.trained.state()
     state = ControllerState(
         step=step,
         loader=parts.loader.state_dict(),
         pool=parts.pool.state_dict(),
         pending=pending,
         counters=dict(counters),
-        trained=dict(scheduler.trained),
+        trained=trained,
+        trained_ranges=trained_ranges,
         row=None if row is None else {str(k): float(v) for k, v in row.items()},
     )
     try:

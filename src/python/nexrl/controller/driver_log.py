@@ -7,17 +7,17 @@ import logging
 from typing import Any
 
 from nexrl.controller.rundir import RunDir
-from nexrl.util.logfile import QuietFileHandler
+from nexrl.util.logfile import NO_ROTATION, LogRotation, close_log, open_log
 
 __all__ = ["DETAILS_LOGGER", "log_to_file"]
 
 DETAILS_LOGGER = "nexrl.details"  # goes to logs/driver.log only, never to the terminal
 
 
-def log_to_file(run: RunDir, level: str) -> Any:
-    """Send log records to ``logs/driver.log``; returns the function that stops it."""
-    handler = QuietFileHandler(run.logs / "driver.log")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+def log_to_file(run: RunDir, level: str, rotation: LogRotation = NO_ROTATION) -> Any:
+    """Send log records to ``logs/driver.log`` (rotated by ``rotation``); returns the
+    function that stops it."""
+    handler = open_log(run.logs / "driver.log", rotation)
     handler.setLevel(logging.DEBUG)
     root = logging.getLogger()
     root.addHandler(handler)
@@ -30,6 +30,6 @@ def log_to_file(run: RunDir, level: str) -> Any:
     def stop() -> None:
         root.removeHandler(handler)
         details.removeHandler(handler)
-        handler.close()
+        close_log(handler)
 
     return stop

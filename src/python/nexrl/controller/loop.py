@@ -45,6 +45,7 @@ from omegaconf import OmegaConf
 from nexrl.controller.build import build_components
 from nexrl.controller.checkpoints import save_checkpoint
 from nexrl.controller.diagnostics import StopDiagnosis
+from nexrl.controller.disk_watch import DiskWatch
 from nexrl.controller.driver_log import DETAILS_LOGGER
 from nexrl.controller.errors import ControllerError, RunResult
 from nexrl.controller.evaluator_stats import EvaluatorFailurePolicy
@@ -110,6 +111,7 @@ class Controller:
         # dynamic sampling's filtered groups, counted from the first batch (run())
         self.filtered = FilterCount(int(self.cfg.algorithm.max_extra_sampling_rounds))
         self._last_ckpt_step = -1
+        self.disk: DiskWatch | None = None  # made with the run's folders (_watch_disk)
         self._first_step = 0  # the step this command started at (set by _loop)
         self.evaluator_policy = EvaluatorFailurePolicy(
             int(self.cfg.rollout_worker.max_evaluator_error_steps),
@@ -220,6 +222,7 @@ class Controller:
                 break
             parts.tracker.log(self.step, row)
             parts.progress.update(self.step, row)
+            self._watch_disk()
             if parts.plot_every and self.step % parts.plot_every == 0:
                 parts.plot_in_background()
         every = int(self.cfg.validate.every)
@@ -386,6 +389,25 @@ class Controller:
             self._service(dispatch=False)
 
         return validate(self.parts, self.cfg, self.step, self.counters, self.harvest, service)
+
+    def _watch_disk(self) -> None:
+        """After a step: warn of a disk filling up; below its floor, checkpoint (the
+        floor is its room) and stop (``nexrl.controller.disk_watch``)."""
+        if self.disk is None:
+            rm = self.cfg.runtime_monitor
+            self.disk = DiskWatch(
+                self._diagnosis().written_folders(),
+                min_free_gb=float(rm.min_free_disk_gb),
+                warn_hours=float(rm.disk_warn_hours),
+            )
+        warning, stop = self.disk.observe(self.step)
+        if warning:
+            logger.warning("%s", warning)
+            self.parts.progress.write(f"warning: {warning}")
+        if stop:
+            if self.step > self._last_ckpt_step:
+                self._checkpoint()
+            raise ControllerError(f"{stop} {self._diagnosis().resume_hint()}")
 
     def _checkpoint(self, row: dict[str, Any] | None = None) -> None:
         """A trainer checkpoint at this step (``row``: see ``save_checkpoint``)."""

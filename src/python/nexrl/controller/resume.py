@@ -82,7 +82,9 @@ def restore_state(
                 "or start a new run in another output_dir"
             ) from exc
     counters.update(state.counters)
-    scheduler.restore(state.pending, state.trained, committed_group_ids(parts.pool))
+    scheduler.restore(
+        state.pending, state.trained, committed_group_ids(parts.pool), state.trained_ranges
+    )
     if state.row is not None:  # killed after the checkpoint, before its row was logged
         parts.tracker.restore(step, state.row)
     return state

@@ -17,7 +17,8 @@ The controller's loop asks it two things, it keeps the bookkeeping behind them:
   (``retried_groups``, ``retry_backoff_s``: the delays' sum).
 * **dedup** (``first_copies``): Dask runs a future at least once, so a group can
   be committed twice; each group is trained from the first commit seen
-  (``trained``: group id -> commit) and later copies are dropped and counted.
+  (``trained``: a ``TrainedGroups`` record, bounded in memory) and later copies are
+  dropped and counted.
 
 What it holds goes into each checkpoint through ``ControllerState`` (``pending``:
 the running groups plus the retry queue, ``trained``, ``counters``) and comes back
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from nexrl.controller.dispatch import InFlight, RolloutDispatcher, TaskFailure
+from nexrl.controller.trained import TrainedGroups
 
 __all__ = ["RolloutScheduler"]
 
@@ -67,20 +69,27 @@ class RolloutScheduler:
         self.retry: list[Group] = []  # failed groups to roll out again
         self.attempts: dict[int, int] = {}  # group id -> failed attempts
         self.skip: set[int] = set()  # group ids already in the pool: never dispatched
-        self.trained: dict[int, str] = {}  # group id -> pool commit it was trained from
+        self.trained = TrainedGroups()  # which groups were trained, from which commit
         self.loader_done = False  # the data loader has no more groups
         self.last_failure: TaskFailure | None = None
 
     # -- resume -----------------------------------------------------------------
-    def restore(self, pending: list[Group], trained: dict[Any, str], skip: set[int]) -> None:
-        """State of a checkpoint: ``pending`` is rolled out again (except ``skip``)."""
+    def restore(
+        self,
+        pending: list[Group],
+        trained: dict[Any, str],
+        skip: set[int],
+        trained_ranges: list[list[int]] | None = None,
+    ) -> None:
+        """State of a checkpoint: ``pending`` is rolled out again (except ``skip``);
+        ``trained`` and ``trained_ranges``: its ``TrainedGroups.state()``."""
         self.skip = set(skip)
         # A group in flight at the checkpoint that reached the pool anyway is not queued:
         # left in ``retry``, it kept ``idle`` False for good while ``top_up`` (the pool
         # full enough) never came to drop it, and a 'loaded_batch_finished' pool, which
         # waits for ``idle``, never handed out a batch again.
         self.retry = [g for g in pending if int(g[0]["group_id"]) not in self.skip]
-        self.trained = {int(k): v for k, v in trained.items()}
+        self.trained = TrainedGroups.restored(trained, trained_ranges or ())
 
     def pending(self, dispatcher: RolloutDispatcher) -> list[Group]:
         """Groups handed out and not in the pool yet: what a checkpoint re-dispatches."""
@@ -197,7 +206,7 @@ class RolloutScheduler:
         groups = batch.columns.group_id
         for i, (group, (writer, commit, _)) in enumerate(zip(groups, batch.ids, strict=True)):
             origin = f"{writer}/{commit}"
-            if self.trained.setdefault(int(group), origin) == origin:
+            if self.trained.first(int(group), origin):
                 keep.append(i)
         dropped = len(batch) - len(keep)
         if dropped:

@@ -90,13 +90,16 @@ class SftRun:
         from nexrl.runtime.cluster import start_cluster
         from nexrl.trainer import TrainerGroup, TrainerSpec
         from nexrl.trainer.sft_data import SftDataset, encode_files
+        from nexrl.util.logfile import LogRotation
 
         cfg, recipe = self.cfg, self.recipe
         out = absolute_output_dir(cfg)
         self.run_dir = RunDir(out)
         self._closers.append(self.run_dir.lock())  # one run per folder
         self.run_dir.prepare(cfg, str(out / "pool.zarr"))
-        self._closers.append(log_to_file(self.run_dir, str(cfg.logger.level)))
+        self._closers.append(
+            log_to_file(self.run_dir, str(cfg.logger.level), LogRotation.from_config(cfg.logger))
+        )
 
         # model and data first: a bad row stops the run before any cluster starts
         model_dir, tok_dir = prepare_model(

@@ -6,7 +6,9 @@ A checkpoint at step ``s`` holds, next to the trainer's weights and optimizer:
 * ``pool``: the pool consumer's cursor generation after batch ``s``;
 * ``pending``: the groups handed out but not yet in the pool (in flight);
 * ``counters``: failure and throughput counters;
-* ``trained``: for each group trained so far, the pool commit it came from;
+* ``trained`` / ``trained_ranges``: the groups trained so far
+  (``nexrl.controller.trained.TrainedGroups``): the newest with the pool commit each
+  came from, the older ones as id ranges;
 * ``row``: step ``s``'s metrics row (the checkpoint is written before the row is
   logged: a run killed in between gets the row back from its checkpoint on resume).
 
@@ -45,8 +47,14 @@ class ControllerState:
     pool: dict[str, Any] | None = None
     pending: list[list[dict[str, Any]]] = field(default_factory=list)
     counters: dict[str, float] = field(default_factory=dict)
-    trained: dict[int, str] = field(default_factory=dict)  # group_id -> commit trained on
+    trained: dict[int, str] = field(default_factory=dict)  # newest groups -> commit
+    trained_ranges: list[list[int]] = field(default_factory=list)  # older ids, [lo, hi)
     row: dict[str, float] | None = None  # step's metrics row (older checkpoints: None)
+
+    def trained_ids(self) -> set[int]:
+        """Every group trained up to this checkpoint."""
+        older = (g for lo, hi in self.trained_ranges for g in range(lo, hi))
+        return {int(g) for g in self.trained} | set(older)
 
     def to_extra_state(self) -> dict[str, Any]:
         return {STATE_KEY: asdict(self)}

@@ -46,6 +46,7 @@ from nexrl.config.sections.runtime import InferenceServiceConfig
 from nexrl.errors import NexrlError
 from nexrl.util.adapters import adapter_base_model, is_adapter_snapshot
 from nexrl.util.auth import token_of
+from nexrl.util.logfile import NO_ROTATION, LogRotation, rotate_copytruncate
 
 __all__ = ["InferenceSupervisor", "ServiceError"]
 
@@ -84,6 +85,7 @@ class InferenceSupervisor:
         snapshot_root: Path | None = None,
         lora_name: str | None = None,
         snapshot_ready: Callable[[str, int], Any] | None = None,
+        log_rotation: LogRotation = NO_ROTATION,
     ) -> None:
         """``server_factory(model, **kwargs)`` makes the embedded server's handle
         (default: ``EmbeddedServer``, a child of this process; on Slurm the
@@ -91,7 +93,8 @@ class InferenceSupervisor:
         ``snapshot_root``: the only place the embedded server reloads from.
         ``lora_name``: see the module doc. ``snapshot_ready(path, version)``: waits for a
         snapshot written behind (``weight.handoff`` in memory) before a restart, giving
-        ``(version, path)`` to start on (or None)."""
+        ``(version, path)`` to start on (or None). ``log_rotation``: ``inference.log``,
+        which the server writes, is rotated by it at each health check."""
         self.snapshot_ready = snapshot_ready
         self.config = config
         self.lora_name = lora_name
@@ -99,6 +102,7 @@ class InferenceSupervisor:
         self.token = token_of(config.api_key)
         self.server_factory = server_factory
         self.log_dir = log_dir
+        self.log_rotation = log_rotation
         self.seed = seed
         self.reload_timeout_s = reload_timeout_s
         self.server: Any = None  # EmbeddedServer when we own it
@@ -339,6 +343,7 @@ class InferenceSupervisor:
         weights. Returns True when the service was restarted (callers must update the
         base URLs they hand out; ``restarts`` counts every restart, also by ``reload``)."""
         if self.owns_server:
+            rotate_copytruncate(self.log_dir / "inference.log", self.log_rotation)
             if self.server is not None and self.server.alive():
                 if self._answers():
                     self._missed = 0

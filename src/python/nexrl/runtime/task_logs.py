@@ -41,7 +41,7 @@ from typing import Any, TextIO
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from nexrl.util.logfile import QuietFileHandler
+from nexrl.util.logfile import NO_ROTATION, LogRotation, close_log, open_log
 
 __all__ = [
     "WORKER_LOGGERS",
@@ -51,7 +51,6 @@ __all__ = [
     "route_logs",
 ]
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 WORKER_LOGGERS = ("distributed", "nexrl", "backends")
 _EXCEPTION = re.compile(r"^Exception:\s*(.*)$", re.MULTILINE)
 _KEY = re.compile(r"^Key:\s*(.*)$", re.MULTILINE)
@@ -155,14 +154,15 @@ def route_logs(
     loggers: Sequence[str] = ("distributed",),
     *,
     shown_as: str | None = None,
+    rotation: LogRotation = NO_ROTATION,
 ) -> Callable[..., None]:
     """Route ``loggers`` (and their descendants that have handlers of their own) in this
     process as the module doc says; returns the function that undoes it, or with
     ``to_file_only=True`` leaves only the file (records of a process that is closing)."""
     log_file = Path(log_file)
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    file_handler = QuietFileHandler(log_file)  # a full disk: one line, no tracebacks
-    file_handler.setFormatter(logging.Formatter(FORMAT))
+    # a full disk: one line, no tracebacks; rotated, through the file's one handler
+    file_handler = open_log(log_file, rotation)
     names = [
         n
         for n in (*loggers, *sorted(logging.Logger.manager.loggerDict))
@@ -195,7 +195,7 @@ def route_logs(
         if to_file_only:
             file_handler.flush()
         else:
-            file_handler.close()
+            close_log(file_handler)
 
     return undo
 
@@ -206,9 +206,12 @@ class RouteTaskLogs(WorkerPlugin):
 
     name = "nexrl-task-logs"
 
-    def __init__(self, log_dir: str | Path, shown_dir: str = "logs") -> None:
+    def __init__(
+        self, log_dir: str | Path, shown_dir: str = "logs", rotation: LogRotation = NO_ROTATION
+    ) -> None:
         self.log_dir = str(log_dir)
         self.shown_dir = shown_dir
+        self.rotation = rotation
         self._undo: Callable[..., None] | None = None
 
     def setup(self, worker: Any) -> None:
@@ -216,7 +219,10 @@ class RouteTaskLogs(WorkerPlugin):
         file = f"dask-worker-{name}.log"
         logging.getLogger("backends").setLevel(logging.INFO)  # e.g. what DeepSpeed printed
         self._undo = route_logs(
-            Path(self.log_dir) / file, WORKER_LOGGERS, shown_as=f"{self.shown_dir}/{file}"
+            Path(self.log_dir) / file,
+            WORKER_LOGGERS,
+            shown_as=f"{self.shown_dir}/{file}",
+            rotation=self.rotation,
         )
 
     def teardown(self, worker: Any) -> None:
@@ -228,7 +234,9 @@ class RouteTaskLogs(WorkerPlugin):
             self._undo = None
 
 
-def install_task_logs(client: Any, log_dir: str | Path) -> None:
+def install_task_logs(
+    client: Any, log_dir: str | Path, rotation: LogRotation = NO_ROTATION
+) -> None:
     """Route the logs of every worker of ``client``'s cluster, now and later, into
-    ``log_dir`` (register right after the client connects)."""
-    client.register_plugin(RouteTaskLogs(log_dir))
+    ``log_dir`` (register right after the client connects), rotated by ``rotation``."""
+    client.register_plugin(RouteTaskLogs(log_dir, rotation=rotation))

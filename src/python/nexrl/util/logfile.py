@@ -1,26 +1,79 @@
-"""``QuietFileHandler``: a log file that a full disk cannot turn into tracebacks.
+"""Log files of a run: quiet when the disk is full, rotated by size, one per path.
 
-``logging.FileHandler`` prints ``--- Logging error ---`` and a traceback (with the
-whole call stack) on stderr for every record it fails to write, and raises from
-``close``. When the disk fills, every process of a run (the driver, each Dask
-worker) would print dozens of them while the run stops. This handler prints one
-``warning: cannot write <file>: <error>`` line instead, the first time, drops the
-records it cannot write, and closes without raising.
+* **Quiet.** ``logging.FileHandler`` prints ``--- Logging error ---`` and a traceback
+  (with the whole call stack) on stderr for every record it fails to write, and
+  raises from ``close``. When the disk fills, every process of a run (the driver,
+  each Dask worker) would print dozens of them while the run stops.
+  ``QuietFileHandler`` prints one ``warning: cannot write <file>: <error>`` line
+  instead, the first time, drops the records it cannot write, and closes without
+  raising.
+* **Rotated.** A run that lasts a week must not fill its disk with logs
+  (``logger.log_file_max_mb``, ``logger.log_file_backups``): past the size,
+  ``driver.log`` becomes ``driver.log.1`` (``.1`` becomes ``.2``, ...; the oldest
+  beyond the backups is deleted), as ``logging.handlers.RotatingFileHandler`` does.
+  A file another process writes (the inference server's stdout) is rotated by
+  ``rotate_copytruncate``: copied to ``.1``, then emptied in place (the writer opened
+  it for appending, so it goes on at the new end; a line written between the copy
+  and the truncation is lost, as with logrotate's ``copytruncate``).
+* **One per path.** ``open_log(path)`` gives every caller in a process its own
+  handler (its own level: ``LogFileUser``) writing through the file's one
+  ``QuietFileHandler`` (the driver's own records and Dask's both go to
+  ``driver.log``): two file handlers on one file would each rotate it, and one would
+  go on writing into the other's ``.1``. ``close_log`` closes the file when its last
+  user is done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import logging.handlers
+import os
+import shutil
 import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["QuietFileHandler"]
+__all__ = [
+    "FORMAT",
+    "NO_ROTATION",
+    "LogFileUser",
+    "LogRotation",
+    "QuietFileHandler",
+    "close_log",
+    "open_log",
+    "rotate_copytruncate",
+]
 
 
-class QuietFileHandler(logging.FileHandler):
-    """A ``logging.FileHandler`` that reports a failed write once, in one line."""
+@dataclass(frozen=True)
+class LogRotation:
+    """``max_bytes``: rotate a log file past this size (0: never); ``backups``: how
+    many rotated files to keep (``.1`` newest)."""
+
+    max_bytes: int = 0
+    backups: int = 3
+
+    @classmethod
+    def from_config(cls, logger_cfg: object) -> LogRotation:
+        """From the recipe's ``logger`` section (``log_file_max_mb``, ``log_file_backups``)."""
+        mb = float(getattr(logger_cfg, "log_file_max_mb", 0) or 0)
+        return cls(int(mb * 1024 * 1024), int(getattr(logger_cfg, "log_file_backups", 3)))
+
+
+NO_ROTATION = LogRotation()  # never rotated (max_bytes 0)
+
+
+class QuietFileHandler(logging.handlers.RotatingFileHandler):
+    """A size-rotated log file that reports a failed write once, in one line."""
 
     _warned = False
+
+    def __init__(self, filename: str | os.PathLike[str], rotation: LogRotation = NO_ROTATION):
+        super().__init__(
+            filename, mode="a", maxBytes=rotation.max_bytes, backupCount=rotation.backups
+        )
 
     def handleError(self, record: logging.LogRecord) -> None:
         if self._warned:
@@ -43,4 +96,81 @@ class QuietFileHandler(logging.FileHandler):
         with contextlib.suppress(OSError):
             super().close()
         # a failed close leaves the stream set: drop it so nothing writes to it again
-        self.stream = None
+        self.stream = None  # type: ignore[assignment]
+
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every log file's lines
+
+_lock = threading.Lock()
+_open: dict[str, tuple[QuietFileHandler, int]] = {}  # path -> (the file's handler, users)
+
+
+class LogFileUser(logging.Handler):
+    """One user's handler on a log file shared in this process: its own level and
+    filters (Dask's ``silence_logs`` sets the level of the handlers on ``distributed``,
+    which must not silence the driver's own records); every record it lets through is
+    written, and the file rotated, by the file's one ``QuietFileHandler``."""
+
+    def __init__(self, target: QuietFileHandler) -> None:
+        super().__init__()
+        self.target = target
+        self.baseFilename = target.baseFilename
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.target.handle(record)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+
+def open_log(path: str | os.PathLike[str], rotation: LogRotation = NO_ROTATION) -> LogFileUser:
+    """A handler writing to ``path`` through the file's one handler in this process
+    (opened with the first caller's ``rotation``); give it back with ``close_log``."""
+    key = str(Path(path).resolve())
+    with _lock:
+        target, users = _open.get(key, (None, 0))
+        if target is None:
+            target = QuietFileHandler(key, rotation)
+            target.setFormatter(logging.Formatter(FORMAT))
+        _open[key] = (target, users + 1)
+    return LogFileUser(target)
+
+
+def close_log(user: LogFileUser) -> None:
+    """``user`` done with its file; the last user of the file closes it."""
+    target = user.target
+    with _lock:
+        held = _open.get(target.baseFilename)
+        last = held is None or held[0] is not target or held[1] <= 1
+        if held is not None and held[0] is target:
+            if last:
+                del _open[target.baseFilename]
+            else:
+                _open[target.baseFilename] = (target, held[1] - 1)
+    user.close()
+    if last:
+        target.close()
+
+
+def rotate_copytruncate(path: str | os.PathLike[str], rotation: LogRotation) -> bool:
+    """Rotate ``path`` (written by another process, opened for appending) when it is past
+    ``rotation.max_bytes``: ``.1``... shifted, ``path`` copied to ``.1`` and emptied in
+    place. Returns True when it rotated; never raises (a log is not worth a run)."""
+    if rotation.max_bytes <= 0:
+        return False
+    path = Path(path)
+    try:
+        if path.stat().st_size <= rotation.max_bytes:
+            return False
+        if rotation.backups <= 0:
+            os.truncate(path, 0)
+            return True
+        for i in range(rotation.backups - 1, 0, -1):
+            older = path.with_name(f"{path.name}.{i}")
+            if older.exists():
+                os.replace(older, path.with_name(f"{path.name}.{i + 1}"))
+        shutil.copyfile(path, path.with_name(f"{path.name}.1"))
+        os.truncate(path, 0)
+        return True
+    except OSError:
+        return False

@@ -129,6 +129,20 @@ class LoggerConfig:
         "retries): the run goes on, metrics.jsonl stays complete.",
     )
     level: str = cfg_field("INFO", help="Log level.", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    log_file_max_mb: float = cfg_field(
+        64.0,
+        help="Rotate each log file under output_dir/logs (driver.log, dask-worker-*.log, "
+        "inference.log) past this size: driver.log becomes driver.log.1, and so on. 0 = "
+        "never rotate. A run logs ~160 bytes per step when all is well, far more when an "
+        "evaluator or a worker fails on every sample; this bounds the logs of a week-long "
+        "run at (1 + log_file_backups) x this per file.",
+        minimum=0.0,
+    )
+    log_file_backups: int = cfg_field(
+        3,
+        help="Rotated log files kept per log (.1 the newest); older ones are deleted.",
+        minimum=0,
+    )
     plot_every: int = cfg_field(
         10, help="Redraw output_dir/plots/*.png every N steps (0 = never).", minimum=0
     )
@@ -169,6 +183,22 @@ class RuntimeMonitorConfig:
         "wedged) and the run stops, naming the rank, resumable from its last checkpoint. "
         "A worker heartbeats every 0.5-5 s, also while it trains. 0 = wait for the "
         "trainer call's own deadline (task_timeout_s + 600 s).",
+        minimum=0.0,
+    )
+    min_free_disk_gb: float = cfg_field(
+        1.0,
+        help="Free space kept on every disk the run writes (output_dir, checkpoints, "
+        "snapshots, a local pool), at most 5% of that disk's size: below it the run "
+        "checkpoints and stops after the step with one line naming the folder, resumable "
+        "by the same command once space is freed (a write that fails first is still a "
+        "clear stop). 0 = no check.",
+        minimum=0.0,
+    )
+    disk_warn_hours: float = cfg_field(
+        6.0,
+        help="Warn (at most once an hour) when, at the rate the fullest of those disks "
+        "filled over the last 50 steps, min_free_disk_gb is reached in less than this "
+        "many hours. 0 = no warning.",
         minimum=0.0,
     )
     unhealthy_after: int = cfg_field(

@@ -1,0 +1,91 @@
+"""``DiskWatch`` on a real file system filling up (a 16 MiB tmpfs the test mounts): the
+warning hours before (once an hour at most, with the rate per step and the steps
+left), the stop below the floor, and the floor capped at 5 % of a small disk."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nexrl.controller.disk_watch import DiskWatch
+
+MIB = 1 << 20
+CHUNK = 768 << 10
+
+
+@pytest.fixture
+def tmpfs() -> Iterator[Path]:
+    mnt = Path(tempfile.mkdtemp(prefix="nexrl-disk-watch-"))
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16M", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        os.rmdir(mnt)
+        pytest.skip(f"cannot mount a tmpfs here (mount: {done.stderr.strip()}): needs root")
+    try:
+        (mnt / "run").mkdir()
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        shutil.rmtree(mnt, ignore_errors=True)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_it_warns_with_the_rate_then_stops_below_the_floor(tmpfs: Path) -> None:
+    run, clock = tmpfs / "run", Clock()
+    watch = DiskWatch(
+        [run, run / "checkpoints", tmpfs / "elsewhere"],
+        min_free_gb=1.0,
+        warn_hours=6.0,
+        clock=clock,
+    )
+    folder, free, floor = watch.fullest() or (None, 0, 0)
+    assert folder == run and floor == int(16 * MIB * 0.05)  # 1 GiB capped at 5 % of 16 MiB
+    assert watch.observe(1) == (None, None)  # one reading: no rate yet
+    lines = []
+    step = 1
+    while True:  # each step writes 768 KiB and takes a minute
+        step += 1
+        clock.now += 60
+        (run / f"step_{step}").write_bytes(b"\0" * CHUNK)
+        warning, stop = watch.observe(step)
+        if warning:
+            lines.append((step, warning))
+        if stop:
+            break
+    # the first step with a rate warns: ~15 MiB left at 768 KiB a minute is < 6 h
+    (first, text), *more = lines
+    assert first == 2 and more == []  # and not again within the hour
+    left = (free - CHUNK - floor) // CHUNK
+    hours = (free - CHUNK - floor) / CHUNK * 60 / 3600
+    assert text.startswith("disk filling: ") and f" free on {run}, ~768.0 KiB used per step" in text
+    assert f"in ~{hours:.1f} h (~{left} steps) at this rate" in text
+    assert "trainer.keep_checkpoints" in text
+    assert step == 1 + (free - floor) // CHUNK + 1  # the first step below the floor
+    assert stop.startswith("disk nearly full: ") and f"free on {run}, below" in stop
+    assert (
+        f"runtime_monitor.min_free_disk_gb (here 819.2 KiB); the run stopped after step {step}"
+        in stop
+    )
+
+
+def test_no_floor_no_check(tmpfs: Path) -> None:
+    (tmpfs / "run" / "fill").write_bytes(b"\0" * (16 * MIB - 64 * 1024))
+    watch = DiskWatch([tmpfs / "run"], min_free_gb=0.0, warn_hours=6.0)
+    assert watch.observe(1) == (None, None)
+    assert DiskWatch([tmpfs / "run"], min_free_gb=1.0, warn_hours=6.0).observe(1)[1]
