@@ -61,6 +61,7 @@ from nexrl.controller.watch import ClusterWatch, scheduler_gone
 from nexrl.metrics.learning_signal import LearningSignalWatch
 from nexrl.recipe import Recipe
 from nexrl.trainer.heartbeats import QuietNotice
+from nexrl.util.heap import trim_heap
 
 if TYPE_CHECKING:
     from nexrl.controller.components import Components
@@ -70,6 +71,7 @@ __all__ = ["Controller", "ControllerError", "RunResult"]
 
 logger = logging.getLogger(__name__)
 POLL_S = 0.05
+TRIM_EVERY = 100  # steps between two malloc_trim calls in the driver (~ms each)
 
 
 class Controller:
@@ -223,6 +225,8 @@ class Controller:
             parts.tracker.log(self.step, row)
             parts.progress.update(self.step, row)
             self._watch_disk()
+            if self.step % TRIM_EVERY == 0:
+                trim_heap()  # the driver's RSS crept up without it (nexrl.util.heap)
             if parts.plot_every and self.step % parts.plot_every == 0:
                 parts.plot_in_background()
         every = int(self.cfg.validate.every)
