@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from nexrl.agent_service.config import ServiceConfig
 from nexrl.agent_service.sessions import SessionLimits
 from nexrl.util.auth import AGENT_SERVICE_TOKEN_ENV, INFERENCE_TOKEN_ENV, token_of
+from nexrl.util.net import SERVER_KEEP_ALIVE_S
 
 __all__ = ["main", "parse_args"]
 
@@ -90,5 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"pool {config.pool}",
         flush=True,
     )
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(
+        create_app(config),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        timeout_keep_alive=SERVER_KEEP_ALIVE_S,
+    )
     return 0

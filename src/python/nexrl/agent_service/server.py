@@ -24,6 +24,7 @@ from nexrl.agent_service.sessions import SessionStore
 from nexrl.errors import NexrlError
 from nexrl.runtime.local_service import LocalService
 from nexrl.util.auth import AGENT_SERVICE_TOKEN_ENV, bind_refusal
+from nexrl.util.net import SERVER_KEEP_ALIVE_S
 
 __all__ = ["AgentService", "AgentServiceStartError"]
 
@@ -76,7 +77,12 @@ class AgentService(LocalService):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=SERVER_KEEP_ALIVE_S,
+        )
         server = self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name="nexrl-agent-service", daemon=True

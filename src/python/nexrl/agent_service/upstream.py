@@ -1,10 +1,16 @@
 """Forwarding to the inference service: async HTTP, bounded timeouts and retries.
 
 Requests go round-robin over the service's replicas. A replica that refuses
-the connection (the request never reached it, so nothing was generated) is
-retried on the next one, at most ``max_retries`` times; a reply that does not
-come within ``timeout_s`` is not retried (the service may still be generating)
-and fails with 504. Every failure is a ``ServiceError`` naming the URL.
+the connection (the request never reached it, so nothing was generated), or a
+connection that closed before any reply came (a kept-alive connection the server
+closed as idle just as it was reused: seen under load, 1 call in ~2,400, as a
+``ReadError``; or a server that died mid-request), is retried on the next one, at
+most ``max_retries`` times. Nothing is recorded before a reply, so a retry never
+records a call twice. Idle connections are dropped by the proxy after
+``KEEPALIVE_S``, before common servers drop them (uvicorn, vLLM: 5 s), which makes
+that race rare. A reply that does not come within ``timeout_s`` is not retried
+(the service may still be generating) and fails with 504. Every failure is a
+``ServiceError`` naming the URL.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ from nexrl.inference.balance import RoundRobin, normalize_base_urls
 __all__ = ["Upstream", "UpstreamReply"]
 
 MAX_RETRIES_LIMIT = 10
+KEEPALIVE_S = 2.0  # idle connections closed before the server's keep-alive timeout
+# the connection closed before a reply: nothing generated for this caller, nothing recorded
+_RETRIED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.ReadError, httpx.RemoteProtocolError)
 
 
 class UpstreamReply:
@@ -51,7 +60,9 @@ class Upstream:
         # connect: a dead host fails fast; read: a generation may take long, up to timeout_s.
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            limits=httpx.Limits(
+                max_connections=256, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S
+            ),
             headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
         )
 
@@ -66,7 +77,7 @@ class Upstream:
             tried.append(base)
             try:
                 resp = await self._http.request(method, f"{base}{path}", json=json)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            except _RETRIED as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 continue
             except httpx.TimeoutException:

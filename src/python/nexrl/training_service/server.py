@@ -24,6 +24,7 @@ from nexrl.runtime.local_service import LocalService
 from nexrl.trainer.spec import TrainerSpec
 from nexrl.training_service.core import TrainingCore
 from nexrl.util.auth import bind_refusal, token_of
+from nexrl.util.net import SERVER_KEEP_ALIVE_S
 
 __all__ = ["TOKEN_ENV", "TrainingService", "TrainingServiceStartError", "build_core"]
 
@@ -91,7 +92,12 @@ class TrainingService(LocalService):
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
         app = create_app(self.core, self.token)
-        config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+            timeout_keep_alive=SERVER_KEEP_ALIVE_S,
+        )
         server = uvicorn.Server(config)
         self._server = server
         self._thread = threading.Thread(

@@ -157,6 +157,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from backends.inference.embedded.app import create_app
     from backends.inference.embedded.service import BatchingConfig, InferenceService
     from backends.inference.embedded.weights import LoadedModel, load_model_dir, resolve_dtype
+    from nexrl.util.net import SERVER_KEEP_ALIVE_S
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
@@ -200,6 +201,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         port=args.port,
         log_level=args.log_level,
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=SERVER_KEEP_ALIVE_S,
     )
     server = uvicorn.Server(config)
     sockets = [socket.socket(fileno=args.fd)] if args.fd is not None else None
