@@ -22,6 +22,7 @@ dask variant records ``slowdown_vs_direct``.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -36,6 +37,14 @@ from nexrl.inference import InferenceClient
 from nexrl.pool.config import PoolConfig
 from nexrl.rollout_worker.tasks import RolloutSpec, evaluator
 from tests.integration.inference._helpers import SERVED_NAME
+
+# Long (~2.5 min on the 2-core CI machine, inside CI's 90-minute budget): it runs only
+# with NEXRL_BENCH_LONG=1, like the other long benchmarks; its numbers are in
+# docs/benchmarks.md. What it runs is tested in CI by the integration and e2e tests.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("NEXRL_BENCH_LONG") != "1",
+    reason="a long benchmark (~2.5 min on 2 cores): set NEXRL_BENCH_LONG=1 to run it",
+)
 
 GROUPS, GROUP_SIZE, ROUNDS = 16, 8, 3
 NAME = SERVED_NAME

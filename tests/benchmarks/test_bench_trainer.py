@@ -42,6 +42,8 @@ STEP_MODEL = {"hidden_size": 128, "intermediate_size": 256, "num_layers": 2, "nu
 PUBLISH_MODEL = {"hidden_size": 512, "intermediate_size": 1376, "num_layers": 2, "num_heads": 8}
 TRAIN = {"lr": 1e-4, "grad_clip": 1.0, "micro_batch_size": 32, "zero_stage": 1}
 ALGO = {"do_old_log_prob_compute": False}
+# Rounds of the train-step pair: 3 in CI (its time), 10 with NEXRL_BENCH_LARGE=1 (the table).
+STEP_ROUNDS = 10 if os.environ.get("NEXRL_BENCH_LARGE") == "1" else 3
 _results: dict[str, Any] = {}
 
 
@@ -100,7 +102,7 @@ class PlainLoop:
 @pytest.mark.benchmark(group="trainer-step")
 def test_train_step_plain_pytorch(benchmark: Any, step_setup: dict[str, Any]) -> None:
     loop = PlainLoop(step_setup["model_dir"], step_setup["batch"])
-    benchmark.pedantic(loop.step, rounds=10, warmup_rounds=2)
+    benchmark.pedantic(loop.step, rounds=STEP_ROUNDS, warmup_rounds=1)
     tps = step_setup["tokens"] / benchmark.stats.stats.mean
     _results["plain_tokens_per_s"] = tps
     benchmark.extra_info.update({"tokens_per_step": step_setup["tokens"], "tokens_per_s": tps})
@@ -110,7 +112,7 @@ def test_train_step_plain_pytorch(benchmark: Any, step_setup: dict[str, Any]) ->
 def test_train_step_deepspeed(benchmark: Any, step_setup: dict[str, Any]) -> None:
     trainer = create_trainer(spec(step_setup["model_dir"], trainer=TRAIN, algorithm=ALGO))
     batch = step_setup["batch"]
-    metrics = benchmark.pedantic(trainer.train_step, args=(batch,), rounds=10, warmup_rounds=2)
+    metrics = benchmark.pedantic(trainer.train_step, args=(batch,), rounds=STEP_ROUNDS, warmup_rounds=1)
     assert metrics["actor/update_skipped"] == 0.0
     tps = step_setup["tokens"] / benchmark.stats.stats.mean
     loop = PlainLoop(step_setup["model_dir"], batch)

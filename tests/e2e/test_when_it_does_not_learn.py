@@ -7,13 +7,19 @@ The recipes run as they ship, stopped early on their own learning-rate schedule
 (``trainer.lr_schedule_steps``: the first N steps of the full run, which is seeded
 and repeatable) to keep CI short; the guide's numbers are the full runs'
 (docs/benchmarks.md). The assertions leave room for the spread between machines.
+The curriculum (two stages, 175 steps) runs with ``NEXRL_BENCH_LONG=1`` only; the
+staged start it relies on (``model.path`` = a run folder, ``parent.json``) is in CI
+through tests/e2e/test_sft_then_rl.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from nexrl.controller import Controller
 from nexrl.recipe import load_recipe_checked
@@ -77,6 +83,10 @@ def test_an_sft_warm_start_then_rl_learns(tmp_path: Path) -> None:
     assert sum(reward[-5:]) / 5 >= 0.6, reward  # sampled at temperature 1 too
 
 
+@pytest.mark.skipif(
+    os.environ.get("NEXRL_BENCH_LONG") != "1",
+    reason="175 stage steps (~3.5 min on 2 cores, beyond CI's budget): NEXRL_BENCH_LONG=1 runs it",
+)
 def test_a_curriculum_learns(tmp_path: Path) -> None:
     stage1 = tmp_path / "stage1"
     first = run(STAGE1, stage1, "trainer.total_train_steps=125", "trainer.lr_schedule_steps=200")

@@ -10,7 +10,7 @@ __all__ = ["SERVER_KEEP_ALIVE_S", "free_port"]
 # an idle connection open. Longer than clients keep one (httpx and the openai client:
 # 5 s), so a client never reuses a connection the server has just closed: with
 # uvicorn's 5 s on both sides, ~1 call in 2,400 failed with a ReadError under load
-# (tests/benchmarks/test_bench_agent_load.py). nginx's default is 75 s too.
+# (tests/benchmarks/test_bench_agent_service.py, under load). nginx's default is 75 s too.
 SERVER_KEEP_ALIVE_S = 75
 
 
