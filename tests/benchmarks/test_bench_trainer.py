@@ -112,7 +112,9 @@ def test_train_step_plain_pytorch(benchmark: Any, step_setup: dict[str, Any]) ->
 def test_train_step_deepspeed(benchmark: Any, step_setup: dict[str, Any]) -> None:
     trainer = create_trainer(spec(step_setup["model_dir"], trainer=TRAIN, algorithm=ALGO))
     batch = step_setup["batch"]
-    metrics = benchmark.pedantic(trainer.train_step, args=(batch,), rounds=STEP_ROUNDS, warmup_rounds=1)
+    metrics = benchmark.pedantic(
+        trainer.train_step, args=(batch,), rounds=STEP_ROUNDS, warmup_rounds=1
+    )
     assert metrics["actor/update_skipped"] == 0.0
     tps = step_setup["tokens"] / benchmark.stats.stats.mean
     loop = PlainLoop(step_setup["model_dir"], batch)

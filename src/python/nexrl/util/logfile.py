@@ -96,7 +96,7 @@ class QuietFileHandler(logging.handlers.RotatingFileHandler):
         with contextlib.suppress(OSError):
             super().close()
         # a failed close leaves the stream set: drop it so nothing writes to it again
-        self.stream = None  # type: ignore[assignment]
+        self.stream = None
 
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every log file's lines
