@@ -49,6 +49,7 @@ from nexrl.runtime.slurm_job import (
     driver_script,
     job_kwargs,
     job_lines,
+    job_nodes,
     job_states,
     pending_reason,
     sbatch,
@@ -165,7 +166,7 @@ class SlurmJobs:
                 raise SlurmError(
                     f"Slurm jobs did not start a worker within {timeout:g}s "
                     f"(cluster.slurm.job_start_timeout_s): {job_lines(missing)}; see their "
-                    f"logs in {self.log_dir or 'the job output files'}"
+                    f"logs in {self.log_dir or 'the job output files'}" + self._unreachable(missing)
                 )
             if now - checked >= STATES_EVERY_S:
                 checked = now
@@ -188,6 +189,29 @@ class SlurmJobs:
                         timeout,
                     )
             time.sleep(0.5)
+
+    def _unreachable(self, jobs: Sequence[SubmittedJob]) -> str:
+        """What to say of jobs that run but whose worker never joined: their node, the
+        last line of their log, and the address they were told to reach."""
+        running = job_nodes([j.job_id for j in jobs])
+        if not running:
+            return ""
+        said = []
+        for j in jobs:
+            if j.job_id not in running:
+                continue
+            last = ""
+            if self.log_dir:
+                err = Path(self.log_dir) / f"{j.name}-{j.job_id}.err"
+                with contextlib.suppress(OSError):
+                    lines = [ln for ln in err.read_text(errors="replace").splitlines() if ln]
+                    last = f" (its log: {lines[-1].strip()[:300]})" if lines else ""
+            said.append(f"{j.name} runs on node {running[j.job_id]}{last}")
+        return (
+            f". {'; '.join(said)}: a job that runs but never joins cannot reach the "
+            f"scheduler at {self.cluster.scheduler_address}; set cluster.slurm.scheduler_host "
+            "to this machine's address on the network the compute nodes reach"
+        )
 
     def cancel(self) -> None:
         """scancel every job this run submitted (the rollout jobs via the cluster)."""

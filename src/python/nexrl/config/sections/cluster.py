@@ -52,8 +52,10 @@ class SlurmConfig:
     )
     scheduler_host: str | None = cfg_field(
         None,
-        help="Address the jobs reach the driver's Dask scheduler on (null = this "
-        "host's address, dask-jobqueue's default; '127.0.0.1' on a single node).",
+        help="Address the jobs reach the driver's Dask scheduler on: this machine's "
+        "address on the network the compute nodes reach (null = the address of its route "
+        "to the internet, dask-jobqueue's default; '127.0.0.1' on a single node). Checked "
+        "at start: it must be an address of this machine.",
     )
     python: str | None = cfg_field(
         None,
