@@ -43,3 +43,13 @@ def test_a_scheduler_host_that_does_not_resolve_is_named() -> None:
 def test_the_server_binds_nexrl_inference_host_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEXRL_INFERENCE_HOST", "10.9.8.7")
     assert server_address() == "10.9.8.7"
+
+
+def test_cluster_slurm_interface_reaches_every_role_job() -> None:
+    from nexrl.config.sections.cluster import SlurmConfig
+    from nexrl.runtime.slurm_job import job_kwargs
+
+    for role in ("rollout", "trainer", "inference"):
+        assert "interface" not in job_kwargs(SlurmConfig(), role, experiment="x")
+        kwargs = job_kwargs(SlurmConfig(interface="ib0"), role, experiment="x")
+        assert kwargs["interface"] == "ib0"

@@ -75,6 +75,8 @@ def job_kwargs(
         "python": cfg.python or sys.executable,
         "death_timeout": DEATH_TIMEOUT_S,
     }
+    if cfg.interface:  # and the scheduler's, unless scheduler_host places it (dask-jobqueue)
+        kwargs["interface"] = cfg.interface
     if log_dir is not None:
         kwargs["log_directory"] = str(log_dir)
     return kwargs

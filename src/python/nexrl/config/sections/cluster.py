@@ -57,6 +57,12 @@ class SlurmConfig:
         "to the internet, dask-jobqueue's default; '127.0.0.1' on a single node). Checked "
         "at start: it must be an address of this machine.",
     )
+    interface: str | None = cfg_field(
+        None,
+        help="Network interface the jobs' Dask workers listen on, e.g. 'ib0' (null = the "
+        "address facing the scheduler); the scheduler's too unless scheduler_host is set. "
+        "The inference server binds its worker's address and gloo uses its interface.",
+    )
     python: str | None = cfg_field(
         None,
         help="Python that runs the Dask worker in the jobs (null = the driver's own "
