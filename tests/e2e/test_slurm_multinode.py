@@ -9,6 +9,11 @@ each step's weights reach the server on the other node: every trajectory of step
 ``s`` is tagged by the server with version ``s - 1`` (sync mode), and the last
 reload left it on the trainer's last version.
 
+With ``NEXRL_BENCH_LONG=1`` (two more runs, ~2 min): a trainer rank's node is taken
+down mid-run (``slurm.sh node-down``: its slurmd and every process in it killed, its
+link down); the run stops with one line naming the node, and the same command
+resumes on the two nodes left, each step and each group trained once.
+
 Starts the 3-node Slurm itself (beside the one-node test Slurm, which keeps
 running) and stops it at the end; skipped only where it cannot be started: not
 root, or no ``ip`` (iproute2)."""
@@ -19,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from math import isfinite
@@ -29,8 +35,9 @@ import pytest
 
 from nexrl.controller import Controller
 from nexrl.recipe import load_recipe_checked
-from tests.e2e._recipe import RECIPE, train_rows
-from tests.e2e.test_kill_and_resume import assert_pool_record_matches, wait_for_step
+from tests.e2e._groups import group_record
+from tests.e2e._recipe import RECIPE, subprocess_env, train_rows
+from tests.e2e.test_kill_and_resume import DEADLINE_S, assert_pool_record_matches, wait_for_step
 from tests.e2e.test_train_run import pool_of
 from tests.integration.slurm._slurm import SLURM_RUN, squeue, wait_gone
 
@@ -68,20 +75,22 @@ def slurm_nodes() -> Iterator[None]:
         _script("stop", "--nodes", timeout=300)
 
 
-def multinode_overrides(out: Path) -> list[str]:
+def multinode_overrides(
+    out: Path, steps: int = STEPS, save_every: int = 0, inference_gpus: int = 1
+) -> list[str]:
     mine = {
         "cluster.slurm.scheduler_host": BRIDGE,
         # one fake GPU per node: the 2 trainer ranks and the server each take a node
         "cluster.slurm.trainer.gpus": "1",
-        "cluster.slurm.inference.gpus": "1",
+        "cluster.slurm.inference.gpus": str(inference_gpus),
     }
     slurm = [o for o in SLURM_RUN if o.split("=", 1)[0] not in mine]
     return [
         f"output_dir={out}",
-        f"trainer.total_train_steps={STEPS}",
+        f"trainer.total_train_steps={steps}",
         "trajectory_pool.batch_size=32",
         "trainer.micro_batch_size=32",
-        "trainer.save_every=0",
+        f"trainer.save_every={save_every}",
         "trainer.world_size=2",
         "validate.validate_before_train=false",
         "validate.every=0",
@@ -181,3 +190,50 @@ def test_the_default_recipe_trains_across_three_nodes(slurm_nodes: None, tmp_pat
     jobs = json.loads((out / "cluster.json").read_text())["slurm_jobs"]
     assert wait_gone([i for ids in jobs.values() for i in ids]) == {}
     assert squeue([]) == {}
+
+
+@pytest.mark.skipif(
+    os.environ.get("NEXRL_BENCH_LONG") != "1", reason="two more runs: set NEXRL_BENCH_LONG=1"
+)
+def test_a_node_taken_down_stops_the_run_naming_it_and_it_resumes_on_the_others(
+    slurm_nodes: None, tmp_path: Path
+) -> None:
+    out, steps = tmp_path / "run", 8
+    # the server needs no GPU here: after the loss, 2 nodes hold the 2 ranks and it
+    cmd = [
+        sys.executable,
+        "-m",
+        "nexrl.cli.train",
+        RECIPE,
+        *multinode_overrides(out, steps=steps, save_every=2, inference_gpus=0),
+    ]
+    first = subprocess.Popen(
+        cmd, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for_step(out, 3, first)  # checkpoint 2 written
+        record = json.loads((out / "cluster.json").read_text())
+        node = record["trainer_ranks"][1]["slurm_node"]
+        res = _script("node-down", node, timeout=120)
+        assert res.returncode == 0, res.stderr
+        _, err = first.communicate(timeout=DEADLINE_S)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 1, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, err[-3000:]
+    assert f"on node {node}" in errors[0] and "resume" in errors[0], errors[0]
+    assert "Traceback" not in err
+
+    second = subprocess.run(
+        cmd, env=subprocess_env(), capture_output=True, text=True, timeout=DEADLINE_S
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    record = json.loads((out / "cluster.json").read_text())
+    assert node not in {r["slurm_node"] for r in record["trainer_ranks"]}, record
+    assert len({r["slurm_node"] for r in record["trainer_ranks"]}) == 2, record
+    assert [r["step"] for r in train_rows(out)] == list(range(1, steps + 1))
+    groups = group_record(out, steps)
+    assert groups["lost"] == [] and groups["duplicated"] == 0, groups
+    assert len(groups["trained"]) == steps * 4
