@@ -48,8 +48,15 @@ class StopDiagnosis:
         """The one line that stops a run whose trainer failed: which ranks (and, on
         Slurm, their jobs), what happened, and how to resume."""
         jobs = self.parts.cluster.job_ids().get("trainer", [])
+        ranks = getattr(self.parts, "ranks", None) or []
+        nodes = [r.get("slurm_node") if isinstance(r, dict) else None for r in ranks]
+
+        def on(r: int) -> str:  # the rank's node, as its job reported it (several nodes)
+            return f" on node {nodes[r]}" if r < len(nodes) and nodes[r] else ""
+
         where = ", ".join(
-            f"rank {r} (Slurm job {jobs[r]})" if r < len(jobs) else f"rank {r}" for r in exc.ranks
+            f"rank {r} (Slurm job {jobs[r]}{on(r)})" if r < len(jobs) else f"rank {r}"
+            for r in exc.ranks
         )
         return (
             f"the trainer failed{' on ' + where if where else ''} at step {self.step + 1}: {exc}; "

@@ -255,6 +255,7 @@ def _slurm(req: ClusterRequest) -> ClusterHandle:
         log_dir=req.log_dir,
         security=req.security,
         should_stop=req.should_stop,
+        dashboard_address=req.cfg.dashboard_address,
     )
     return ClusterHandle(client, cluster, jobs, trainers, server)
 

@@ -19,11 +19,27 @@ from typing import Any
 from nexrl.errors import NexrlError
 from nexrl.util.dask_workers import workers_of
 
-__all__ = ["InferenceJobLost", "RemoteEmbeddedServer", "ServerHost"]
+__all__ = ["InferenceJobLost", "RemoteEmbeddedServer", "ServerHost", "server_address"]
 
 
 class InferenceJobLost(RuntimeError, NexrlError):
     """The inference job's worker is gone: its server cannot be restarted there."""
+
+
+def server_address() -> str:
+    """The address the server binds on its node: ``NEXRL_INFERENCE_HOST`` if set (in
+    the job's environment, e.g. ``cluster.slurm.prologue``), else the address of this
+    Dask worker, which the driver and the rollout workers already reach (the address
+    facing the scheduler). Not ``distributed.utils.get_ip()``: that asks for a route to
+    the internet, which compute nodes often lack; without one it falls back to the
+    hostname's address (e.g. ``127.0.1.1``), unreachable from other nodes."""
+    import os
+
+    from distributed.utils import get_ip
+
+    from nexrl.util.net import worker_host
+
+    return os.environ.get("NEXRL_INFERENCE_HOST") or worker_host() or get_ip()
 
 
 class ServerHost:
@@ -35,8 +51,6 @@ class ServerHost:
     def start(self, model: str, kwargs: dict[str, Any]) -> dict[str, Any]:
         import os
 
-        from distributed.utils import get_ip
-
         from nexrl.inference.reload import INFERENCE_SERVERS, LOCAL_SERVER
 
         server_cls = INFERENCE_SERVERS.get(LOCAL_SERVER)
@@ -44,13 +58,14 @@ class ServerHost:
         # the node's address (the rollouts run on other nodes): the supervisor's
         # ``host`` (loopback by default) does not apply here; a token is required
         kwargs = {k: v for k, v in kwargs.items() if k != "host"}
-        host = os.environ.get("NEXRL_INFERENCE_HOST") or get_ip()
+        host = server_address()
         self.server = server_cls(model, host=host, **kwargs).start()
         return {
             "base_url": self.server.base_url,
             "pid": self.server.pid,
             "node": os.uname().nodename,
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "slurm_node": os.environ.get("SLURMD_NODENAME"),
         }
 
     def alive(self) -> bool:

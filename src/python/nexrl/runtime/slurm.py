@@ -49,6 +49,7 @@ from nexrl.runtime.slurm_job import (
     driver_script,
     job_kwargs,
     job_lines,
+    job_nodes,
     job_states,
     pending_reason,
     sbatch,
@@ -59,6 +60,7 @@ __all__ = [
     "SlurmError",
     "SlurmJobs",
     "SubmittedJob",
+    "check_scheduler_host",
     "driver_script",
     "job_kwargs",
     "job_states",
@@ -164,7 +166,7 @@ class SlurmJobs:
                 raise SlurmError(
                     f"Slurm jobs did not start a worker within {timeout:g}s "
                     f"(cluster.slurm.job_start_timeout_s): {job_lines(missing)}; see their "
-                    f"logs in {self.log_dir or 'the job output files'}"
+                    f"logs in {self.log_dir or 'the job output files'}" + self._unreachable(missing)
                 )
             if now - checked >= STATES_EVERY_S:
                 checked = now
@@ -187,6 +189,29 @@ class SlurmJobs:
                         timeout,
                     )
             time.sleep(0.5)
+
+    def _unreachable(self, jobs: Sequence[SubmittedJob]) -> str:
+        """What to say of jobs that run but whose worker never joined: their node, the
+        last line of their log, and the address they were told to reach."""
+        running = job_nodes([j.job_id for j in jobs])
+        if not running:
+            return ""
+        said = []
+        for j in jobs:
+            if j.job_id not in running:
+                continue
+            last = ""
+            if self.log_dir:
+                err = Path(self.log_dir) / f"{j.name}-{j.job_id}.err"
+                with contextlib.suppress(OSError):
+                    lines = [ln for ln in err.read_text(errors="replace").splitlines() if ln]
+                    last = f" (its log: {lines[-1].strip()[:300]})" if lines else ""
+            said.append(f"{j.name} runs on node {running[j.job_id]}{last}")
+        return (
+            f". {'; '.join(said)}: a job that runs but never joins cannot reach the "
+            f"scheduler at {self.cluster.scheduler_address}; set cluster.slurm.scheduler_host "
+            "to this machine's address on the network the compute nodes reach"
+        )
 
     def cancel(self) -> None:
         """scancel every job this run submitted (the rollout jobs via the cluster)."""
@@ -225,6 +250,34 @@ def _rollout_adaptive() -> type:
     return RolloutAdaptive
 
 
+def check_scheduler_host(host: str | None) -> None:
+    """A clear error, before the scheduler tries to bind it, when
+    ``cluster.slurm.scheduler_host`` is not an address of this machine (the scheduler
+    listens on it; the jobs connect to it)."""
+    import socket
+
+    from nexrl.util.net import is_loopback, local_addresses
+
+    if not host or host in ("0.0.0.0", "::"):
+        return
+    try:
+        addrs = {str(i[4][0]).split("%")[0] for i in socket.getaddrinfo(host, None)}
+    except OSError as exc:
+        raise SlurmError(
+            f"cluster.slurm.scheduler_host={host} does not resolve here ({exc}); set it to "
+            "this machine's address on the network the compute nodes reach"
+        ) from None
+    mine = local_addresses()
+    if addrs & set(mine) or any(is_loopback(a) for a in addrs):
+        return
+    shown = ", ".join(f"{a} ({name})" for a, name in sorted(mine.items()))
+    raise SlurmError(
+        f"cluster.slurm.scheduler_host={host} is not an address of this machine (it has "
+        f"{shown}): the driver's Dask scheduler listens there and every job connects to "
+        "it; set it to this machine's address on the network the compute nodes reach"
+    )
+
+
 def start_slurm(
     cfg: SlurmConfig,
     experiment: str,
@@ -235,6 +288,7 @@ def start_slurm(
     log_dir: str | Path | None = None,
     security: Any | None = None,
     should_stop: Callable[[], bool] | None = None,
+    dashboard_address: str | None = None,
 ) -> tuple[Any, Any, SlurmJobs, list[str], str | None]:
     """Start the rollout cluster and submit the trainer (and inference) jobs;
     every comm on TLS with ``security`` (``nexrl.runtime.tls.security``).
@@ -252,7 +306,10 @@ def start_slurm(
     kwargs = job_kwargs(
         cfg, "rollout", experiment=experiment, trainer_gpus=trainer_gpus, log_dir=log_dir
     )
-    scheduler_options = {"host": cfg.scheduler_host} if cfg.scheduler_host else {}
+    check_scheduler_host(cfg.scheduler_host)
+    scheduler_options: dict[str, Any] = {"host": cfg.scheduler_host} if cfg.scheduler_host else {}
+    if dashboard_address is not None:  # cluster.dashboard_address, as for a local cluster
+        scheduler_options["dashboard_address"] = dashboard_address
     tls_dir = None
     if security is not None:
         import tempfile

@@ -24,6 +24,7 @@ __all__ = [
     "driver_script",
     "job_kwargs",
     "job_lines",
+    "job_nodes",
     "job_states",
     "pending_reason",
     "sbatch",
@@ -74,6 +75,8 @@ def job_kwargs(
         "python": cfg.python or sys.executable,
         "death_timeout": DEATH_TIMEOUT_S,
     }
+    if cfg.interface:  # and the scheduler's, unless scheduler_host places it (dask-jobqueue)
+        kwargs["interface"] = cfg.interface
     if log_dir is not None:
         kwargs["log_directory"] = str(log_dir)
     return kwargs
@@ -151,6 +154,24 @@ def job_states(job_ids: Sequence[str]) -> dict[str, str]:
         if len(parts) >= 2:
             states[parts[0]] = parts[1] + (f" ({parts[2]})" if len(parts) > 2 else "")
     return states
+
+
+def job_nodes(job_ids: Sequence[str]) -> dict[str, str]:
+    """``{job_id: node}`` of the jobs that are running (from squeue)."""
+    if not job_ids:
+        return {}
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "RUNNING", "-j", ",".join(job_ids), "-o", "%i %N"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return {
+        parts[0]: parts[1]
+        for parts in (ln.split() for ln in out.stdout.splitlines())
+        if len(parts) == 2
+    }
 
 
 def driver_script(

@@ -16,6 +16,7 @@ from nexrl.trainer.errors import TrainerGroupError
 from nexrl.trainer.result import StepResult
 from nexrl.trainer.spec import TrainerSpec
 from nexrl.util.cpu import cpu_threads
+from nexrl.util.net import interface_of, is_loopback, worker_host
 
 __all__ = ["RankInfo", "TrainerActor"]
 
@@ -56,6 +57,7 @@ class TrainerActor:
 
         if self.info is not None:
             os.environ.update(self.info.env())
+            _gloo_interface()
         if not torch.cuda.is_available():
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
             ranks = self.info.local_world_size if self.info else 1
@@ -79,8 +81,10 @@ class TrainerActor:
             "cpu_threads": None if torch.cuda.is_available() else torch.get_num_threads(),
             "rank": self.info.rank if self.info else 0,
             "host": socket.gethostname(),
+            "address": worker_host(),  # where the other ranks reach this one
             "pid": os.getpid(),
             "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+            "slurm_node": os.environ.get("SLURMD_NODENAME"),
             "global_step": t.global_step if t else None,
             "policy_version": t.policy_version if t else None,
             "resumed_from": str(t.resumed_from) if t and t.resumed_from else None,
@@ -135,6 +139,29 @@ class TrainerActor:
         if self.trainer is not None:
             self.trainer.close(destroy_process_group=True)
             self.trainer = None
+
+
+def _gloo_interface() -> None:
+    """gloo's sockets on the interface of this worker's own address.
+
+    Unless ``GLOO_SOCKET_IFNAME`` is set, gloo binds the address this machine's
+    hostname resolves to, else loopback, and tells the other ranks that address. On
+    many clusters the hostname resolves to ``127.0.1.1`` (Debian's default) or to an
+    interface the other nodes do not reach (as in a network namespace): a rank on
+    another node then connects to its own loopback and the group never forms. The
+    Dask worker's address is the one the scheduler and the other ranks already reach
+    it on (it is ``MASTER_ADDR`` for rank 0), so gloo uses its interface. Left alone
+    when the worker listens on loopback (a local run) or ``GLOO_SOCKET_IFNAME`` is set
+    (e.g. in ``cluster.slurm.prologue``). NCCL picks its own interface
+    (``NCCL_SOCKET_IFNAME``)."""
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return
+    host = worker_host()
+    if not host or is_loopback(host):
+        return
+    name = interface_of(host)
+    if name is not None:
+        os.environ["GLOO_SOCKET_IFNAME"] = name
 
 
 def _device_uuid(device: Any) -> str | None:

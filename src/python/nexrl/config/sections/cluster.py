@@ -52,8 +52,16 @@ class SlurmConfig:
     )
     scheduler_host: str | None = cfg_field(
         None,
-        help="Address the jobs reach the driver's Dask scheduler on (null = this "
-        "host's address, dask-jobqueue's default; '127.0.0.1' on a single node).",
+        help="Address the jobs reach the driver's Dask scheduler on: this machine's "
+        "address on the network the compute nodes reach (null = the address of its route "
+        "to the internet, dask-jobqueue's default; '127.0.0.1' on a single node). Checked "
+        "at start: it must be an address of this machine.",
+    )
+    interface: str | None = cfg_field(
+        None,
+        help="Network interface the jobs' Dask workers listen on, e.g. 'ib0' (null = the "
+        "address facing the scheduler); the scheduler's too unless scheduler_host is set. "
+        "The inference server binds its worker's address and gloo uses its interface.",
     )
     python: str | None = cfg_field(
         None,
