@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ import pytest
 
 from nexrl.pool import read_pool
 from nexrl.weights.checkpoint import verify_checkpoint
+from tests._tmpfs import mounted_tmpfs
 from tests.e2e._groups import assert_each_step_and_group_once
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env
 from tests.e2e.test_kill_and_resume import DEADLINE_S, wait_for_step
@@ -40,25 +40,11 @@ BALLAST = "ballast"  # 4 MB written at mount time, deleted before the resume
 
 @pytest.fixture
 def small_disk() -> Iterator[Path]:
-    """A tmpfs of ``SIZE`` mounted for the test (needs root, or CAP_SYS_ADMIN), in a
-    folder of its own: not under pytest's shared temp root, which other pytest
-    processes of a parallel run prune."""
-    mnt = Path(tempfile.mkdtemp(prefix="nexrl-disk-full-"))
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        os.rmdir(mnt)
-        pytest.skip(f"cannot mount a tmpfs here (mount: {done.stderr.strip()}): needs root")
-    try:
+    """A tmpfs of ``SIZE`` mounted for the test (needs root, or CAP_SYS_ADMIN)."""
+    with mounted_tmpfs(SIZE, "nexrl-disk-full-") as mnt:
         # room the resume gets back even if the run filled the disk by itself
         (mnt / BALLAST).write_bytes(b"\0" * (4 << 20))
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-        shutil.rmtree(mnt, ignore_errors=True)
 
 
 def fill(folder: Path, leave: int) -> Path | None:
@@ -94,22 +80,26 @@ def fill(folder: Path, leave: int) -> Path | None:
     return filler
 
 
-def test_a_full_disk_stops_the_run_clearly_and_it_resumes(small_disk: Path) -> None:
-    out = small_disk / "run"
+def fill_after_step_3(
+    small_disk: Path, out: Path, leave: int, *extra: str
+) -> tuple[list[str], str, str, Path | None]:
+    """Runs the recipe in ``out`` on ``small_disk``, fills the disk to ``leave`` free
+    bytes once step 3 is logged, and waits for the run to stop: (the command, its one
+    ``error:`` line, its stderr, the filler file). It must exit 1 with that one line."""
     args = [
         sys.executable,
         "-m",
         "nexrl.cli.train",
         RECIPE,
         *overrides(out, "trainer.save_every=2", steps=STEPS),
-        "runtime_monitor.min_free_disk_gb=0",  # the write fails (the watch: the next test)
+        *extra,
     ]
     run: subprocess.Popen[Any] = subprocess.Popen(
         args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         wait_for_step(out, 3, run)  # checkpoint 2 is written
-        filler = fill(small_disk, leave=64 << 10)
+        filler = fill(small_disk, leave=leave)
         _, err = run.communicate(timeout=DEADLINE_S)
     finally:
         if run.poll() is None:
@@ -117,8 +107,16 @@ def test_a_full_disk_stops_the_run_clearly_and_it_resumes(small_disk: Path) -> N
     assert run.returncode == 1, err[-3000:]
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, err[-3000:]
-    line = errors[0]
-    print(line)
+    print(errors[0])
+    return args, errors[0], err, filler
+
+
+def test_a_full_disk_stops_the_run_clearly_and_it_resumes(small_disk: Path) -> None:
+    out = small_disk / "run"
+    # the disk watch off: the write fails (the watch: the next test)
+    args, line, err, filler = fill_after_step_3(
+        small_disk, out, 64 << 10, "runtime_monitor.min_free_disk_gb=0"
+    )
     assert "no space left on device: " in line and str(small_disk) in line, line
     assert "run the same command again to resume from its checkpoint of step" in line
     assert "Traceback" not in err, err[-3000:]
@@ -151,28 +149,8 @@ def test_below_the_floor_the_run_checkpoints_and_stops_before_a_write_fails(
     small_disk: Path,
 ) -> None:
     out = small_disk / "run"
-    args = [
-        sys.executable,
-        "-m",
-        "nexrl.cli.train",
-        RECIPE,
-        *overrides(out, "trainer.save_every=2", steps=STEPS),
-    ]
-    run: subprocess.Popen[Any] = subprocess.Popen(
-        args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        wait_for_step(out, 3, run)
-        filler = fill(small_disk, leave=3 << 20)  # 3 MB, then step 4 writes ~0.6 MB
-        _, err = run.communicate(timeout=DEADLINE_S)
-    finally:
-        if run.poll() is None:
-            run.kill()
-    assert run.returncode == 1, err[-3000:]
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, err[-3000:]
-    line = errors[0]
-    print(line)
+    # 3 MB free, then step 4 writes ~0.6 MB: below the 2.4 MB floor, no write fails
+    args, line, err, filler = fill_after_step_3(small_disk, out, 3 << 20)
     assert line.startswith("error: the run stopped: disk nearly full: "), line
     assert f"free on {out}, below" in line, line
     assert "below runtime_monitor.min_free_disk_gb (here 2.4 MiB)" in line, line

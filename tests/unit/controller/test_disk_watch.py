@@ -4,16 +4,13 @@ left), the stop below the floor, and the floor capped at 5 % of a small disk."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from nexrl.controller.disk_watch import DiskWatch
+from tests._tmpfs import mounted_tmpfs
 
 MIB = 1 << 20
 CHUNK = 768 << 10
@@ -21,21 +18,9 @@ CHUNK = 768 << 10
 
 @pytest.fixture
 def tmpfs() -> Iterator[Path]:
-    mnt = Path(tempfile.mkdtemp(prefix="nexrl-disk-watch-"))
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16M", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        os.rmdir(mnt)
-        pytest.skip(f"cannot mount a tmpfs here (mount: {done.stderr.strip()}): needs root")
-    try:
+    with mounted_tmpfs("16M", "nexrl-disk-watch-") as mnt:
         (mnt / "run").mkdir()
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-        shutil.rmtree(mnt, ignore_errors=True)
 
 
 class Clock:
