@@ -53,6 +53,14 @@ import pytest
 from tests.e2e._groups import group_record
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 
+# Long (~2.5 min on the 2-core CI machine, inside CI's 90-minute budget): it runs only
+# with NEXRL_BENCH_LONG=1; each of its faults has an e2e test of its own in CI
+# (docs/failure-modes.md), and its numbers are in docs/benchmarks.md.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("NEXRL_BENCH_LONG") != "1",
+    reason="a long benchmark (~2.5 min on 2 cores): set NEXRL_BENCH_LONG=1 to run it",
+)
+
 STEPS = int(os.environ.get("NEXRL_SOAK_STEPS", "100"))
 SEED = int(os.environ.get("NEXRL_SOAK_SEED", "0"))
 EVERY = int(os.environ.get("NEXRL_SOAK_EVERY", "15"))  # steps between faults, +-5
