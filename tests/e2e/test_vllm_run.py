@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,8 @@ from omegaconf import OmegaConf
 
 from nexrl.controller import Controller
 from nexrl.recipe import load_recipe_checked
-from tests.e2e._recipe import overrides, train_rows
-from tests.e2e.test_kill_and_resume import wait_for_step
+from tests.e2e._recipe import overrides, subprocess_env, train_rows
+from tests.e2e.test_kill_and_resume import assert_pool_record_matches, wait_for_step
 
 RECIPE = "recipes/max_digit/max_digit_vllm.yaml"
 VLLM_VERSION = "0.32.0"
@@ -161,3 +162,133 @@ def test_batch_async_on_a_real_vllm_survives_a_kill_minus_9(tmp_path: Path) -> N
     assert trained == 8 * len(controller.scheduler.trained) == steps * 32
     # the killed server's engine processes were swept with it, the last vLLM stopped
     assert group_gone(pids[0]) and group_gone(pids[1])
+
+
+def test_fully_async_on_a_real_vllm_reloads_with_requests_in_flight(tmp_path: Path) -> None:
+    """fully-async: vLLM reloads each step's weights at once (/collective_rpc
+    reload_weights) while rollouts keep generating on it. Each trajectory is tagged
+    with the version vLLM had loaded when its request started (a request that
+    straddles a reload gets the older one), so no trajectory looks fresher than it
+    is, none is more than ``staleness_threshold`` versions behind the step that
+    trains it, every group is trained once, and vLLM labels every version."""
+    out = tmp_path / "run"
+    steps = 5
+    controller = run(
+        out, "weight.sync_mode=fully-async", "weight.staleness_threshold=2", steps=steps
+    )
+    (pid,) = assert_real_vllm(out)
+    log = (out / "logs" / "inference.log").read_text(errors="replace")
+    assert log.count('"POST /collective_rpc HTTP/1.1" 200') == steps, log[-3000:]
+    rows = train_rows(out)
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    assert [r["version/inference"] for r in rows] == list(range(1, steps + 1))
+    for r in rows:
+        assert r["version/rollout_max"] <= r["step"] - 1, r  # never fresher than loaded
+        assert r["step"] - 1 - r["version/rollout_min"] <= 2, r
+        assert r["inference/restarts"] == 0
+    assert max(r["version/lag_max"] for r in rows) >= 1  # rollouts really ran ahead
+    assert sum(r["weight/in_flight_at_reload"] for r in rows) > 0  # reloads mid-generation
+    trained = sum(r["batch/size"] for r in rows)
+    assert trained == 8 * len(controller.scheduler.trained) == steps * 32
+    assert group_gone(pid)
+
+
+TORN = "tests/e2e/_torn_snapshot_vllm.py:TornSnapshotVLLM"
+
+
+def train_cli(out: Path, *extra: str, steps: int) -> subprocess.CompletedProcess[str]:
+    """``nexrl train`` of the vLLM recipe as a user runs it (a process of its own)."""
+    build_vllm()
+    return subprocess.run(
+        [sys.executable, "-m", "nexrl", "train", RECIPE, *overrides(out, *extra, steps=steps)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+
+
+def error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one ``error:`` line a failed run prints (the traceback is in its log)."""
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return lines[0]
+
+
+def test_a_reload_vllm_refuses_stops_the_run_naming_it_and_the_same_command_resumes(
+    tmp_path: Path,
+) -> None:
+    """Snapshot v2 is torn on its way to vLLM (``_torn_snapshot_vllm.py``: half its
+    safetensors file gone) and vLLM refuses to load it. The run stops with one line
+    naming the snapshot, vLLM's reason and how to resume, step 2 kept (trained,
+    logged and checkpointed); the same command resumes from step 2, republishes the
+    torn snapshot from the trainer's checkpoint, starts vLLM on it and trains steps
+    3-4: each step and each group once."""
+    out = tmp_path / "run"
+    steps = 4
+    first = train_cli(out, f"service.inference_service.backend={TORN}", steps=steps)
+    assert first.returncode != 0, first.stderr[-3000:]
+    error = error_line(first)
+    assert "the vllm server refused snapshot v2 (" in error, error
+    assert "Error while deserializing header" in error, error  # vLLM's own reason
+    assert "the snapshot is damaged: " in error and "model.safetensors" in error, error
+    assert "step 2 trained and is checkpointed: run the same command again" in error, error
+    rows = train_rows(out)
+    assert [r["step"] for r in rows] == [1, 2], rows
+    assert processes_logging_to(out / "logs" / "inference.log") == []
+    again = train_cli(out, f"service.inference_service.backend={TORN}", steps=steps)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rows = train_rows(out)
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    assert_pool_record_matches(out, rows)
+    pids = assert_real_vllm(out)
+    assert all(group_gone(p) for p in pids)
+
+
+def processes_logging_to(log: Path) -> list[int]:
+    """Pids whose stdout is ``log`` (vLLM's API server and the engine processes it
+    forked: their command lines do not name the run folder)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if os.readlink(f"/proc/{p.pid}/fd/1") == str(log):
+                found.append(p.pid)
+        except OSError:
+            continue
+    return found
+
+
+def test_vllm_slower_to_start_than_its_timeout_stops_the_run_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    """vLLM cannot answer /health within ``startup_timeout_s=5`` (it needs ~30 s to
+    2 min here): the run stops with one line naming the setting and the log, and
+    nothing of vLLM is left running."""
+    out = tmp_path / "run"
+    proc = train_cli(out, "service.inference_service.startup_timeout_s=5", steps=2)
+    last = error_line(proc)
+    assert "was still starting after 5s" in last, last
+    assert "service.inference_service.startup_timeout_s" in last, last
+    log = out / "logs" / "inference.log"
+    assert f"(log: {log}" in last, last
+    assert processes_logging_to(log) == []
+    assert train_rows(out) == []
+
+
+def test_a_vllm_that_exits_at_start_stops_the_run_with_its_own_error(tmp_path: Path) -> None:
+    """vLLM refuses its flags (a ``--max-model-len`` past the model's positions) and
+    exits: the run stops with one line carrying vLLM's own error, found in its log
+    (not the traceback's last line), and the log's path."""
+    out = tmp_path / "run"
+    command = str(OmegaConf.load(RECIPE).service.inference_service.command)
+    assert "--max-model-len 128" in command
+    bad = command.replace("--max-model-len 128", "--max-model-len 100000")
+    proc = train_cli(out, f"service.inference_service.command='{bad}'", steps=2)
+    last = error_line(proc)
+    assert "did not start: server exited with" in last, last
+    assert "its last error: " in last and "max_model_len" in last, last
+    log = out / "logs" / "inference.log"
+    assert f"(log: {log})" in last, last
+    assert processes_logging_to(log) == []

@@ -21,6 +21,7 @@ from nexrl.cli.flags import FlagError
 from nexrl.cli.new_task import NewTaskError
 from nexrl.config.errors import RecipeError
 from nexrl.controller import ControllerError
+from nexrl.controller.reload import WeightSyncError
 from nexrl.controller.rundir import RunDirError
 from nexrl.data.errors import DataError
 from nexrl.errors import NexrlError
@@ -59,6 +60,7 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     RunDirError: (RuntimeError,),
     ModelSetupError: (RuntimeError,),
     ControllerError: (RuntimeError,),
+    WeightSyncError: (ControllerError, RuntimeError),
     ServiceError: (RuntimeError,),
     TrajectoryError: (ValueError,),
     BatchError: (ValueError,),

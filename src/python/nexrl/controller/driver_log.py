@@ -7,11 +7,9 @@ import logging
 from typing import Any
 
 from nexrl.controller.rundir import RunDir
-from nexrl.util.logfile import NO_ROTATION, LogRotation, close_log, open_log
+from nexrl.util.logfile import DETAILS_LOGGER, NO_ROTATION, LogRotation, close_log, open_log
 
 __all__ = ["DETAILS_LOGGER", "log_to_file"]
-
-DETAILS_LOGGER = "nexrl.details"  # goes to logs/driver.log only, never to the terminal
 
 
 def log_to_file(run: RunDir, level: str, rotation: LogRotation = NO_ROTATION) -> Any:

@@ -50,7 +50,7 @@ from nexrl.controller.driver_log import DETAILS_LOGGER
 from nexrl.controller.errors import ControllerError, RunResult
 from nexrl.controller.evaluator_stats import EvaluatorFailurePolicy
 from nexrl.controller.harvest import HarvestRecorder
-from nexrl.controller.reload import sync_weights
+from nexrl.controller.reload import WeightSyncError, sync_weights
 from nexrl.controller.report import filter_row, step_row, timed, warn_skipped_update
 from nexrl.controller.resume import finished_run, restore_state, say_resumed
 from nexrl.controller.sampling import FilterCount
@@ -304,11 +304,19 @@ class Controller:
             raise ControllerError(stop)
         if result.published_version is not None:
             timeout_s = float(self.cfg.runtime_monitor.task_timeout_s)
-            row.update(
-                sync_weights(
-                    parts, result, self.step, self.version, self.harvest, self.watch, timeout_s
+            try:
+                row.update(
+                    sync_weights(
+                        parts, result, self.step, self.version, self.harvest, self.watch, timeout_s
+                    )
                 )
-            )
+            except WeightSyncError as exc:  # the step trained: keep it, resume from it
+                self._checkpoint(row)
+                parts.tracker.log(self.step, row)
+                raise ControllerError(
+                    f"{exc}; step {self.step} trained and is checkpointed: run the same "
+                    "command again to resume from it (inference starts on its weights)"
+                ) from exc
         t_sync = time.perf_counter()
         every = int(self.cfg.validate.every)
         if parts.val_groups and every and self.step % every == 0:

@@ -15,7 +15,12 @@ if TYPE_CHECKING:
     from nexrl.controller.watch import ClusterWatch
     from nexrl.trainer.result import StepResult
 
-__all__ = ["sync_weights"]
+__all__ = ["WeightSyncError", "sync_weights"]
+
+
+class WeightSyncError(ControllerError):
+    """Inference could not take a trained step's weights (a reload refused, a restart
+    that failed): the step itself trained, so the loop checkpoints it before stopping."""
 
 
 def sync_weights(
@@ -46,7 +51,7 @@ def sync_weights(
     try:  # in memory when the run hands over that way (weight.handoff), else the snapshot
         seconds, memory = parts.handoff.sync(parts.supervisor, parts.trainer, result)
     except Exception as exc:
-        raise ControllerError(f"inference: {exc}") from exc
+        raise WeightSyncError(f"inference: {exc}") from exc
     out["timing/reload"] = seconds
     out["weight/handoff_memory"] = 1.0 if memory else 0.0
     watch.follow_inference_restarts(parts)  # a hung server is replaced by the reload

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +47,7 @@ from nexrl.config.sections.runtime import InferenceServiceConfig
 from nexrl.errors import NexrlError
 from nexrl.util.adapters import adapter_base_model, is_adapter_snapshot
 from nexrl.util.auth import token_of
-from nexrl.util.logfile import NO_ROTATION, LogRotation, rotate_copytruncate
+from nexrl.util.logfile import DETAILS_LOGGER, NO_ROTATION, LogRotation, rotate_copytruncate
 
 __all__ = ["InferenceSupervisor", "ServiceError"]
 
@@ -177,8 +178,19 @@ class InferenceSupervisor:
         try:
             server.start()
         except Exception as exc:
+            log = self.log_dir / "inference.log"
+            if getattr(exc, "timed_out", False):  # still starting: slow, not broken
+                last = getattr(exc, "last_log_line", "")
+                raise ServiceError(
+                    f"{what} was still starting after {cfg.startup_timeout_s:g}s "
+                    "(service.inference_service.startup_timeout_s): it was stopped; raise the "
+                    f"setting if the engine is only slow to start (log: {log}"
+                    + (f", last line: {last[:300]!r})" if last else ")")
+                ) from exc
+            # the log's tail for logs/driver.log; the terminal gets one line
+            logging.getLogger(DETAILS_LOGGER).error("inference: %s did not start: %s", what, exc)
             raise ServiceError(
-                f"{what} did not start: {exc} (log: {self.log_dir / 'inference.log'})"
+                f"{what} did not start: {_start_failure(exc, log)} (log: {log})"
             ) from exc
         self.server = server
         self._urls = [server.base_url]
@@ -277,6 +289,14 @@ class InferenceSupervisor:
         except Exception as exc:
             if not self.owns_server:
                 raise ServiceError(f"inference reload of v{version} failed: {exc}") from exc
+            from nexrl.weights.snapshot_read import verify_snapshot
+
+            damaged = verify_snapshot(path)
+            if damaged is not None:  # a restart on it would fail the same way
+                raise ServiceError(
+                    f"the {self._adapter_for().backend} server refused snapshot v{version} "
+                    f"({_reason(exc)}): the snapshot is damaged: {damaged}"
+                ) from exc
             self._replace(path, version, f"failed the reload ({exc})")
             return time.perf_counter() - start
         self.model_path, self.version = str(path), int(version)
@@ -394,3 +414,42 @@ class InferenceSupervisor:
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+
+def _reason(exc: BaseException) -> str:
+    """A reload error's reason, once: the replica's own words when there is one."""
+    failures = getattr(exc, "failures", None)
+    text = "; ".join(failures.values()) if isinstance(failures, dict) and failures else str(exc)
+    return text if len(text) <= 400 else text[:400] + "..."
+
+
+LOG_SCAN_BYTES = 64 * 1024  # how far back a failed start's log is searched for its error
+_ERROR_LINE = re.compile(r"\b([\w.]*(?:Error|Exception): \S.*)$")
+
+
+def _start_failure(exc: BaseException, log: Path) -> str:
+    """A start failure in one line: the first line of ``exc`` and the last error the
+    end of the server's ``log`` shows (``logs/driver.log`` gets ``exc`` in full, with
+    the log's tail). An error that points at a "root cause above" (vLLM's engine
+    start-up) is passed over for the one before it."""
+    first = str(exc).partition("\n")[0]
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_SCAN_BYTES))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        tail = ""
+    lines = tail.splitlines()
+    errors = []
+    for i, line in enumerate(lines):
+        if m := _ERROR_LINE.search(line):
+            error = m.group(1).strip()
+            after = lines[i + 1] if i + 1 < len(lines) else ""
+            if after[:1].isspace() and not after.strip().startswith(('File "', "^")):
+                error = f"{error}: {after.strip()}"  # e.g. pydantic's "1 validation error" + why
+            errors.append(error)
+    errors = [e for e in errors if "root cause" not in e.lower()] or errors
+    last = errors[-1] if errors else ""
+    if len(last) > 300:
+        last = last[:300] + "..."
+    return f"{first.rstrip(':')}; its last error: {last}" if last else first.rstrip(":")

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "DETAILS_LOGGER",
     "FORMAT",
     "NO_ROTATION",
     "LogFileUser",
@@ -45,6 +46,8 @@ __all__ = [
     "open_log",
     "rotate_copytruncate",
 ]
+
+DETAILS_LOGGER = "nexrl.details"  # the driver sends it to logs/driver.log only, never the terminal
 
 
 @dataclass(frozen=True)

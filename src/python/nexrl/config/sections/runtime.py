@@ -58,7 +58,12 @@ class InferenceServiceConfig:
         "the server binds its node's address (NEXRL_INFERENCE_HOST overrides).",
     )
     startup_timeout_s: float = cfg_field(
-        300.0, help="How long to wait for /health at start.", minimum=1.0
+        300.0,
+        help="Seconds to wait for the service to answer /health: a server nexrl starts "
+        "(at start and at each restart; past it the server is stopped and the run stops "
+        "naming this setting) or the replicas at base_urls. vLLM's CPU build takes 1-2 "
+        "min to start on 2 cores; a large model on a GPU, minutes.",
+        minimum=1.0,
     )
     max_batch_size: int = cfg_field(
         128,
