@@ -8,6 +8,7 @@ tests/benchmarks/test_bench_generation_heavy.py (CPU) and build-support/gpu/gen_
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,8 @@ def run_ours(
     lengths = {len(t.response_ids) for t in trajs}
     assert lengths == {RESPONSE}, lengths  # every answer really is 64 tokens
     s["lags"] = sorted({r.get("version/lag_max") for r in rows}, key=str)
+    reloads = [float(r["timing/reload"]) for r in rows[1:] if "timing/reload" in r]
+    s["median_reload_s"] = statistics.median(reloads) if reloads else None
     return s
 
 
