@@ -10,6 +10,7 @@
 #   build-support/slurm.sh status [--nodes]   one line: up/down and the node states
 #   build-support/slurm.sh env --nodes        'export SLURM_CONF=...': point sbatch/squeue/nexrl at the N nodes
 #   build-support/slurm.sh node-down NAME     take node NAME down as a failing machine would go
+#   build-support/slurm.sh partition NAME S   cut node NAME's link for S seconds, then put it back
 #
 # Needs root (it writes /etc/slurm and starts munged/slurmctld/slurmd). The node
 # offers this machine's cores, ~80% of its memory and 2 fake GPUs (gres on
@@ -29,6 +30,14 @@
 # bridge address: cluster.slurm.scheduler_host=10.77.0.1. Client commands need
 # SLURM_CONF=/etc/slurm-nodes/slurm.conf (`eval "$(build-support/slurm.sh env --nodes)"`).
 # It runs beside the one-node Slurm (its own port, state, pid and log files).
+#
+# `partition NAME S` is a network partition of one node: its bridge port (nexrl-v<i>,
+# the switch's side of its cable) goes down for S seconds, then up again. The node's
+# eth0 loses its carrier, every packet to or from it is dropped, and its processes
+# (slurmd, jobs, workers, servers) keep running untold: no reset, no error, as when a
+# switch or cable fails. The link comes back when S is up, on Ctrl-C, kill or a
+# caller's timeout (a trap), and even after kill -9 (a detached watchdog); `stop
+# --nodes` ends a partition under way. `node-down` is the other node fault: the node dies.
 set -euo pipefail
 
 conf_dir=/etc/slurm
@@ -264,8 +273,31 @@ kill_namespace() {  # every process whose network is namespace $1: TERM, then KI
   kill -9 $pids 2>/dev/null || true
 }
 
+end_partitions() {  # each running 'partition' puts its node's link back (its trap) and ends
+  local f pid
+  for f in /run/nexrl-partition-nexrl-n*.pid; do
+    [ -e "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null || true)
+    if partitioning "$f"; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 20); do partitioning "$f" || break; sleep 0.1; done
+    fi
+    rm -f "$f"
+  done
+  for f in /run/nexrl-partition-nexrl-n*.pid.watchdog; do  # one whose 'partition' was killed -9
+    [ -e "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null || true)
+    if [ -n "$pid" ] && tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" | grep -q 'ip link set nexrl-v'; then
+      pkill -P "$pid" 2>/dev/null || true
+      kill "$pid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+  done
+}
+
 stop_nodes() {
   local ns pid _ any=""
+  end_partitions
   if command -v scancel >/dev/null && pid_alive "$ctld_pid" slurmctld; then
     SLURM_CONF="$nodes_conf" scancel --full --signal=KILL --user="$(id -un)" >/dev/null 2>&1 || true
     SLURM_CONF="$nodes_conf" scancel --user="$(id -un)" >/dev/null 2>&1 || true
@@ -310,6 +342,41 @@ node_down() {  # what a machine that fails looks like: its daemons and jobs die,
   echo "slurm.sh: $node is down (slurmd and every process in it killed, its link down)"
 }
 
+partition_pid() { echo "/run/nexrl-partition-$1.pid"; }
+
+partitioning() {  # the 'partition' process FILE names is running
+  local pid
+  pid=$(cat "$1" 2>/dev/null) || return 1
+  [ -n "$pid" ] && tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" | grep -q 'slurm.sh partition '
+}
+
+partition() {  # a network partition: the node's link down for $2 s, its processes untouched
+  # not local: the EXIT trap below runs after this function has returned
+  node=$1 seconds=$2
+  [[ "$node" =~ ^nexrl-n([0-9]+)$ ]] || die "partition takes a node name like nexrl-n2, got '$node'"
+  veth="nexrl-v${BASH_REMATCH[1]}"
+  [[ "$seconds" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "partition takes the seconds the link stays down, got '$seconds'"
+  ip netns list | grep -qE "^$node( |$)" || die "no node $node (its namespace does not exist)"
+  ip link show "$veth" >/dev/null 2>&1 || die "node $node has no link $veth (taken down by node-down?)"
+  partitioning "$(partition_pid "$node")" && die "node $node is partitioned already (pid $(cat "$(partition_pid "$node")"))"
+  echo $$ > "$(partition_pid "$node")"
+  # Whatever ends this, the link comes back: at the time, on Ctrl-C, kill or the caller's
+  # timeout (the trap), and even on kill -9 (a detached watchdog puts it back at the time).
+  setsid bash -c "sleep $seconds; ip link set $veth up" </dev/null >/dev/null 2>&1 &
+  watchdog=$!
+  echo "$watchdog" > "$(partition_pid "$node").watchdog"
+  trap 'ip link set "$veth" up 2>/dev/null || true; rm -f "$(partition_pid "$node")"*; pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null || true' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM HUP
+  # the switch's side of the cable: the node's eth0 loses its carrier and its packets
+  # are dropped, in both directions; no process of the node is told (no reset, no error)
+  ip link set "$veth" down
+  echo "slurm.sh: $node partitioned: its link is down for ${seconds}s (its processes keep running)"
+  while kill -0 "$watchdog" 2>/dev/null; do sleep 0.2; done  # (a trapped signal ends it at once)
+  ip link set "$veth" up
+  echo "slurm.sh: $node reconnected: its link is up again"
+}
+
 case "${1:-} ${2:-}" in
   "start --nodes") start_nodes "${3:-}" "${NEXRL_SLURM_NODE_GPUS:-1}" ;;
   "start ") start ;;
@@ -319,5 +386,6 @@ case "${1:-} ${2:-}" in
   "status ") status ;;
   "env --nodes") echo "export SLURM_CONF=$nodes_conf" ;;
   node-down\ *) node_down "${2:-}" ;;
-  *) die "usage: $0 start [--nodes N] | stop [--nodes] | status [--nodes] | env --nodes | node-down NAME" ;;
+  partition\ *) partition "${2:-}" "${3:-}" ;;
+  *) die "usage: $0 start [--nodes N] | stop [--nodes] | status [--nodes] | env --nodes | node-down NAME | partition NAME SECONDS" ;;
 esac

@@ -1,7 +1,9 @@
 """``Heartbeats`` on a real LocalCluster: a worker process that is stopped (SIGSTOP)
 goes silent after ``silent_s`` and is named by ``QuietNotice``; a worker busy with
 GIL-holding Python work keeps heartbeating (no false alarm); a continued one is
-heard again."""
+heard again. A worker the scheduler removes (here: killed; on several nodes also one
+cut off the network past Dask's comm timeout) is gone, and a call waiting on it ends
+naming its rank instead of waiting out its deadline."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ import signal
 import time
 from typing import Any
 
+import pytest
+
+from nexrl.trainer.errors import TrainerLostError
 from nexrl.trainer.heartbeats import Heartbeats, QuietNotice
+from nexrl.trainer.pending import PendingCall
 
 DEADLINE_S = 120.0
 
@@ -65,3 +71,38 @@ def test_a_stopped_worker_goes_silent_and_a_busy_one_does_not(local_cluster: Any
         os.kill(pids[addrs[1]], signal.SIGCONT)
     _poll(beats, lambda s: s == [])  # heard again
     assert client.submit(_busy, 0.1, workers=[addrs[1]], pure=False).result(timeout=60) > 0
+
+
+def _wait_for(name: str) -> bool:
+    """A call that runs until the test sets the Dask event ``name``."""
+    from distributed import Event
+
+    return bool(Event(name).wait(DEADLINE_S))
+
+
+def test_a_worker_that_leaves_is_gone_and_ends_the_call_waiting_on_it(local_cluster: Any) -> None:
+    from distributed import Event
+
+    client = local_cluster
+    addrs = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    beats = Heartbeats(client, addrs, silent_s=0.0, every_s=0.2)
+    assert beats.gone() == []
+    name = f"release-{time.monotonic_ns()}"
+    futures = [client.submit(_wait_for, name, workers=[a], pure=False) for a in addrs]
+    # the deadline of a trainer call: far longer than this test may take
+    pending = PendingCall("step", futures, time.monotonic() + 10 * DEADLINE_S, beats)
+    try:
+        assert pending.wait(0.5) is False
+        pid = client.run(os.getpid, workers=[addrs[1]])[addrs[1]]
+        os.kill(pid, signal.SIGKILL)  # its nanny starts a new worker, at another address
+        deadline = time.monotonic() + DEADLINE_S
+        with pytest.raises(TrainerLostError) as err:
+            while time.monotonic() < deadline:
+                pending.wait(0.5)
+        assert err.value.ranks == (1,)
+        assert str(err.value).startswith(f"trainer step: rank 1's worker {addrs[1]} left the")
+        assert "distributed.comm.timeouts.tcp" in str(err.value)
+        assert beats.gone() == [1]
+    finally:
+        Event(name, client=client).set()
+        client.cancel(futures)

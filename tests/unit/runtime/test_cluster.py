@@ -81,6 +81,7 @@ def test_slurm_job_scripts_carry_the_recipe_settings_and_each_roles_resources() 
         for line in ("#SBATCH -p gpu", "#SBATCH -A rl", "#SBATCH -t 02:00:00"):
             assert line in script
         assert "#SBATCH --constraint=a100" in script
+        assert "#SBATCH --no-requeue" in script  # the run replaces a failed node's jobs itself
         assert script.index("module load cuda") < script.index("distributed.cli.dask_worker")
         assert script.count(sys.executable) == 1
         # the job's nanny leaves glibc's malloc tunables alone (nexrl.runtime.worker_env)

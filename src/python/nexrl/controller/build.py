@@ -104,9 +104,17 @@ def _build(
 
     inference_cfg = cfg.service.inference_service
     # Dask's error records (task tracebacks): in full in the log files, once on the
-    # terminal; undone after the cluster closed (closers run in reverse)
+    # terminal; undone after the cluster closed (closers run in reverse). asyncio's
+    # too: a scheduler's call to a worker whose job ended under it (a trainer rank's
+    # step, proxied, when the run stops on a lost node) is a "Task exception was never
+    # retrieved" record with a traceback
     closers.append(
-        route_logs(run.logs / "driver.log", shown_as="logs/driver.log", rotation=rotation)
+        route_logs(
+            run.logs / "driver.log",
+            ("distributed", "asyncio"),
+            shown_as="logs/driver.log",
+            rotation=rotation,
+        )
     )
     cluster = start_cluster(
         cfg.cluster,

@@ -160,10 +160,15 @@ def write_cluster_record(
         return os.environ.get("SLURM_JOB_ID")
 
     trainers = set(cluster.trainer_workers or [])
+    # on_error="return": a worker that cannot answer (lost, or its node cut off the
+    # network) is left out; "raise" failed the whole record and left the other workers'
+    # failed sends to asyncio, which printed their tracebacks at exit
     rollout = {
         addr: jid
-        for addr, jid in cluster.client.run(job_id).items()
-        if addr not in trainers and addr != cluster.inference_worker
+        for addr, jid in cluster.client.run(job_id, on_error="return").items()
+        if addr not in trainers
+        and addr != cluster.inference_worker
+        and not isinstance(jid, BaseException)
     }
     server = {"pid": getattr(supervisor.server, "pid", None)}  # a local server's own
     server.update(getattr(supervisor.server, "info", None) or {})  # a job's: node, job id

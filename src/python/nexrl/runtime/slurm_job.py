@@ -59,6 +59,13 @@ def job_kwargs(
     """``SLURMJob`` / ``SLURMCluster`` arguments of one role's jobs."""
     jobs: SlurmJobSize = getattr(cfg, role)
     directives = list(cfg.job_directives)
+    if not any(d.strip().startswith(("--requeue", "--no-requeue")) for d in directives):
+        # A job on a node Slurm takes for failed (down, or cut off the network for
+        # SlurmdTimeout) is not requeued: the run replaces it itself, and a requeued copy
+        # would queue ahead of the replacement, then join the scheduler as a stray
+        # worker of the same name (measured: a partitioned inference node's job was
+        # requeued and its replacement pended behind it).
+        directives.append("--no-requeue")
     if jobs.gpus:
         directives.append(f"--gres=gpu:{jobs.gpus}")
     kwargs: dict[str, Any] = {

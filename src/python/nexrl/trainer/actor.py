@@ -201,8 +201,17 @@ class TrainerGroup(RankZeroCalls):
         return state
 
     def close(self) -> None:
-        """Tear down the trainers and process groups, then release the actors."""
+        """Tear down the trainers and process groups, then release the actors. With a
+        rank's worker gone, the others may be stuck in a collective with it until
+        ``dist_timeout_s``: their actors are released without it."""
         try:
+            gone = self.heartbeats.gone() if self.heartbeats is not None else []
+            if gone:
+                raise TrainerLostError(
+                    f"rank(s) {', '.join(map(str, gone))} left the scheduler; not waiting "
+                    "for the other ranks to leave the process group",
+                    tuple(gone),
+                )
             self.call("close", timeout_s=60.0)
         except TrainerGroupError as exc:  # a rank that never set up (or died)
             logger.warning("closing trainer group: %s", exc)

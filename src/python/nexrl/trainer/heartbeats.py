@@ -10,6 +10,15 @@ itself leaves such a worker in place while it holds a running task (its
 call would wait out its whole deadline with nothing on the terminal. A rank stuck in a
 collective still heartbeats; ``trainer.dist_timeout_s`` ends that one.
 
+A rank's worker that the scheduler no longer lists is *gone*: its process, job or node
+died, or its node was cut off the network for longer than Dask's comm timeouts
+(``distributed.comm.timeouts.tcp``, 30 s: the scheduler then removes it). Its actor is
+lost with it (a worker the scheduler removed does not come back: it closes itself when
+it reconnects), yet a call waiting on it may not fail on its own while the network is
+cut (measured: a 90 s partition of a rank's node left the step waiting until the link
+came back; without it, until ``trainer.dist_timeout_s``). ``raise_if_silent`` names it
+(``TrainerLostError``) at the first probe after the scheduler removed it.
+
 The check compares the scheduler's ``last_seen`` of each worker with the value of
 the previous probe, on this process's clock only, so it holds when the scheduler
 runs on another machine.
@@ -20,9 +29,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from nexrl.trainer.errors import TrainerSilentError
+from nexrl.trainer.errors import TrainerLostError, TrainerSilentError
 
-__all__ = ["Heartbeats", "QuietNotice", "raise_if_silent"]
+__all__ = ["Heartbeats", "QuietNotice", "raise_if_gone", "raise_if_silent"]
 
 
 class Heartbeats:
@@ -35,12 +44,14 @@ class Heartbeats:
         self._seen: dict[str, tuple[Any, float]] = {}  # addr -> (last_seen, when it moved)
         self._next_probe = 0.0
         self._quiet: dict[int, float] = {}
+        self._known: set[str] = set()  # workers a probe has listed
+        self._gone: list[int] = []  # ranks whose worker a probe listed, and no longer does
 
     def quiet(self) -> dict[int, float]:
         """Seconds since each rank's worker last sent a heartbeat (as far as this
         process has seen: counted from the first probe), probing the scheduler at most
-        every ``every_s``; a worker the scheduler no longer has is not listed (its
-        actor's call fails on its own)."""
+        every ``every_s``; a worker the scheduler no longer has is not listed (it is
+        ``gone``)."""
         now = time.monotonic()
         if now < self._next_probe:
             return self._quiet
@@ -49,19 +60,28 @@ class Heartbeats:
             workers = self.client.scheduler_info(n_workers=-1)["workers"]
         except Exception:  # a scheduler that does not answer is found by the controller
             return self._quiet
-        quiet = {}
+        quiet, gone = {}, []
         for rank, addr in enumerate(self.addrs):
             info = workers.get(addr)
             if info is None:
                 self._seen.pop(addr, None)
+                if addr in self._known:
+                    gone.append(rank)
                 continue
+            self._known.add(addr)
             seen = info.get("last_seen")
             before = self._seen.get(addr)
             if before is None or before[0] != seen:
                 self._seen[addr] = before = (seen, now)
             quiet[rank] = now - before[1]
-        self._quiet = quiet
+        self._quiet, self._gone = quiet, gone
         return quiet
+
+    def gone(self) -> list[int]:
+        """The ranks whose worker the scheduler listed once and no longer does (probing
+        it at most every ``every_s``)."""
+        self.quiet()
+        return list(self._gone)
 
     def silent(self) -> list[tuple[int, float]]:
         """``(rank, seconds without a heartbeat)`` of every rank silent for ``silent_s``."""
@@ -70,9 +90,26 @@ class Heartbeats:
         return [(r, s) for r, s in self.quiet().items() if s >= self.silent_s]
 
 
+def raise_if_gone(what: str, heartbeats: Heartbeats | None) -> None:
+    """``TrainerLostError`` naming the ranks whose worker the scheduler has removed
+    (``what``: the trainer call, or what the run waited for)."""
+    gone = heartbeats.gone() if heartbeats is not None else []
+    if not gone or heartbeats is None:
+        return
+    ranks = ", ".join(f"rank {r}'s worker {heartbeats.addrs[r]}" for r in gone)
+    raise TrainerLostError(
+        f"trainer {what}: {ranks} left the Dask scheduler: its process, job or node died, "
+        "or its node lost the network for longer than Dask's comm timeout "
+        "(distributed.comm.timeouts.tcp)",
+        tuple(gone),
+    )
+
+
 def raise_if_silent(what: str, heartbeats: Heartbeats | None) -> None:
-    """``TrainerSilentError`` naming the ranks whose worker has sent no heartbeat for
+    """``TrainerLostError`` naming the ranks whose worker is gone, else
+    ``TrainerSilentError`` naming those that have sent no heartbeat for
     ``heartbeats.silent_s`` (``what``: the trainer call, or what the run waited for)."""
+    raise_if_gone(what, heartbeats)
     silent = heartbeats.silent() if heartbeats is not None else []
     if not silent or heartbeats is None:
         return

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, NoReturn, Protocol, TypeVar
 
-from nexrl.trainer.errors import TrainerGroupError
-from nexrl.trainer.heartbeats import Heartbeats, raise_if_silent
+from nexrl.trainer.errors import TrainerGroupError, TrainerLostError
+from nexrl.trainer.heartbeats import Heartbeats, raise_if_gone, raise_if_silent
 
 __all__ = ["Failure", "PendingCall", "RankFuture", "rank_failure"]
 
@@ -110,7 +110,9 @@ class PendingCall(Generic[T]):
     def result(self) -> list[T]:
         """Per-rank results in rank order; ``failure`` names the failed ranks (the
         others get a short grace period), a rank still running at the deadline, or a
-        rank whose worker went silent (``TrainerSilentError``)."""
+        rank whose worker went silent (``TrainerSilentError``). When a rank's worker
+        has left the scheduler, that rank is named (``TrainerLostError``), not the
+        others' errors it caused (gloo: "Connection closed by peer")."""
         while not self.done() and time.monotonic() < self.deadline:
             if any(_failed(f) for f in self.futures):
                 break  # the failed ranks are named below; the others get the grace
@@ -126,5 +128,9 @@ class PendingCall(Generic[T]):
             except Exception as exc:
                 errors.append((rank, exc))
         if errors:
+            try:
+                raise_if_gone(self.method, self.heartbeats)
+            except TrainerLostError as lost:
+                raise lost from errors[0][1]
             self.failure(self.method, errors)
         return results
