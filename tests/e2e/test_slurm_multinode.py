@@ -14,7 +14,7 @@ down, its processes untouched): the run stops once Dask's comm timeout has passe
 one line naming the rank, its job and node (one more run, ~2-3 min); with
 ``NEXRL_BENCH_LONG=1`` the same command resumes, each step and each group trained once.
 
-With ``NEXRL_BENCH_LONG=1`` (two more runs, ~4 min): a trainer rank's node is taken
+In CI too (two more runs, ~4 min): a trainer rank's node is taken
 down mid-run (``slurm.sh node-down``: its slurmd and every process in it killed, its
 link down); the run stops with one line naming the node, and the same command
 resumes on the two nodes left, each step and each group trained once.
@@ -279,9 +279,6 @@ def test_a_trainer_node_cut_off_the_network_stops_the_run_naming_it_and_it_resum
     subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
 
 
-@pytest.mark.skipif(
-    os.environ.get("NEXRL_BENCH_LONG") != "1", reason="two more runs: set NEXRL_BENCH_LONG=1"
-)
 def test_a_node_taken_down_stops_the_run_naming_it_and_it_resumes_on_the_others(
     slurm_nodes: None, tmp_path: Path
 ) -> None:
