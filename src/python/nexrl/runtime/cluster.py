@@ -55,6 +55,7 @@ class ClusterHandle:
     trainer_workers: list[str] | None = None
     inference_worker: str | None = None
     inference_group: str | None = None
+    should_stop: Callable[[], bool] | None = None  # the run's Ctrl-C: ends a wait for a job
     _closed: bool = field(default=False, repr=False)
     _address: str = field(default="", repr=False)
     _scheduler_id: str = field(default="", repr=False)
@@ -146,7 +147,8 @@ class ClusterHandle:
             raise RuntimeError("this cluster has no inference job")
         index = sum(1 for j in self.slurm_jobs.submitted if j.role == "inference")
         job = self.slurm_jobs.submit("inference", index)
-        self.inference_worker = self.slurm_jobs.wait_for_workers(self.client, [job])[job.name]
+        workers = self.slurm_jobs.wait_for_workers(self.client, [job], self.should_stop)
+        self.inference_worker = workers[job.name]
         return self.inference_worker
 
     def server_factory(self) -> Any:
@@ -257,7 +259,7 @@ def _slurm(req: ClusterRequest) -> ClusterHandle:
         should_stop=req.should_stop,
         dashboard_address=req.cfg.dashboard_address,
     )
-    return ClusterHandle(client, cluster, jobs, trainers, server)
+    return ClusterHandle(client, cluster, jobs, trainers, server, should_stop=req.should_stop)
 
 
 @CLUSTER_TYPES.register("kubernetes")
