@@ -216,5 +216,10 @@ def test_bench_generation_heavy_vllm_vs_embedded(benchmark: Any, tmp_path: Path)
         "embedded_median_reload_s": embedded["median_reload_s"],
         "vllm_median_reload_s": vllm["median_reload_s"],
     }
-    report(benchmark, "generation_heavy_vllm_vs_embedded", ("embedded", embedded), ("vllm", vllm), extra)
-
+    report(
+        benchmark,
+        "generation_heavy_vllm_vs_embedded",
+        ("embedded", embedded),
+        ("vllm", vllm),
+        extra,
+    )
