@@ -29,6 +29,7 @@ phase of the loop. CPU seconds, unlike wall time, hardly move with the machine's
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import os
 import time
@@ -51,6 +52,13 @@ __all__ = ["PlaneRun", "PlaneSettings", "drive_plane", "plane_cluster", "plane_s
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "recipes/max_digit/data/train.jsonl"
 EVALUATOR = ("recipes/max_digit/evaluator.py", "MaxDigitEvaluator")
+WORKER_IMPORTS = (
+    "nexrl.rollout_worker.tasks",
+    "nexrl.rollout_worker.simple",
+    "nexrl.inference.client",
+    "nexrl.pool.writer",
+    "nexrl.evaluators.registry",
+)
 PHASES = ("harvest", "top_up", "get_batch", "batch_file", "wait")
 
 
@@ -62,7 +70,7 @@ class PlaneSettings:
     groups_per_task: int = 8  # rollout_worker.groups_per_task (the default recipe's)
     group_size: int = 8  # rollout_worker.group_size
     batch_groups: int = 16  # groups per training batch (trajectory_pool.batch_size / group_size)
-    warmup_groups: int = 64
+    warmup_groups: int = 128
     measured_groups: int = 256
     total_epochs: int | None = None  # data.total_epochs (None: endless, 210 prompts an epoch)
 
@@ -134,6 +142,10 @@ def plane_cluster(workers: int, threads_per_worker: int = 4) -> Iterator[Any]:
     kwargs = local_cluster_kwargs(cfg, gpus_per_worker=0)
     with LocalCluster(**kwargs) as cluster, Client(cluster) as client:
         client.wait_for_workers(workers, timeout=300)
+        # what a worker imports on its first rollout, done now on every worker: a window
+        # must not measure imports on workers the warm-up's tasks did not reach
+        for module in WORKER_IMPORTS:
+            client.run(importlib.import_module, module)
         yield client
 
 
@@ -272,6 +284,8 @@ def drive_plane(
             phase["top_up"] += t2 - t1
             phase["get_batch"] += t3 - t2
             if batch is None:
+                if scheduler.loader_done and scheduler.idle(dispatcher):
+                    break  # the data is exhausted (total_epochs) and no batch is left
                 dispatcher.wait_any(0.2)
                 phase["wait"] += time.thread_time() - t3
                 continue
@@ -283,6 +297,7 @@ def drive_plane(
             path.unlink()
             phase["batch_file"] += time.thread_time() - t3
             delivered += len(keep) // s.group_size
+            run.group_ids += sorted({int(g) for g in trained.group_id})
             if start is None and delivered >= s.warmup_groups:
                 start = meter.read()
                 compute0 = _compute_s(client)
@@ -293,12 +308,12 @@ def drive_plane(
                 )
             elif start is not None:
                 run.batches += 1
-                run.group_ids += sorted({int(g) for g in trained.group_id})
         end = meter.read()
         compute1 = _compute_s(client)
     finally:
         dispatcher.cancel_all()
-    assert start is not None
+    if start is None:
+        raise RuntimeError(f"the data ran out after {delivered} groups, in the warm-up")
     run.groups = delivered - s.warmup_groups
     run.wall_s = end[0] - start[0]
     run.driver_cpu_s = end[1] - start[1]

@@ -76,7 +76,8 @@ def _report(benchmark: Any, label: str, run: PlaneRun) -> None:
     benchmark.extra_info.update(row)
     benchmark.extra_info["settings"] = label
     assert run.failed_groups == 0
-    assert len(run.group_ids) == len(set(run.group_ids)) == run.groups  # each group once
+    ids = run.group_ids
+    assert len(ids) == len(set(ids)) == run.groups + run.settings.warmup_groups  # each once
     print(
         f"\n| {label} | {row['groups_per_s']:.0f} | {row['driver_cpu_ms_per_group']:.2f} "
         f"| {row['loop_cpu_ms_per_group']:.2f} | {row['scheduler_cpu_ms_per_group']:.2f} "
@@ -131,6 +132,21 @@ def test_direct_requests_baseline(benchmark: Any, engine: Any) -> None:
         f"{info['client_cpu_ms_per_group']:.2f} | | | | | {info['engine_cpu_ms_per_group']:.2f} "
         f"| | {info['load_1m']:.1f} |"
     )
+
+
+@pytest.mark.benchmark(group="control-plane")
+def test_idle_cluster(benchmark: Any, cluster: tuple[int, Any]) -> None:
+    """The driver's CPU with N workers and nothing to do (heartbeats, the scheduler's
+    periodic work): the part of each row's CPU that comes per second, not per group."""
+    workers, _ = cluster
+    me = psutil.Process()
+    seconds = 8.0
+    c0, t0 = sum(me.cpu_times()[:2]), time.perf_counter()
+    benchmark.pedantic(lambda: time.sleep(seconds), rounds=1, iterations=1)
+    share = (sum(me.cpu_times()[:2]) - c0) / (time.perf_counter() - t0)
+    load = os.getloadavg()[0]
+    benchmark.extra_info.update({"idle_driver_cpu_share": share, "load_1m": load})
+    print(f"\n| {workers} workers, idle | | | | | {share:.3f} | | | | {load:.1f} |")
 
 
 @pytest.mark.benchmark(group="control-plane")
