@@ -20,7 +20,7 @@ the load average. The baseline in the same run: the same requests sent from one
 process (``InferenceClient`` + ``asyncio.gather``), nothing else. Numbers and what
 saturates: docs/benchmarks.md, "The control plane's limits".
 
-Long (~15 min on the 2-core machine, most of it starting 31 worker processes): runs
+Long (~7-11 min on the 2-core machine, a third of it starting 31 worker processes): runs
 only with ``NEXRL_BENCH_SCALE=1``.
 """
 
@@ -48,7 +48,7 @@ from tests._standin_engine import Latency, StandinSettings, start_standin_engine
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("NEXRL_BENCH_SCALE") != "1",
-    reason="a long benchmark (~15 min on 2 cores): set NEXRL_BENCH_SCALE=1 to run it",
+    reason="a long benchmark (~7-11 min on 2 cores): set NEXRL_BENCH_SCALE=1 to run it",
 )
 
 NAME = "standin"
