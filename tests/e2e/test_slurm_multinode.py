@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -44,7 +45,7 @@ from tests.e2e._groups import group_record
 from tests.e2e._recipe import RECIPE, subprocess_env, train_rows
 from tests.e2e.test_kill_and_resume import DEADLINE_S, assert_pool_record_matches, wait_for_step
 from tests.e2e.test_train_run import pool_of
-from tests.integration.slurm._slurm import SLURM_RUN, squeue, wait_gone
+from tests.integration.slurm._slurm import SLURM_TOKEN, squeue, wait_gone
 
 NODES = 3
 STEPS = 4
@@ -75,38 +76,59 @@ def slurm_nodes() -> Iterator[None]:
         started = True
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SLURM_CONF", NODES_CONF)  # sbatch/squeue/scancel of the run and the test
+        mp.setenv("NEXRL_TOKEN", SLURM_TOKEN)  # the documented command's api_key
         yield
     if started:
         _script("stop", "--nodes", timeout=300)
 
 
+DOC = Path("docs/cluster.md")
+# What the test adds to the documented command (docs/cluster.md, "Several nodes"), and
+# nothing else: its run folder, steps and checkpoints, a private dashboard port, a
+# faster health check.
+TEST_ONLY = (
+    "output_dir",
+    "trainer.total_train_steps",
+    "trainer.save_every",
+    "cluster.dashboard_address",
+    "runtime_monitor.health_check_interval_s",
+    "cluster.slurm.inference.gpus",
+)
+
+
+def documented_command() -> tuple[str, dict[str, str]]:
+    """The recipe and the ``key=value`` overrides of the 3-node command docs/cluster.md
+    shows ("Tested on 3 nodes on one machine"), as a shell would pass them."""
+    text = DOC.read_text()
+    section = text[text.index("**Tested on 3 nodes on one machine.**") :]
+    lines = section[section.index("./pants run src/python/nexrl:train -- ") :].splitlines()
+    command = []
+    for line in lines:
+        command.append(line.strip().removesuffix("\\"))
+        if not line.rstrip().endswith("\\"):
+            break
+    words = shlex.split(" ".join(command))
+    recipe, *overrides = words[words.index("--") + 1 :]
+    return recipe, dict(o.split("=", 1) for o in overrides)
+
+
 def multinode_overrides(
     out: Path, steps: int = STEPS, save_every: int = 0, inference_gpus: int = 1
 ) -> list[str]:
+    """The documented command's overrides, with ``TEST_ONLY`` set by the test."""
+    recipe, documented = documented_command()
+    assert recipe == RECIPE, recipe
+    assert documented["cluster.slurm.scheduler_host"] == BRIDGE, documented
     mine = {
-        "cluster.slurm.scheduler_host": BRIDGE,
-        # one fake GPU per node: the 2 trainer ranks and the server each take a node
-        "cluster.slurm.trainer.gpus": "1",
+        "output_dir": str(out),
+        "trainer.total_train_steps": str(steps),
+        "trainer.save_every": str(save_every),
+        "cluster.dashboard_address": ":0",
+        "runtime_monitor.health_check_interval_s": "1",
         "cluster.slurm.inference.gpus": str(inference_gpus),
     }
-    slurm = [o for o in SLURM_RUN if o.split("=", 1)[0] not in mine]
-    return [
-        f"output_dir={out}",
-        f"trainer.total_train_steps={steps}",
-        "trajectory_pool.batch_size=32",
-        "trainer.micro_batch_size=32",
-        f"trainer.save_every={save_every}",
-        "trainer.world_size=2",
-        "validate.validate_before_train=false",
-        "validate.every=0",
-        "cluster.dashboard_address=:0",
-        "runtime_monitor.health_check_interval_s=1",
-        # the nodes share this machine's hostname and /dev/shm, so 'auto' would hand the
-        # weights over in memory; on a real cluster it is snapshots on shared storage
-        "weight.handoff=files",
-        *slurm,
-        *(f"{k}={v}" for k, v in mine.items()),
-    ]
+    assert set(mine) == set(TEST_ONLY)
+    return [f"{k}={v}" for k, v in {**documented, **mine}.items()]
 
 
 def netns_of(pid: int) -> str | None:
