@@ -63,3 +63,16 @@ def test_only_the_end_of_a_long_log_is_read_and_no_error_leaves_the_first_line(
     assert _start_failure(RuntimeError("server exited with 1:"), tmp_path / "none") == (
         "server exited with 1"
     )
+
+
+def test_an_earlier_servers_error_in_the_same_log_is_not_this_starts(tmp_path: Path) -> None:
+    """``inference.log`` is appended to by every server of a run: only what this start
+    wrote (past ``since``) is searched."""
+    log = tmp_path / "inference.log"
+    log.write_text("RuntimeError: the previous server's crash\n")
+    since = log.stat().st_size
+    with log.open("a") as f:
+        f.write("INFO starting\nKilled\n")
+    line = _start_failure(RuntimeError("server exited with -9:\n<tail>"), log, since)
+    assert line == "server exited with -9"
+    assert "previous server" in _start_failure(RuntimeError("exited:"), log)

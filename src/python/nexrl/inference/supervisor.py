@@ -175,10 +175,11 @@ class InferenceSupervisor:
             **command,
         )
         what = f"'{cfg.command}'" if cfg.command else "the embedded inference server"
+        log = self.log_dir / "inference.log"
+        written = log.stat().st_size if log.exists() else 0  # earlier servers' lines
         try:
             server.start()
         except Exception as exc:
-            log = self.log_dir / "inference.log"
             if getattr(exc, "timed_out", False):  # still starting: slow, not broken
                 last = getattr(exc, "last_log_line", "")
                 raise ServiceError(
@@ -190,7 +191,7 @@ class InferenceSupervisor:
             # the log's tail for logs/driver.log; the terminal gets one line
             logging.getLogger(DETAILS_LOGGER).error("inference: %s did not start: %s", what, exc)
             raise ServiceError(
-                f"{what} did not start: {_start_failure(exc, log)} (log: {log})"
+                f"{what} did not start: {_start_failure(exc, log, written)} (log: {log})"
             ) from exc
         self.server = server
         self._urls = [server.base_url]
@@ -427,15 +428,16 @@ LOG_SCAN_BYTES = 64 * 1024  # how far back a failed start's log is searched for 
 _ERROR_LINE = re.compile(r"\b([\w.]*(?:Error|Exception): \S.*)$")
 
 
-def _start_failure(exc: BaseException, log: Path) -> str:
+def _start_failure(exc: BaseException, log: Path, since: int = 0) -> str:
     """A start failure in one line: the first line of ``exc`` and the last error the
-    end of the server's ``log`` shows (``logs/driver.log`` gets ``exc`` in full, with
-    the log's tail). An error that points at a "root cause above" (vLLM's engine
-    start-up) is passed over for the one before it."""
+    server's ``log`` shows past byte ``since`` (where this start began writing; at most
+    its last ``LOG_SCAN_BYTES``). ``logs/driver.log`` gets ``exc`` in full, with the
+    log's tail. An error that points at a "root cause above" (vLLM's engine start-up)
+    is passed over for the one before it."""
     first = str(exc).partition("\n")[0]
     try:
         with open(log, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_SCAN_BYTES))
+            f.seek(max(since, f.seek(0, os.SEEK_END) - LOG_SCAN_BYTES))
             tail = f.read().decode(errors="replace")
     except OSError:
         tail = ""
