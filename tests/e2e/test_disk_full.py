@@ -33,8 +33,11 @@ from tests.e2e._recipe import RECIPE, overrides, subprocess_env
 from tests.e2e.test_kill_and_resume import DEADLINE_S, wait_for_step
 from tests.e2e.test_train_run import processes_using
 
-STEPS = 6
-SIZE = "48M"  # the run folder of 6 steps (checkpoints every 2) takes ~8 MB
+# Steps left after the disk fills at step 3, so the resume has work: on a quiet machine
+# a step takes ~0.15 s, and a run of 6 once reached its last step before the watch saw
+# the fill (its rerun then found the run finished, nothing to resume).
+STEPS = 16
+SIZE = "48M"  # the run folder of 6 steps (checkpoints every 2) took ~8 MB
 BALLAST = "ballast"  # 4 MB written at mount time, deleted before the resume
 
 
