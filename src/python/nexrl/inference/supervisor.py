@@ -181,7 +181,8 @@ class InferenceSupervisor:
             server.start()
         except Exception as exc:
             if getattr(exc, "timed_out", False):  # still starting: slow, not broken
-                last = getattr(exc, "last_log_line", "")
+                lines = [line for line in _log_since(log, written).splitlines() if line.strip()]
+                last = lines[-1].strip() if lines else ""
                 raise ServiceError(
                     f"{what} was still starting after {cfg.startup_timeout_s:g}s "
                     "(service.inference_service.startup_timeout_s): it was stopped; raise the "
@@ -428,6 +429,16 @@ LOG_SCAN_BYTES = 64 * 1024  # how far back a failed start's log is searched for 
 _ERROR_LINE = re.compile(r"\b([\w.]*(?:Error|Exception): \S.*)$")
 
 
+def _log_since(log: Path, since: int) -> str:
+    """What ``log`` holds past byte ``since``: at most its last ``LOG_SCAN_BYTES``."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(since, f.seek(0, os.SEEK_END) - LOG_SCAN_BYTES))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _start_failure(exc: BaseException, log: Path, since: int = 0) -> str:
     """A start failure in one line: the first line of ``exc`` and the last error the
     server's ``log`` shows past byte ``since`` (where this start began writing; at most
@@ -435,13 +446,7 @@ def _start_failure(exc: BaseException, log: Path, since: int = 0) -> str:
     log's tail. An error that points at a "root cause above" (vLLM's engine start-up)
     is passed over for the one before it."""
     first = str(exc).partition("\n")[0]
-    try:
-        with open(log, "rb") as f:
-            f.seek(max(since, f.seek(0, os.SEEK_END) - LOG_SCAN_BYTES))
-            tail = f.read().decode(errors="replace")
-    except OSError:
-        tail = ""
-    lines = tail.splitlines()
+    lines = _log_since(log, since).splitlines()
     errors = []
     for i, line in enumerate(lines):
         if m := _ERROR_LINE.search(line):

@@ -64,13 +64,11 @@ if TYPE_CHECKING:
 
 class ServerStartError(RuntimeError, NexrlError):
     """The server exited or did not become healthy in time; the message has its log tail.
-    ``timed_out``: it was still starting when ``startup_timeout_s`` ran out (stopped since);
-    ``last_log_line``: the last line its log had then."""
+    ``timed_out``: it was still starting when ``startup_timeout_s`` ran out (stopped since)."""
 
-    def __init__(self, message: str, *, timed_out: bool = False, last_log_line: str = "") -> None:
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
         super().__init__(message)
         self.timed_out = timed_out
-        self.last_log_line = last_log_line
 
 
 def fill_command(command: str, **fields: str) -> list[str]:
@@ -284,12 +282,9 @@ class EmbeddedServer(LocalService):
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() > deadline:
-                    tail = self.log_tail()
-                    lines = [line for line in tail.splitlines() if line.strip()]
                     raise ServerStartError(
-                        f"server not healthy after {timeout_s:.0f}s:\n{tail}",
+                        f"server not healthy after {timeout_s:.0f}s:\n{self.log_tail()}",
                         timed_out=True,
-                        last_log_line=lines[-1].strip() if lines else "",
                     )
                 time.sleep(0.1)
 
