@@ -47,9 +47,21 @@ def wait_for_step(out: Path, step: int, proc: subprocess.Popen[Any] | None = Non
         if any(r["step"] >= step for r in train_rows(out)):
             return
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the run exited early with code {proc.returncode}")
+            said = _stderr_tail(proc)
+            raise AssertionError(f"the run exited early with code {proc.returncode}: {said}")
         time.sleep(0.2)
     raise AssertionError(f"step {step} not reached")
+
+
+def _stderr_tail(proc: subprocess.Popen[Any]) -> str:
+    """The end of what an exited run wrote to stderr (when the test piped it), for the
+    failure message: CI shows only the message."""
+    if proc.stderr is None:
+        return "(stderr not captured)"
+    try:
+        return str(proc.stderr.read())[-3000:]
+    except Exception as exc:  # already read, or closed
+        return f"(stderr unreadable: {exc})"
 
 
 def expected_group_ids(out: Path, n_groups: int) -> set[int]:

@@ -1,6 +1,6 @@
 """``RolloutScheduler``'s retry backoff: a failed group goes out again after
 ``retry_backoff_s * 2 ** (attempt - 1)`` seconds (at most ``retry_backoff_max_s``),
-new groups go out meanwhile, and the delays are counted."""
+new groups go out meanwhile (not in sync mode), and the delays are counted."""
 
 from __future__ import annotations
 
@@ -90,6 +90,27 @@ def test_a_failed_group_waits_its_backoff_while_new_groups_go_out(
     assert dispatcher.submitted == [0, 7, 1, 7]
     assert counters["failed_groups"] == 2
     assert counters["retried_groups"] == 2 and counters["retry_backoff_s"] == 3.0
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_in_sync_mode_a_retry_keeps_its_place_in_the_batch(sync: bool) -> None:
+    """sync mode: two of a step's four groups fail (their server died); no new group goes
+    out while they wait for their backoff, so the step trains exactly its four groups on
+    its weights. Other modes send new groups meanwhile (kept for a later batch)."""
+    clock, counters = Clock(), {"failed_groups": 0.0}
+    sched, loader = _scheduler(clock, counters), Loader(10)
+    sched.target, sched.hold_for_retries = 4, sync
+    dispatcher: Any = Dispatcher()
+    sched.top_up(dispatcher, loader, lambda: 0)
+    assert dispatcher.submitted == [0, 1, 2, 3]
+    _fail(sched, 2)
+    _fail(sched, 3)
+    sched.top_up(dispatcher, loader, lambda: 2)  # groups 0 and 1 are in the pool
+    assert dispatcher.submitted == ([0, 1, 2, 3] if sync else [0, 1, 2, 3, 4, 5])
+    clock.now += 1.0
+    sched.top_up(dispatcher, loader, lambda: 2)
+    assert dispatcher.submitted[-2:] == [2, 3]
+    assert len(dispatcher.submitted) == (6 if sync else 8)
 
 
 def test_a_group_out_of_tries_is_not_queued_again(caplog: pytest.LogCaptureFixture) -> None:

@@ -167,6 +167,7 @@ class Controller:
             parts = self.components
             self.watch.subscribe(parts.cluster)
             self.scheduler.target = parts.groups_per_batch * parts.sync_policy.batches_dispatched
+            self.scheduler.hold_for_retries = parts.sync_policy.mode == "sync"
             try:
                 self._resume()
                 self.filtered.start(parts.pool)

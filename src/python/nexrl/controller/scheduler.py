@@ -12,7 +12,11 @@ The controller's loop asks it two things, it keeps the bookkeeping behind them:
   ``retry_backoff_s`` seconds, doubled for each further failure of the same group
   and capped at ``retry_backoff_max_s`` (1 s, 2 s, 4 s, ... by default): a cluster
   losing workers one after another, or an inference service restarting, is not
-  hammered with the same groups. New groups are dispatched meanwhile. Each delay is
+  hammered with the same groups. New groups are dispatched meanwhile, except in
+  ``sync`` mode (``hold_for_retries``): there a group waiting for its retry keeps its
+  place in ``target``, so the step's batch is the groups that went out for it, all on
+  the step's weights (a new group sent meanwhile would be left over in the pool and
+  trained a step later, on older weights). Each delay is
   logged (a warning naming the group, the attempt and the delay) and counted
   (``retried_groups``, ``retry_backoff_s``: the delays' sum).
 * **dedup** (``first_copies``): Dask runs a future at least once, so a group can
@@ -66,6 +70,7 @@ class RolloutScheduler:
         self.not_before: dict[int, float] = {}  # group id -> when its retry may go out
         self.max_in_flight = max_in_flight
         self.target = target  # groups running or waiting in the pool to aim for
+        self.hold_for_retries = False  # sync mode: queued retries count toward target
         self.retry: list[Group] = []  # failed groups to roll out again
         self.attempts: dict[int, int] = {}  # group id -> failed attempts
         self.skip: set[int] = set()  # group ids already in the pool: never dispatched
@@ -176,7 +181,7 @@ class RolloutScheduler:
             if out:
                 dispatcher.submit_groups(out)
             return  # nothing more to dispatch: skip reading the pool's stats
-        outstanding = running + pool_groups()
+        outstanding = running + pool_groups() + (len(self.retry) if self.hold_for_retries else 0)
         while outstanding < self.target and running < self.max_in_flight:
             ready = self._next_retry() if self.retry else None
             if ready is not None:
