@@ -129,7 +129,7 @@ def test_batch_async_on_a_real_vllm_survives_a_kill_minus_9(tmp_path: Path) -> N
     is logged: nexrl restarts it on the newest weights, every group is trained once,
     and no trajectory is more than one version behind the step that trains it."""
     out = tmp_path / "run"
-    steps = 4
+    steps = 6  # steps 3-6 need rollouts after the kill (4 left none once: no restart)
     killed: list[int] = []
 
     def kill_vllm(controller: Controller) -> None:

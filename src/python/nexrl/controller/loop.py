@@ -51,7 +51,13 @@ from nexrl.controller.errors import ControllerError, RunResult
 from nexrl.controller.evaluator_stats import EvaluatorFailurePolicy
 from nexrl.controller.harvest import HarvestRecorder
 from nexrl.controller.reload import WeightSyncError, sync_weights
-from nexrl.controller.report import filter_row, step_row, timed, warn_skipped_update
+from nexrl.controller.report import (
+    counter_metrics,
+    filter_row,
+    step_row,
+    timed,
+    warn_skipped_update,
+)
 from nexrl.controller.resume import finished_run, restore_state, say_resumed
 from nexrl.controller.sampling import FilterCount
 from nexrl.controller.scheduler import RolloutScheduler
@@ -113,6 +119,7 @@ class Controller:
         # dynamic sampling's filtered groups, counted from the first batch (run())
         self.filtered = FilterCount(int(self.cfg.algorithm.max_extra_sampling_rounds))
         self._last_ckpt_step = -1
+        self._target = 1  # groups running or in the pool to aim for (set with the parts)
         self.disk: DiskWatch | None = None  # made with the run's folders (_watch_disk)
         self._first_step = 0  # the step this command started at (set by _loop)
         self.evaluator_policy = EvaluatorFailurePolicy(
@@ -166,7 +173,8 @@ class Controller:
             )
             parts = self.components
             self.watch.subscribe(parts.cluster)
-            self.scheduler.target = parts.groups_per_batch * parts.sync_policy.batches_dispatched
+            self._target = parts.groups_per_batch * parts.sync_policy.batches_dispatched
+            self.scheduler.target = self._target
             self.scheduler.hold_for_retries = parts.sync_policy.mode == "sync"
             try:
                 self._resume()
@@ -281,7 +289,7 @@ class Controller:
                     f"trainer: train_step {self.step + 1} still running after "
                     f"{parts.trainer.timeout_s:g}s (a hung rank?); see logs/driver.log"
                 )
-            self._service(dispatch=parts.sync_policy.dispatch_while_training)
+            self._service(dispatch=parts.sync_policy.dispatch_while_training, training=True)
             line = notice.line(self.step + 1, parts.trainer.heartbeats)
             if line:
                 logger.warning("%s", line)
@@ -335,6 +343,7 @@ class Controller:
             timed(row, t0, len(trained), t)
             self._checkpoint(row)  # carries the row: a kill before it is logged loses nothing
             row["timing/checkpoint"] = time.perf_counter() - t
+        row.update(counter_metrics(parts, self.counters))  # with what the sync counted
         timed(row, t0, len(trained), time.perf_counter())
         return row
 
@@ -384,8 +393,10 @@ class Controller:
             f"{timeout:g} is cancelled and retried"
         )
 
-    def _service(self, dispatch: bool) -> None:
-        """Harvest finished rollouts, count failures, watch inference, top up."""
+    def _service(self, dispatch: bool, training: bool = False) -> None:
+        """Harvest finished rollouts, count failures, watch inference, top up: no more
+        groups than the steps left need (``training``: the next step's batch is training
+        now), so the last step is not followed by rollouts nobody trains."""
         parts = self.parts
         if scheduler_gone(parts.cluster):
             raise ControllerError(self._diagnosis().scheduler_lost())
@@ -394,6 +405,8 @@ class Controller:
         self.harvest.record(parts.dispatcher.harvest(), parts)
         self.watch.health_check(parts)
         if dispatch:
+            left = int(self.cfg.trainer.total_train_steps) - self.step - int(training)
+            self.scheduler.target = min(self._target, max(0, left) * parts.groups_per_batch)
             self.scheduler.top_up(parts.dispatcher, parts.loader, parts.pending_groups)
 
     # -- validation and checkpoints ---------------------------------------------

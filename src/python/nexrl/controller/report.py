@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from nexrl.controller.components import Components
     from nexrl.trainer.result import StepResult
 
-__all__ = ["filter_row", "step_row", "timed", "warn_skipped_update"]
+__all__ = ["counter_metrics", "filter_row", "step_row", "timed", "warn_skipped_update"]
 
 logger = logging.getLogger("nexrl.controller.loop")  # the controller's log lines keep one name
 
@@ -41,6 +41,21 @@ def step_row(
         "version/rollout_min": int(versions.min()),
         "version/rollout_max": int(versions.max()),
         "version/lag_max": int(version_before - versions.min()),  # the one lag metric
+    }
+    row.update(counter_metrics(parts, counters))
+    row.update(batch.metrics())
+    row.update(evaluator_metrics(trained))  # eval/<name>: mean over the step's batch
+    row.update(signal_metrics(trained))  # is there anything to learn from?
+    for k, v in result.row().items():
+        row[f"timing/trainer_{k[7:]}" if k.startswith("timing/") else k] = v
+    return row
+
+
+def counter_metrics(parts: Components, counters: dict[str, float]) -> dict[str, Any]:
+    """The run's counters so far (failures, restarts, retries, ...): in the step's row,
+    and read again once the step's weight sync and validation are done (a server
+    restarted while they ran is counted in that step's row, not the next one's)."""
+    return {
         "rollout/failed_groups": counters["failed_groups"],
         "rollout/evaluator_errors": counters["evaluator_errors"],
         "rollout/rows_not_evaluated": counters.get("rows_not_evaluated", 0),
@@ -54,12 +69,6 @@ def step_row(
         "rollout/duplicate_trajectories_dropped": _duplicates_dropped(parts, counters),
         "rollout/in_flight": parts.dispatcher.running_trajectories("train"),
     }
-    row.update(batch.metrics())
-    row.update(evaluator_metrics(trained))  # eval/<name>: mean over the step's batch
-    row.update(signal_metrics(trained))  # is there anything to learn from?
-    for k, v in result.row().items():
-        row[f"timing/trainer_{k[7:]}" if k.startswith("timing/") else k] = v
-    return row
 
 
 def _duplicates_dropped(parts: Components, counters: dict[str, float]) -> int:
