@@ -69,6 +69,23 @@ def test_it_warns_with_the_rate_then_stops_below_the_floor(tmpfs: Path) -> None:
     )
 
 
+def test_a_run_that_ends_before_the_floor_is_not_warned(tmpfs: Path) -> None:
+    """~15 MiB left at 768 KiB a step reaches the floor in ~18 steps: a run with 5 steps
+    to go is not warned (its own writes end first), one with 40 to go is."""
+    run, clock = tmpfs / "run", Clock()
+    short = DiskWatch([run], min_free_gb=1.0, warn_hours=6.0, clock=clock)
+    long = DiskWatch([run], min_free_gb=1.0, warn_hours=6.0, clock=clock)
+    said: dict[str, list[int]] = {"short": [], "long": []}
+    for step in range(1, 4):
+        clock.now += 60
+        (run / f"step_{step}").write_bytes(b"\0" * CHUNK)
+        if short.observe(step, steps_to_go=5)[0]:
+            said["short"].append(step)
+        if long.observe(step, steps_to_go=40)[0]:
+            said["long"].append(step)
+    assert said == {"short": [], "long": [2]}
+
+
 def test_no_floor_no_check(tmpfs: Path) -> None:
     (tmpfs / "run" / "fill").write_bytes(b"\0" * (16 * MIB - 64 * 1024))
     watch = DiskWatch([tmpfs / "run"], min_free_gb=0.0, warn_hours=6.0)

@@ -8,7 +8,8 @@ and keeps the last ``WINDOW`` readings of the fullest one. From them:
 * **rate**: bytes used per second over the window (the run's own writes and
   anything else on that disk);
 * **warning** (at most once an hour): when at that rate the free space reaches the
-  floor in under ``runtime_monitor.disk_warn_hours``, a line naming the folder, the
+  floor in under ``runtime_monitor.disk_warn_hours`` and before the run's last step
+  (a run that ends first at that rate is not warned), a line naming the folder, the
   free space, the rate per step and the hours left, and the settings that bound the
   run's own files;
 * **stop**: when the free space is below the floor, the run stops after the step
@@ -88,8 +89,9 @@ class DiskWatch:
                 best = (folder, free, floor)
         return best
 
-    def observe(self, step: int) -> tuple[str | None, str | None]:
-        """After ``step``: (a warning line or None, the line that stops the run or None)."""
+    def observe(self, step: int, steps_to_go: int | None = None) -> tuple[str | None, str | None]:
+        """After ``step``: (a warning line or None, the line that stops the run or None);
+        ``steps_to_go``: the steps the run has left (None: unknown)."""
         if self.min_free_bytes <= 0:
             return None, None
         now = self._clock()
@@ -113,8 +115,10 @@ class DiskWatch:
             return None, None
         if self._warned_at is not None and now - self._warned_at < WARN_EVERY_S:
             return None, None
-        self._warned_at = now
         steps_left = int((free - floor) / per_step) if per_step > 0 else 0
+        if steps_to_go is not None and per_step > 0 and steps_left >= steps_to_go:
+            return None, None  # the run ends before its own writes reach the floor
+        self._warned_at = now
         return (
             f"disk filling: {human_bytes(free)} free on {folder}, ~{human_bytes(int(per_step))} "
             f"used per step: the run stops at {human_bytes(floor)} free "

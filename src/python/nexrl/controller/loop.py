@@ -426,7 +426,8 @@ class Controller:
                 min_free_gb=float(rm.min_free_disk_gb),
                 warn_hours=float(rm.disk_warn_hours),
             )
-        warning, stop = self.disk.observe(self.step)
+        to_go = int(self.cfg.trainer.total_train_steps) - self.step
+        warning, stop = self.disk.observe(self.step, to_go)
         if warning:
             logger.warning("%s", warning)
             self.parts.progress.write(f"warning: {warning}")

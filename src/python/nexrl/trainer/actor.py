@@ -205,6 +205,12 @@ class TrainerGroup(RankZeroCalls):
         rank's worker gone, the others may be stuck in a collective with it until
         ``dist_timeout_s``: their actors are released without it."""
         try:
+            status = str(getattr(self.client, "status", "running"))
+            if status != "running":  # the scheduler is gone: a call waits out the reconnect
+                raise TrainerGroupError(
+                    f"the Dask client is {status} (its scheduler lost): the trainer actors "
+                    "went with their workers"
+                )
             gone = self.heartbeats.gone() if self.heartbeats is not None else []
             if gone:
                 raise TrainerLostError(
