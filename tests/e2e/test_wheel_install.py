@@ -81,7 +81,8 @@ def test_pip_install_the_wheel_and_train_with_the_nexrl_command(tmp_path: Path) 
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-compile"]
     pip += ["--find-links", FIND_LINKS]
     cert = ca_bundle()
-    pip += ["--cert", cert] if cert else []
+    if cert:  # the variable, not --cert: DeepSpeed is an sdist, built by a pip subprocess
+        env["PIP_CERT"] = cert  # that gets no --cert (on a fresh machine: SSL errors)
     _run([*pip, str(wheel)], env, tmp_path, timeout=1800)
     nexrl_cmd = str(venv / "bin" / "nexrl")
 
