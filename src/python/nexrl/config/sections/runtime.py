@@ -203,7 +203,7 @@ class RuntimeMonitorConfig:
         6.0,
         help="Warn (at most once an hour) when, at the rate the fullest of those disks "
         "filled over the last 50 steps, min_free_disk_gb is reached in less than this "
-        "many hours. 0 = no warning.",
+        "many hours and before the run's last step. 0 = no warning.",
         minimum=0.0,
     )
     unhealthy_after: int = cfg_field(
