@@ -5,6 +5,7 @@ the last version that ``from_pretrained`` loads (written behind each step)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -66,5 +67,10 @@ def test_a_killed_server_restarts_on_the_snapshot_written_behind(tmp_path: Path)
         )
         assert r["version/inference"] == r["step"], why
     assert rows[-1]["weight/handoff_memory"] == 1.0, why
-    assert "restarting on v2" in log or "starting one on v" in log, why
+    # killed once step 2 is logged: the new server starts on v2, or on v3 when the kill
+    # landed after step 3's handover (a fast step), each from its snapshot
+    restarts = [ln for ln in log.splitlines() if "inference: " in ln and " on v" in ln]
+    started = re.findall(r"(?:restarting on|starting one on) v(\d+)", "\n".join(restarts))
+    # (v1 too where snapshot v2 was not written in time: "restarting on v1" follows)
+    assert started and all(int(v) in (1, 2, 3) for v in started), f"{restarts}\n{why}"
     assert latest_snapshot(out / "snapshots") == (STEPS, out / "snapshots" / f"v{STEPS}")
