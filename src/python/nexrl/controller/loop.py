@@ -175,7 +175,7 @@ class Controller:
             self.watch.subscribe(parts.cluster)
             self._target = parts.groups_per_batch * parts.sync_policy.batches_dispatched
             self.scheduler.target = self._target
-            self.scheduler.hold_for_retries = parts.sync_policy.mode == "sync"
+            self.scheduler.hold_for_retries = parts.sync_policy.retries_hold_their_place
             try:
                 self._resume()
                 self.filtered.start(parts.pool)

@@ -54,6 +54,12 @@ class SyncPolicy:
         return self.mode != "sync"
 
     @property
+    def retries_hold_their_place(self) -> bool:
+        """A group waiting for its retry counts toward the step's groups (no new one is
+        sent meanwhile): sync mode's batch is the groups sent for it, on its weights."""
+        return self.mode == "sync"
+
+    @property
     def drain_before_reload(self) -> bool:
         return self.mode == "batch-async"
 
