@@ -67,10 +67,11 @@ def test_a_killed_server_restarts_on_the_snapshot_written_behind(tmp_path: Path)
         )
         assert r["version/inference"] == r["step"], why
     assert rows[-1]["weight/handoff_memory"] == 1.0, why
-    # killed once step 2 is logged: the new server starts on v2, or on v3 when the kill
-    # landed after step 3's handover (a fast step), each from its snapshot
+    # killed once step 2 is logged: the new server starts on the newest version handed
+    # over by then, from its snapshot (waited for if still being written) or the one
+    # before ("restarting on v<N-1>" follows); steps 3-6 take ~0.1 s each here, so the
+    # kill may land after any handover (noticed at step 6's reload: "starting one on v6")
     restarts = [ln for ln in log.splitlines() if "inference: " in ln and " on v" in ln]
     started = re.findall(r"(?:restarting on|starting one on) v(\d+)", "\n".join(restarts))
-    # (v1 too where snapshot v2 was not written in time: "restarting on v1" follows)
-    assert started and all(int(v) in (1, 2, 3) for v in started), f"{restarts}\n{why}"
+    assert started and all(1 <= int(v) <= STEPS for v in started), f"{restarts}\n{why}"
     assert latest_snapshot(out / "snapshots") == (STEPS, out / "snapshots" / f"v{STEPS}")

@@ -343,10 +343,17 @@ def run(recipe: Recipe) -> int:
     from nexrl.controller.rundir import RunDirError
     from nexrl.data import DataError
     from nexrl.modeling.prepare import ModelSetupError
+    from nexrl.util.logfile import TerminalFormatter
 
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=logging.WARNING, format=fmt)
+    # a library's record with a traceback (Dask's "Exception in callback") is one line
+    # here; the traceback goes to logs/driver.log
+    for handler in logging.getLogger().handlers:
+        if type(handler) is logging.StreamHandler:
+            handler.setFormatter(
+                TerminalFormatter(fmt, where=f"{recipe.cfg.output_dir}/logs/driver.log")
+            )
     logging.getLogger("nexrl").setLevel(logging.INFO)
     # Dask's own INFO chatter (workers starting/closing) goes to the log file, not the
     # screen (main() also sets DASK_LOGGING__DISTRIBUTED for the workers).

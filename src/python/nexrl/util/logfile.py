@@ -21,6 +21,10 @@
   ``driver.log``): two file handlers on one file would each rotate it, and one would
   go on writing into the other's ``.1``. ``close_log`` closes the file when its last
   user is done.
+* **No tracebacks on the terminal.** ``TerminalFormatter`` writes a record that
+  carries a traceback (a library's "Exception in callback", logged with
+  ``exc_info``) as one line naming the exception and the log file that has the
+  traceback.
 """
 
 from __future__ import annotations
@@ -42,12 +46,35 @@ __all__ = [
     "LogFileUser",
     "LogRotation",
     "QuietFileHandler",
+    "TerminalFormatter",
     "close_log",
     "open_log",
     "rotate_copytruncate",
 ]
 
 DETAILS_LOGGER = "nexrl.details"  # the driver sends it to logs/driver.log only, never the terminal
+
+
+class TerminalFormatter(logging.Formatter):
+    """Formats as ``logging.Formatter`` does, but a record's traceback or stack is not
+    written: ``<message>: <ExceptionType>: <its text, on one line> (traceback: <where>)``
+    instead, ``where`` being the log file whose handler writes it in full."""
+
+    def __init__(self, fmt: str, where: str) -> None:
+        super().__init__(fmt)
+        self.where = where
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not (record.exc_info or record.stack_info):
+            return super().format(record)
+        bare = logging.makeLogRecord(record.__dict__)  # the file handler keeps the original
+        bare.exc_info, bare.exc_text, bare.stack_info = None, None, None
+        line = super().format(bare)
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            text = " | ".join(t.strip() for t in str(exc).splitlines() if t.strip())
+            line += f": {type(exc).__name__}" + (f": {text}" if text else "")
+        return f"{line} (traceback: {self.where})"
 
 
 @dataclass(frozen=True)
