@@ -8,6 +8,7 @@ import numpy as np
 
 from nexrl.pool import TrajectoryPool
 from nexrl.pool.config import PoolConfig
+from nexrl.util.dask_workers import workers_of
 from tests.integration.pool._workers import write_uids
 from tests.unit.pool._data import check_columns, must
 
@@ -32,7 +33,7 @@ def drain(pool: TrajectoryPool) -> list[tuple[int, list[int]]]:
 
 def test_groups_committed_twice_are_delivered_once_in_full_batches(local_cluster, tmp_path):
     client = local_cluster
-    first, second = sorted(client.scheduler_info()["workers"])
+    first, second = sorted(workers_of(client))
     store = str(tmp_path / "pool.zarr")
     cfg = PoolConfig(
         store=store, batch_size=BATCH, group_size=GROUP, key_list=["group_id"], dedup_groups=True

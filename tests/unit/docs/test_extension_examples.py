@@ -190,12 +190,13 @@ def test_a_reload_adapter_reloads_a_real_server(workspace: Path, engine_url: str
 
 def test_a_cluster_type_starts_a_real_cluster(workspace: Path) -> None:
     from nexrl.runtime.cluster import start_cluster
+    from nexrl.util.dask_workers import workers_of
 
     recipe = checked(workspace, "my_clusters.py", "cluster.type=threads")
     handle = start_cluster(recipe.cfg.cluster, "x", roots=recipe.roots)
     try:
         assert handle.client.submit(sum, [1, 2]).result(timeout=60) == 3
-        (worker,) = handle.client.scheduler_info()["workers"].values()
+        (worker,) = workers_of(handle.client).values()
         assert worker["resources"] == {"GPU": 1}
     finally:
         handle.close()

@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from nexrl.trainer.errors import TrainerLostError, TrainerSilentError
+from nexrl.util.dask_workers import workers_of
 
 __all__ = ["Heartbeats", "QuietNotice", "raise_if_gone", "raise_if_silent"]
 
@@ -57,7 +58,7 @@ class Heartbeats:
             return self._quiet
         self._next_probe = now + self.every_s
         try:
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            workers = workers_of(self.client)  # not scheduler_info(): see workers_of
         except Exception:  # a scheduler that does not answer is found by the controller
             return self._quiet
         quiet, gone = {}, []
