@@ -112,3 +112,19 @@ def test_plain_lines_with_eta_when_stderr_is_a_pipe() -> None:
     )
     assert lines[0].endswith("s") and " eta=" in lines[0] and lines[2].endswith(" eta=0s")
     assert lines[3] == "summary: the last line"
+
+
+def test_a_warning_is_one_line_on_the_terminal_and_one_warning_record_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+
+    stream = io.StringIO()
+    progress = ProgressDisplay(10, stream=stream, log=logging.getLogger("nexrl.details.test"))
+    with caplog.at_level(logging.INFO, logger="nexrl.details.test"):
+        progress.warn("step 3: nothing to learn from")
+    progress.close()
+    assert stream.getvalue() == "warning: step 3: nothing to learn from\n"
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.WARNING, "warning: step 3: nothing to learn from")
+    ]

@@ -292,8 +292,7 @@ class Controller:
             self._service(dispatch=parts.sync_policy.dispatch_while_training, training=True)
             line = notice.line(self.step + 1, parts.trainer.heartbeats)
             if line:
-                logger.warning("%s", line)
-                parts.progress.write(f"warning: {line}")
+                parts.progress.warn(line)
             pending.wait(POLL_S)  # returns the moment the step is done (or a rank is silent)
         result: StepResult = pending.result()[0]  # rank 0's: it holds the snapshot path
         path.unlink(missing_ok=True)
@@ -303,7 +302,7 @@ class Controller:
         row = step_row(parts, self.counters, batch, trained, result, self.version, version_before)
         warn_skipped_update(parts, row, self.step, self.cfg)
         for line in self.signal_watch.observe(self.step, trained, row):
-            parts.progress.write(f"warning: {line}")
+            parts.progress.warn(line)
         if parts.pool.config.filter_zero_variance:
             row.update(filter_row(trained, filtered, self.step, parts.groups_per_batch, self.cfg))
         parts.record_samples(self.step, trained)
@@ -429,8 +428,7 @@ class Controller:
         to_go = int(self.cfg.trainer.total_train_steps) - self.step
         warning, stop = self.disk.observe(self.step, to_go)
         if warning:
-            logger.warning("%s", warning)
-            self.parts.progress.write(f"warning: {warning}")
+            self.parts.progress.warn(warning)
         if stop:
             if self.step > self._last_ckpt_step:
                 self._checkpoint()

@@ -87,8 +87,7 @@ def warn_skipped_update(parts: Components, row: dict[str, Any], step: int, cfg: 
             f"trainer.max_nonfinite_steps={int(cfg.trainer.max_nonfinite_steps)} in a "
             "row stop the run)"
         )
-        logger.warning("%s", note)
-        parts.progress.write(f"warning: {note}")
+        parts.progress.warn(note)
 
 
 def filter_row(

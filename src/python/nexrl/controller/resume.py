@@ -102,11 +102,9 @@ def say_resumed(
     """The notes of a resume (a checkpoint passed over, the LR schedule moved, the
     settings changed; ``config.yaml`` records the new ones) and its log line."""
     if info.get("resume_note"):  # a corrupted checkpoint or snapshot was passed over
-        logger.warning("%s", info["resume_note"])
-        parts.progress.write(f"warning: {info['resume_note']}")
+        parts.progress.warn(info["resume_note"])
     if info.get("schedule_note"):  # the resumed recipe moved the LR schedule's end
-        logger.warning("%s", info["schedule_note"])
-        parts.progress.write(f"warning: {info['schedule_note']}")
+        parts.progress.warn(info["schedule_note"])
     _record_changes(parts, parts.run.record_config(cfg))
     logger.info(
         "resumed from %s at step %d (policy v%d); %d groups were in flight, %d groups "

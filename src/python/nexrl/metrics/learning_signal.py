@@ -27,7 +27,6 @@ docs/user-guide.md, "When it does not learn".
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +41,6 @@ __all__ = [
     "zero_variance_share",
 ]
 
-logger = logging.getLogger("nexrl.controller.loop")
 
 GUIDE = 'see "When it does not learn" in docs/user-guide.md'
 NO_SIGNAL_SHARE = 0.9
@@ -111,16 +109,14 @@ class LearningSignalWatch:
     last_warned: dict[str, int] = field(default_factory=dict)
 
     def observe(self, step: int, trained: Any, row: dict[str, Any]) -> list[str]:
-        """The warning lines for this step (also logged); ``row``: its metrics row, with
+        """The warning lines for this step (the caller shows and logs them:
+        ``ProgressDisplay.warn``); ``row``: its metrics row, with
         ``signal_metrics(trained)`` in it."""
-        lines = [
+        return [
             line
             for line in (self._no_signal(step, row), self._collapse(step, trained, row))
             if line
         ]
-        for line in lines:
-            logger.warning("%s", line)
-        return lines
 
     def _due(self, kind: str, step: int) -> bool:
         last = self.last_warned.get(kind)

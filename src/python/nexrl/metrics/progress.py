@@ -143,14 +143,21 @@ class ProgressDisplay:
             return
         print(" ".join(parts), file=self.stream, flush=True)
 
-    def write(self, msg: str) -> None:
-        """Print ``msg`` on its own line without breaking the bar."""
+    def write(self, msg: str, level: int = logging.INFO) -> None:
+        """Print ``msg`` on its own line without breaking the bar (and log it at
+        ``level``)."""
         if self.log is not None:
-            self.log.info("%s", msg)
+            self.log.log(level, "%s", msg)
         if self._bar is not None:
             self._bar.write(msg, file=self.stream)
         else:
             print(msg, file=self.stream, flush=True)
+
+    def warn(self, text: str) -> None:
+        """``warning: <text>`` on its own line, and a WARNING record in the log. The one
+        way a run's warning reaches the terminal: the line is not also logged to a
+        logger the terminal shows, which printed it twice."""
+        self.write(f"warning: {text}", level=logging.WARNING)
 
     def close(self) -> None:
         """Finish the bar (idempotent)."""
