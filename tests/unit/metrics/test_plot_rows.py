@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nexrl.metrics import read_metrics
 from nexrl.metrics.plots import plotted
-from nexrl.metrics.tail import PlotRows
+from nexrl.metrics.tail import MAX_POINTS, PlotRows
 
 
 def row(step: int) -> dict[str, object]:
@@ -57,3 +57,44 @@ def test_a_rewritten_shorter_file_is_read_again(tmp_path: Path) -> None:
     assert len(reader.rows()) == 3
     path.write_text(lines(1))  # a resume kept the rows up to its checkpoint
     assert [r["step"] for r in reader.rows()] == [1]
+
+
+def test_a_long_run_keeps_at_most_max_points_each_the_mean_of_as_many_steps(
+    tmp_path: Path,
+) -> None:
+    # max_points=4, reward = step: rows 1-4 fill it and become (2, 1.5), (4, 3.5); steps
+    # 5-6 and 7-8 come in pairs: (6, 5.5), (8, 7.5); full again: (4, 2.5), (8, 6.5); then
+    # buckets of 4 steps: 9-12 -> (12, 10.5); 13 is the partial bucket shown as it is
+    path = tmp_path / "metrics.jsonl"
+    reader = PlotRows(path, max_points=4)
+    rows = [{"step": s, "reward/mean": float(s)} for s in range(1, 14)]
+    rows[4]["val/reward/mean"] = 0.9  # step 5's validation: kept as logged
+    rows[6]["reward/mean"] = None  # step 7: NaN, written as null (the bucket's mean skips it)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:8]))
+    got = reader.rows()
+    assert got == [
+        {"step": 5, "val/reward/mean": 0.9},
+        {"step": 4, "reward/mean": 2.5},
+        {"step": 8, "reward/mean": (5.5 + 8.0) / 2},
+    ]
+    with path.open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows[8:]))
+    assert reader.rows() == [
+        {"step": 5, "val/reward/mean": 0.9},
+        {"step": 4, "reward/mean": 2.5},
+        {"step": 8, "reward/mean": 6.75},
+        {"step": 12, "reward/mean": 10.5},
+        {"step": 13, "reward/mean": 13.0},
+    ]
+
+
+def test_ten_thousand_steps_keep_the_default_bound(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(lines(*range(1, 10_001)))
+    got = PlotRows(path).rows()
+    assert MAX_POINTS // 2 <= len(got) <= MAX_POINTS
+    assert got[-1]["step"] == 10_000
+    # every point the mean of the same number of steps: reward = step / 10, so a bucket
+    # of k steps ending at s has mean (s - (k - 1) / 2) / 10
+    k = got[1]["step"] - got[0]["step"]
+    assert all(abs(r["reward/mean"] - (r["step"] - (k - 1) / 2) / 10) < 1e-9 for r in got[:-1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,10 @@ def test_offline_run_files_hold_every_metric_and_a_resume_continues_the_run(
         tracker.log(1, {"reward/mean": 0.25, "actor/pg_loss": -0.5})
         tracker.log(2, {"reward/mean": 0.5, "actor/pg_loss": -0.125})
     run_id = json.loads((out / "wandb_run.json").read_text())["run_id"]
+    # wandb names an offline run's folder by its start time to the second: a resume
+    # started within the same second as the first start (only here, never in a real
+    # run, whose start takes seconds) would write into the first one's folder
+    time.sleep(1.0)
     with MetricsTracker(["wandb"], out, run_name="r", config=RECIPE, resume_step=2) as tracker:
         tracker.log(3, {"reward/mean": 0.75, "actor/pg_loss": -0.25})
     assert json.loads((out / "wandb_run.json").read_text())["run_id"] == run_id

@@ -17,12 +17,13 @@ from typing import Any
 
 from nexrl.util.files import atomic_path
 
-__all__ = ["EVAL_PREFIX", "plot_reward_curve", "plotted", "reward_figure"]
+__all__ = ["EVAL_PREFIX", "VAL_PREFIX", "plot_reward_curve", "plotted", "reward_figure"]
 
 TRAIN_KEY = "reward/mean"
 VAL_KEY = "val/reward/mean"
 EVAL_PREFIX = "eval/"
 VAL_EVAL_PREFIX = "val/eval/"
+VAL_PREFIX = "val/"  # every validation metric's
 SIGNAL_KEYS = (
     ("rollout/zero_variance_groups", "groups without reward variance"),
     ("rollout/top_answer_share", "most common answer's share"),
