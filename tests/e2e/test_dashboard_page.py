@@ -23,11 +23,18 @@ from typing import Any
 
 import pytest
 
+from tests.e2e._gated_evaluator import GATE_ENV, close_after
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 DEADLINE_S = 900  # generous bound for a slow CI machine; a hang fails instead of blocking
+GATED = "tests/e2e/_gated_evaluator.py:GatedMaxDigit"
+# the page is read while the run is held (tests/e2e/_gated_evaluator.py): once this many
+# steps are logged, every rollout's scoring waits. The rollouts of the next step may have
+# been scored already (sync mode sends them while the step's row is written), so the
+# run is held at step LIVE_STEPS + 2 at the latest: the first run has 3 steps
+LIVE_STEPS = 1
 READ_SOURCE = """
 const doc = window.Bokeh && Bokeh.documents && Bokeh.documents[0];
 if (!doc) return null;
@@ -71,14 +78,13 @@ def browser() -> Iterator[Any]:
 class Run:
     """``nexrl train`` in a subprocess; its output lines collected as they come."""
 
-    def __init__(self, out: Path, steps: int) -> None:
-        cmd = [sys.executable, "-m", "nexrl.cli.train", RECIPE, *run_overrides(out, steps)]
+    def __init__(self, out: Path, steps: int, gate: Path | None = None) -> None:
+        extra, env = [], subprocess_env()
+        if gate is not None:  # held while the file exists (tests/e2e/_gated_evaluator.py)
+            extra, env[GATE_ENV] = [f"rollout_worker.evaluator={GATED}"], str(gate)
+        cmd = [sys.executable, "-m", "nexrl.cli.train", RECIPE, *run_overrides(out, steps), *extra]
         self.proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=subprocess_env(),
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -115,13 +121,17 @@ def page_source(driver: Any, name: str) -> dict[str, list[Any]] | None:
     return driver.execute_script(READ_SOURCE, name)
 
 
-def wait_page_steps(driver: Any, n: int) -> dict[str, list[Any]]:
+def wait_page_steps(driver: Any, n: int, live: Run | None = None) -> dict[str, list[Any]]:
+    """The page's metrics once it shows ``n`` steps; with ``live``, fails at once when
+    that run has ended first (its page with it)."""
     deadline = time.monotonic() + DEADLINE_S
     data: dict[str, list[Any]] | None = None
     while time.monotonic() < deadline:
         data = page_source(driver, "nexrl-metrics")
         if data and len(data["step"]) >= n:
             return data
+        if live is not None and live.proc.poll() is not None:
+            raise AssertionError(f"the run ended before its page showed {n} steps: {data}")
         time.sleep(0.5)
     raise AssertionError(f"the page never showed {n} steps: {data}")
 
@@ -143,10 +153,13 @@ def assert_matches_metrics(data: dict[str, list[Any]], out: Path) -> None:
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Run, Path]]:
     out = tmp_path_factory.mktemp("dash") / "run"
-    run = Run(out, steps=3)
+    # held until the live test has read the page and removes the gate
+    gate = close_after(out.with_name("gate"), LIVE_STEPS)
+    run = Run(out, 3, gate=gate)
     try:
         yield run, out
     finally:
+        gate.unlink(missing_ok=True)
         if run.proc.poll() is None:
             run.proc.kill()
 
@@ -156,7 +169,8 @@ def test_the_live_page_shows_the_runs_values(browser: Any, first_run: tuple[Run,
     url = run.url()
     assert url.endswith("/nexrl")
     browser.get(url)
-    data = wait_page_steps(browser, 2)  # live: the run is still going
+    # live: the run is held until the gate opens
+    data = wait_page_steps(browser, LIVE_STEPS, live=run)
     assert_matches_metrics(data, out)
     status = browser.execute_script(
         "return Bokeh.documents[0].get_model_by_name('nexrl-status').text"
@@ -166,6 +180,8 @@ def test_the_live_page_shows_the_runs_values(browser: Any, first_run: tuple[Run,
     assert "nexrl" in nav, nav  # listed in the Dask dashboard's navigation
     time.sleep(1.5)  # the next refresh fills the trajectory table
     browser.save_screenshot(str(artifacts() / "dashboard_live.png"))
+    assert run.proc.poll() is None, run.output()  # the page was read from the live run
+    out.with_name("gate").unlink()
     run.finish()
 
 
@@ -220,10 +236,14 @@ def test_the_page_after_a_resume_keeps_the_history(
     run.finish()
     before = {int(r["step"]): r for r in train_rows(out)}
     assert sorted(before) == [1, 2, 3]
-    resumed = Run(out, steps=5)  # resume.mode=auto (the default): from the step-3 checkpoint
+    # resume.mode=auto (the default): from the step-3 checkpoint; held once step 4 is
+    # logged (at step 6 at the latest)
+    gate = close_after(out.with_name("gate"), 4)
+    resumed = Run(out, steps=6, gate=gate)
     try:
         browser.get(resumed.url())
-        data = wait_page_steps(browser, 4)
+        data = wait_page_steps(browser, 4, live=resumed)
+        gate.unlink()
         assert data["step"][:4] == [1.0, 2.0, 3.0, 4.0]
         for i in range(3):  # the first run's steps, as the first run wrote them
             assert data["reward_mean"][i] == pytest.approx(before[i + 1]["reward/mean"])
@@ -231,5 +251,6 @@ def test_the_page_after_a_resume_keeps_the_history(
         assert_matches_metrics(data, out)
         resumed.finish()
     finally:
+        gate.unlink(missing_ok=True)
         if resumed.proc.poll() is None:
             resumed.proc.kill()
