@@ -67,7 +67,9 @@ def test_a_long_run_keeps_at_most_max_points_each_the_mean_of_as_many_steps(
     # buckets of 4 steps: 9-12 -> (12, 10.5); 13 is the partial bucket shown as it is
     path = tmp_path / "metrics.jsonl"
     reader = PlotRows(path, max_points=4)
-    rows = [{"step": s, "reward/mean": float(s)} for s in range(1, 14)]
+    rows: list[dict[str, float | None]] = [
+        {"step": s, "reward/mean": float(s)} for s in range(1, 14)
+    ]
     rows[4]["val/reward/mean"] = 0.9  # step 5's validation: kept as logged
     rows[6]["reward/mean"] = None  # step 7: NaN, written as null (the bucket's mean skips it)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows[:8]))

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from tornado.ioloop import IOLoop
+from tornado.ioloop import IOLoop  # pants: no-infer-dep (Dask's, see BUILD)
 
 from nexrl.util.logfile import TerminalFormatter
 
@@ -40,7 +40,9 @@ def test_a_callback_traceback_is_one_terminal_line_and_whole_in_the_file(
     to_file = logging.FileHandler(log_file)
     to_file.setFormatter(logging.Formatter(FMT))
     root = logging.getLogger()
-    handlers = [to_file, to_terminal] if file_first else [to_terminal, to_file]
+    handlers: list[logging.Handler] = (
+        [to_file, to_terminal] if file_first else [to_terminal, to_file]
+    )
     for h in handlers:
         root.addHandler(h)
     try:
