@@ -305,8 +305,9 @@ def recipe_error_line(recipe: str, exc: RecipeError) -> str:
 
 def one_line(exc: BaseException) -> str:
     """``str(exc)`` on one line (a message that spans lines has them joined with " | ")."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return " | ".join(lines) or type(exc).__name__
+    from nexrl.util.logfile import joined_lines
+
+    return joined_lines(str(exc)) or type(exc).__name__
 
 
 def _interrupts_to_the_log(previous: Callable[[Any], None]) -> Callable[[Any], None]:

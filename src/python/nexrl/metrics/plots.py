@@ -30,11 +30,16 @@ SIGNAL_KEYS = (
 )
 
 
+def finite_number(v: Any) -> bool:
+    """A metric value worth plotting: an int or float (not a bool), finite."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
     points = {}
     for row in rows:
         value, step = row.get(key), row.get("step")
-        if isinstance(step, int) and isinstance(value, int | float) and math.isfinite(value):
+        if isinstance(step, int) and finite_number(value):
             points[step] = float(value)  # a step logged twice (resume): the later row wins
     steps = sorted(points)
     return steps, [points[s] for s in steps]

@@ -21,11 +21,10 @@ are kept as they are.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-from nexrl.metrics.plots import VAL_PREFIX, plotted
+from nexrl.metrics.plots import VAL_PREFIX, finite_number, plotted
 from nexrl.metrics.sinks import parse_metric_lines
 
 __all__ = ["MAX_POINTS", "PlotRows"]
@@ -75,10 +74,6 @@ def _mean(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
 class PlotRows:
     """Incremental reader of ``path`` (module doc); ``rows()`` returns every row so far."""
 
@@ -111,12 +106,14 @@ class PlotRows:
             if not isinstance(step, int):
                 continue
             keys = [k for k in row if plotted(k)]
-            val = {k: row[k] for k in keys if k.startswith(VAL_PREFIX) and _number(row[k])}
+            val = {k: row[k] for k in keys if k.startswith(VAL_PREFIX) and finite_number(row[k])}
             if val:
                 self._val.append({"step": step, **val})
             per_step = [k for k in keys if not k.startswith(VAL_PREFIX)]
             if per_step:  # a training step's row (a NaN value, logged null, is left out)
-                self._per_step.add(step, {k: float(row[k]) for k in per_step if _number(row[k])})
+                self._per_step.add(
+                    step, {k: float(row[k]) for k in per_step if finite_number(row[k])}
+                )
         return self._view()
 
     def _view(self) -> list[dict[str, Any]]:

@@ -55,6 +55,11 @@ __all__ = [
 DETAILS_LOGGER = "nexrl.details"  # the driver sends it to logs/driver.log only, never the terminal
 
 
+def joined_lines(text: str) -> str:
+    """``text`` on one line: its non-blank lines, stripped, joined with " | "."""
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 class TerminalFormatter(logging.Formatter):
     """Formats as ``logging.Formatter`` does, but a record's traceback or stack is not
     written: ``<message>: <ExceptionType>: <its text, on one line> (traceback: <where>)``
@@ -72,7 +77,7 @@ class TerminalFormatter(logging.Formatter):
         line = super().format(bare)
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None:
-            text = " | ".join(t.strip() for t in str(exc).splitlines() if t.strip())
+            text = joined_lines(str(exc))
             line += f": {type(exc).__name__}" + (f": {text}" if text else "")
         return f"{line} (traceback: {self.where})"
 
