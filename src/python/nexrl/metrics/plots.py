@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from nexrl.util.files import atomic_path
 
@@ -30,7 +30,7 @@ SIGNAL_KEYS = (
 )
 
 
-def finite_number(v: Any) -> bool:
+def finite_number(v: Any) -> TypeGuard[int | float]:
     """A metric value worth plotting: an int or float (not a bool), finite."""
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
