@@ -109,6 +109,15 @@ def test_missing_data_file_names_the_file(tmp_path: Path) -> None:
     assert p.startswith("data.data_files") and "'nope.jsonl' does not exist" in p
 
 
+def test_missing_file_names_each_folder_looked_in_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recipe = write_recipe(tmp_path, "")
+    monkeypatch.chdir(tmp_path)  # the working directory is the recipe's folder
+    (p,) = problems_of(recipe, "data.data_files=[nope.jsonl]")
+    assert f"(relative paths are looked up in {tmp_path.resolve()})" in p, p
+
+
 def test_batch_size_not_a_multiple_of_group_size(tmp_path: Path) -> None:
     (p,) = problems_of(write_recipe(tmp_path, ""), "trajectory_pool.batch_size=10")
     assert "batch_size (10) must be a multiple of group_size (4)" in p

@@ -43,7 +43,9 @@ def test_blank_jsonl_lines_are_ignored_but_counted_in_line_numbers(tmp_path: Pat
 
 
 BAD_JSONL_LINES = [
-    ('{"prompt": "ok"', "invalid JSON"),
+    ('{"prompt": "ok"', "invalid JSON (Expecting ',' delimiter at column 16)"),
+    ('{"prompt": "ok', "invalid JSON (Unterminated string starting at column 12)"),
+    ('{"prompt": "ok"} x', "invalid JSON (Extra data at column 18)"),
     ('["prompt"]', "must be a JSON object, got list"),
     ('{"question": "x"}', "no 'prompt' field"),
     ('{"prompt": 3}', "must be a string or a list"),
@@ -84,7 +86,7 @@ def test_skip_mode_drops_and_counts_bad_rows(tmp_path: Path) -> None:
     assert [r.data["prompt"] for r in result.rows] == ["question 0", "question 1", "x", "y"]
     assert len(result.skipped) == len(BAD_JSONL_LINES)
     assert result.skipped[0].startswith(f"{bad}, line 2: invalid JSON")
-    assert result.skipped[-1].startswith(f"{bad}, line 9: ")
+    assert result.skipped[-1].startswith(f"{bad}, line {len(BAD_JSONL_LINES) + 1}: ")
 
 
 def test_missing_file_names_the_file_and_the_setting(tmp_path: Path) -> None:

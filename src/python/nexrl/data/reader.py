@@ -191,7 +191,7 @@ def _jsonl_rows(file: str, path: Path) -> Iterator[tuple[str, dict[str, Any] | s
             yield f"line {i}", "not valid UTF-8 text"
             continue
         except json.JSONDecodeError as exc:
-            yield f"line {i}", f"invalid JSON ({exc.msg} at column {exc.colno})"
+            yield f"line {i}", f"invalid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})"
             continue
         if not isinstance(data, dict):
             yield f"line {i}", f"a row must be a JSON object, got {type(data).__name__}"

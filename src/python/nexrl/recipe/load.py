@@ -88,7 +88,8 @@ def load_recipe_checked(
         log.warning("%s: %s", recipe, line)
     raw = migrated.cfg
     path = Path(recipe).resolve()
-    roots = [(workspace or Path.cwd()).resolve(), path.parent]
+    # the working directory, then the recipe's folder (once, when it is the same)
+    roots = list(dict.fromkeys([(workspace or Path.cwd()).resolve(), path.parent]))
     structure = [*migrated.problems, *structure_problems(RecipeConfig, raw, roots)]
     problems = [p for _, p in structure]
     bad = {where for where, _ in structure}
