@@ -6,6 +6,8 @@ naming the component that failed, while the task's other groups are delivered.""
 
 from __future__ import annotations
 
+import gc
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -123,6 +125,24 @@ def test_a_task_commits_its_groups_once_and_reports_failed_groups_alone(
     assert len(batch) == 6 * GROUP_SIZE  # each delivered group whole, none twice
     commits = {(writer, commit) for writer, commit, _ in batch.ids}
     assert len(commits) == 2  # one commit per task
+
+    # harvested tasks are let go: the scheduler forgets them (a worker that dies later
+    # must not make Dask run this old work again), though the groups are still held here
+    assert all(g.task is not None for g, _ in [*harvest.done, *harvest.failed])
+    gc.collect()  # Dask's own cycles (a wait's coroutines) are the collector's
+    assert _scheduler_keys_of(local_cluster, "-train-") == []
+
+
+def _scheduler_keys_of(client: Any, part: str, wait_s: float = 30.0) -> list[str]:
+    """The scheduler's task keys containing ``part``, once none is left or ``wait_s`` passed."""
+
+    def keys(dask_scheduler: Any) -> list[str]:
+        return [str(k) for k in dask_scheduler.tasks if part in str(k)]
+
+    deadline = time.monotonic() + wait_s
+    while (left := client.run_on_scheduler(keys)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
 
 
 BAD_WORKER = """

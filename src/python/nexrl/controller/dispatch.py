@@ -65,6 +65,12 @@ class Task:
     tag: str
     base_urls: tuple[str, ...] = ()  # the inference servers its rollouts were sent to
 
+    def release(self) -> None:
+        """Drop the futures once harvested: a group still points at its task (``InFlight.task``,
+        for ``base_urls``), and a future held past its harvest keeps its result on a worker,
+        which Dask recomputes when that worker dies (old work run again)."""
+        self.rollout = self.evaluate = None
+
 
 @dataclass(frozen=True)
 class TaskFailure:
@@ -242,6 +248,10 @@ class RolloutDispatcher:
                 )
             else:
                 still.append(t)
+        kept = {id(t) for t in still}
+        for t in self._tasks:
+            if id(t) not in kept:
+                t.release()
         self._tasks = still
         _warn_failures([f for _, f in out.failed])
         return out
@@ -273,6 +283,7 @@ class RolloutDispatcher:
                 for t in self._tasks:
                     self.client.cancel([t.rollout, t.evaluate])
                     self._fail_all(total, t, "rollout", str(t.rollout.key), "drain timeout")
+                    t.release()
                 self._tasks = []
         return total
 
@@ -285,6 +296,8 @@ class RolloutDispatcher:
                 self.client.cancel(futures)
             except Exception as exc:  # the cluster may already be gone
                 logger.debug("cancel: %s", exc)
+        for t in tasks:
+            t.release()
         return [g for t in tasks for g in t.groups]
 
 
