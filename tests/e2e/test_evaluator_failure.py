@@ -41,11 +41,14 @@ def _evaluator_of_a_missing_field(tmp_path: Path) -> str:
 def test_evaluator_metrics_are_in_the_metrics_rows(tmp_path: Path) -> None:
     out = tmp_path / "run"
     recipe = load_recipe_checked(
-        RECIPE, overrides(out, "validate.validate_before_train=true", "validate.every=2", steps=2)
+        RECIPE, overrides(out, "validate.validate_before_train=true", "validate.every=2", steps=3)
     )
-    assert Controller(recipe, progress=False).run().steps == 2
+    assert Controller(recipe, progress=False).run().steps == 3
     rows = train_rows(out)
-    assert len(rows) == 2
+    assert len(rows) == 3
+    # one row per step: the final policy's validation (step 3, not a multiple of 2) is in
+    # the last step's row
+    assert [r["step"] for r in read_rows(out)] == [0, 1, 2, 3]
     for row in rows:
         assert 0.0 <= row["eval/answered_a_digit"] <= 1.0
         assert row["eval/evaluator_error"] == 0.0
@@ -53,7 +56,7 @@ def test_evaluator_metrics_are_in_the_metrics_rows(tmp_path: Path) -> None:
     assert summary["evaluator_errors"] == 0
     # validation rows carry every evaluator metric too, as val/eval/<name>
     val = [r for r in read_rows(out) if "val/reward/mean" in r]
-    assert [r["step"] for r in val] == [0, 2]
+    assert [r["step"] for r in val] == [0, 2, 3]
     for row in val:
         assert 0.0 <= row["val/eval/answered_a_digit"] <= 1.0
         assert row["val/eval/evaluator_error"] == 0.0

@@ -244,9 +244,10 @@ class Controller:
             and every
             and self.step > 0
             and self.step % every
+            and self.step < total  # the last step's row holds it (_train_one_step)
             and self.stop_reason is None
         ):
-            parts.tracker.log(self.step, self._validate())  # the final policy is always validated
+            parts.tracker.log(self.step, self._validate())  # stopped early: no batch came
         if self.step > self._last_ckpt_step and self.step > 0:
             self._checkpoint()
         if self.watch.changed:
@@ -327,7 +328,9 @@ class Controller:
                 ) from exc
         t_sync = time.perf_counter()
         every = int(self.cfg.validate.every)
-        if parts.val_groups and every and self.step % every == 0:
+        # the final policy is always validated, in the last step's row (one row per step)
+        last = self.step == int(self.cfg.trainer.total_train_steps) and self.stop_reason is None
+        if parts.val_groups and every and (self.step % every == 0 or last):
             row.update(self._validate())
         row.update(
             {

@@ -11,7 +11,12 @@ from nexrl.config.fields import cfg_field
 @dataclass
 class ValidateConfig:
     validate_before_train: bool = cfg_field(False, help="Run validation before step 1.")
-    every: int = cfg_field(0, help="Validate every N steps (0 = never).", minimum=0)
+    every: int = cfg_field(
+        0,
+        help="Validate every N steps and after the last step, in that step's metrics row "
+        "(0 = never).",
+        minimum=0,
+    )
     data_files: list[str] = cfg_field(
         default_factory=list, help="Validation data (parquet/jsonl); empty = none.", path=True
     )
