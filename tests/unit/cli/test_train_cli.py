@@ -42,6 +42,17 @@ def test_missing_recipe_is_a_clear_error_not_a_traceback(
     assert "Traceback" not in err
 
 
+def test_ctrl_c_while_the_recipe_is_checked_is_one_line_and_exit_130(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a plugin file is imported while the recipe is checked: Ctrl-C arriving there
+    plugin = tmp_path / "slow_plugin.py"
+    plugin.write_text("raise KeyboardInterrupt\n")
+    assert main([RECIPE, "--check", f"plugins=[{plugin}]"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == "nexrl: stopped by Ctrl-C before the run started; nothing was written"
+
+
 def test_malformed_override_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([RECIPE, "seed=="]) == 2
     err = capsys.readouterr().err

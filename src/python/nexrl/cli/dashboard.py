@@ -29,7 +29,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from nexrl.dashboard.serve import start_server
 
-    server, url = start_server(root, args.port, args.address)
+    try:
+        server, url = start_server(root, args.port, args.address)
+    except OSError as exc:  # a port in use, an address not on this machine
+        print(
+            f"error: cannot listen on {args.address}:{args.port} ({exc.strerror or exc}); "
+            "pick another --port (0: a free one) or an --address of this machine",
+            file=sys.stderr,
+        )
+        return 2
     print(f"nexrl: dashboard {url}", flush=True)
     try:
         server.io_loop.start()

@@ -96,6 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the recipe is checked (run() handles later ones)
+        stop_warm_parent()
+        print(
+            "nexrl: stopped by Ctrl-C before the run started; nothing was written", file=sys.stderr
+        )
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_intermixed_args(argv)  # flags anywhere
     if args.new_task:
