@@ -4,8 +4,12 @@ no process left behind."""
 from __future__ import annotations
 
 import asyncio
+import http.server
+import logging
 import os
 import signal
+import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -86,3 +90,48 @@ def test_server_that_cannot_start_is_reported(tmp_path: Path) -> None:
         server.start()
     assert "no_model" in str(info.value)  # the log tail says why
     assert server.process is not None and server.process.poll() is not None
+
+
+class _Unready(http.server.BaseHTTPRequestHandler):
+    """A server that is up but not ready: 503 on /health (an engine still loading)."""
+
+    def do_GET(self) -> None:
+        self.send_response(503)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_replicas_that_never_get_healthy_are_named_with_why_and_the_setting(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--inference-url`` with a mistyped port (nothing listens) beside a server that
+    answers 503: a line while it waits, then one error naming each replica's problem
+    and ``startup_timeout_s``."""
+    from nexrl.config.sections.runtime import InferenceServiceConfig
+    from nexrl.inference.supervisor import InferenceSupervisor, ServiceError
+
+    unready = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unready)
+    threading.Thread(target=unready.serve_forever, daemon=True).start()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    ready = f"http://127.0.0.1:{unready.server_address[1]}"
+    config = InferenceServiceConfig(base_urls=[closed, ready], startup_timeout_s=3.0)
+    supervisor = InferenceSupervisor(config, log_dir=tmp_path, wait_notice_s=1.0)
+    try:
+        with caplog.at_level(logging.WARNING), pytest.raises(ServiceError) as info:
+            supervisor.start(tmp_path / "unused", 0)
+    finally:
+        supervisor.close()
+        unready.shutdown()
+    msg = str(info.value)
+    assert msg.startswith(
+        "inference replicas not healthy after 3s (service.inference_service.startup_timeout_s): "
+    )
+    assert f"{closed}: ConnectError: " in msg and f"{ready}: HTTP 503 from /health" in msg
+    assert "--inference-url" in msg
+    waiting = [r.getMessage() for r in caplog.records if "inference: waiting for" in r.getMessage()]
+    assert waiting and f"{ready}: HTTP 503 from /health" in waiting[0]
+    assert "of startup_timeout_s=3)" in waiting[0]

@@ -143,6 +143,7 @@ def _build(
         server_factory=cluster.server_factory(),  # Slurm: in the inference job
         health_timeout_s=float(cfg.runtime_monitor.health_timeout_s),
         unhealthy_after=int(cfg.runtime_monitor.unhealthy_after),
+        wait_notice_s=float(cfg.runtime_monitor.wait_notice_s),
         snapshot_root=snapshot_dir,
         lora_name=adapter_model_name(cfg),
         snapshot_ready=lambda path, version: wait_for_snapshot(

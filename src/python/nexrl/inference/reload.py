@@ -90,6 +90,7 @@ class ReloadAdapter(ABC):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers)
         self.policy_version: int | None = None
+        self.health_problems: dict[str, str] = {}  # the last health() call's, per replica
 
     @property
     def base_urls(self) -> list[str]:
@@ -100,13 +101,19 @@ class ReloadAdapter(ABC):
         return self._urls.next()
 
     def health(self, timeout_s: float = 5.0) -> dict[str, bool]:
-        """``GET /health`` on every replica (200 = healthy)."""
-        out = {}
+        """``GET /health`` on every replica (200 = healthy); why one is not, in
+        ``health_problems``."""
+        out, self.health_problems = {}, {}
         for url in self.base_urls:
             try:
-                out[url] = self._client.get(f"{url}/health", timeout=timeout_s).status_code == 200
-            except httpx.HTTPError:
+                status = self._client.get(f"{url}/health", timeout=timeout_s).status_code
+            except httpx.HTTPError as exc:
+                self.health_problems[url] = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 out[url] = False
+                continue
+            out[url] = status == 200
+            if status != 200:
+                self.health_problems[url] = f"HTTP {status} from /health"
         return out
 
     def started(self, version: int) -> None:

@@ -83,6 +83,7 @@ class InferenceSupervisor:
         server_factory: Callable[..., Any] | None = None,
         health_timeout_s: float = 10.0,
         unhealthy_after: int = 3,
+        wait_notice_s: float = 60.0,
         snapshot_root: Path | None = None,
         lora_name: str | None = None,
         snapshot_ready: Callable[[str, int], Any] | None = None,
@@ -114,6 +115,7 @@ class InferenceSupervisor:
         self._adapter: Any = None
         self.health_timeout_s = health_timeout_s
         self.unhealthy_after = unhealthy_after
+        self.wait_notice_s = wait_notice_s  # given replicas not healthy yet: a line this often
         self._missed = 0  # consecutive /health checks without an answer
         self._written_behind = False  # model_path: a snapshot the trainer may still be writing
 
@@ -264,16 +266,36 @@ class InferenceSupervisor:
             self._adapter = None
 
     def _wait_healthy(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
+        """Until every replica at ``base_urls`` answers ``/health``; a line every
+        ``wait_notice_s`` while one does not (a server still loading its model waits quietly
+        otherwise, a mistyped URL too), an error naming the setting after ``timeout_s``."""
+        start, notice_s = time.monotonic(), self.wait_notice_s
+        next_notice = start + notice_s
         while True:
-            health = self._adapter_for().health(timeout_s=5.0)
+            adapter = self._adapter_for()
+            health = adapter.health(timeout_s=5.0)
             if health and all(health.values()):
                 return
-            if time.monotonic() > deadline:
-                bad = [u for u, ok in health.items() if not ok]
+            problems = "; ".join(
+                f"{u}: {adapter.health_problems.get(u, 'not healthy')}"
+                for u, ok in health.items()
+                if not ok
+            )
+            waited = time.monotonic() - start
+            if waited > timeout_s:
                 raise ServiceError(
-                    f"inference replicas not healthy after {timeout_s:g}s: {bad}; check "
-                    "service.inference_service.base_urls and that the servers are running"
+                    f"inference replicas not healthy after {timeout_s:g}s "
+                    f"(service.inference_service.startup_timeout_s): {problems}; check "
+                    "service.inference_service.base_urls (--inference-url) and that the "
+                    "servers are running"
+                )
+            if time.monotonic() >= next_notice:
+                next_notice += notice_s
+                logger.warning(
+                    "inference: waiting for %s (%.0fs of startup_timeout_s=%g)",
+                    problems,
+                    waited,
+                    timeout_s,
                 )
             time.sleep(1.0)
 
