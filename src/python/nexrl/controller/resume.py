@@ -42,7 +42,7 @@ def finished_run(cfg: Any) -> RunResult | None:
             f"{run.root} finished at step {step} having trained on "
             "nothing but evaluator errors (eval/evaluator_error 1.0 at every step; see "
             "logs/dask-worker-*.log); fix the evaluator and start a new run with "
-            "another experiment_name"
+            "another experiment_name (or output_dir)"
         )
     print(f"{line}\n{summary}", file=sys.stderr, flush=True)
     return RunResult(step, run.root, None, summary)

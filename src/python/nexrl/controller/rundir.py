@@ -102,7 +102,8 @@ class RunDir:
         return (
             f"nexrl: {self.root} finished at step {step} (trainer.total_train_steps={total}): "
             "nothing to train; to train on, raise trainer.total_train_steps (resume.mode=auto "
-            "continues from its checkpoint), or start a new run with another experiment_name"
+            "continues from its checkpoint), or start a new run with another experiment_name "
+            "(or output_dir)"
         )
 
     def lock(self) -> Callable[[], None]:
