@@ -164,3 +164,60 @@ def test_a_recipe_that_fails_its_check_leaves_no_warm_parent(
     assert "trainer.lr" in capsys.readouterr().err
     assert warm_context() is None
     assert forkservers() == []
+
+
+def test_a_recipe_without_a_cluster_section_gets_the_warm_parent(tmp_path: Path) -> None:
+    """The schema's defaults (a local cluster, ``warm_parent`` on) hold for a recipe that
+    never names ``cluster``, as a new task's recipe often does."""
+    from nexrl.cli.train import stop_warm_parent, warm_parent_for
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("defaults: [nexrl_base, _self_]\nexperiment_name: no_cluster_section\n")
+    assert forkservers() == []
+    try:
+        assert warm_parent_for(str(recipe), []) is True
+        assert len(forkservers()) == 1
+    finally:
+        stop_warm_parent()
+    assert warm_parent_for(str(recipe), ["cluster.warm_parent=false"]) is False
+    assert forkservers() == []
+
+
+LOST = r"""
+import os, signal, time
+from nexrl.runtime.forkserver import start_warm_parent, warm_parent_lost
+from multiprocessing import forkserver
+
+if __name__ == "__main__":
+    assert start_warm_parent(preload=("json",))
+    print(repr(warm_parent_lost()), flush=True)  # alive: nothing to say
+    pid = forkserver._forkserver._forkserver_pid
+    os.kill(pid, signal.SIGKILL)  # as the out-of-memory killer would
+    deadline = time.monotonic() + 30
+    while not warm_parent_lost() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(pid, flush=True)
+    print(warm_parent_lost(), flush=True)
+"""
+
+
+def test_a_warm_parent_that_died_is_named_in_the_runs_error(tmp_path: Path) -> None:
+    """A killed warm parent takes the workers and the server forked from it along; the
+    run's error line then says so (``warm_parent_lost``), not only the rank it lost."""
+    script = tmp_path / "lost.py"
+    script.write_text(LOST)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    alive, pid, said = done.stdout.splitlines()
+    assert alive == "''"
+    assert said == (
+        f"; the warm parent (pid {pid}) that this run's local workers and inference server "
+        "fork from had died (killed? out of memory?) and took them with it "
+        "(cluster.warm_parent=false starts each process on its own)"
+    )

@@ -281,10 +281,10 @@ def warm_parent_for(recipe: str, overrides: list[str]) -> bool:
 
         from nexrl.recipe.compose import load_recipe
 
-        cluster = load_recipe(recipe, list(overrides)).cluster
-        wanted = str(cluster.type) == "local" and bool(
-            OmegaConf.select(cluster, "warm_parent", default=True)
-        )
+        # a recipe without a cluster section runs on the schema's defaults: local, warm
+        composed = load_recipe(recipe, list(overrides))
+        wanted = str(OmegaConf.select(composed, "cluster.type", default="local")) == "local"
+        wanted = wanted and bool(OmegaConf.select(composed, "cluster.warm_parent", default=True))
     except Exception:
         return False
     if not wanted:
@@ -355,6 +355,7 @@ def run(recipe: Recipe) -> int:
     from nexrl.controller.rundir import RunDirError
     from nexrl.data import DataError
     from nexrl.modeling.prepare import ModelSetupError
+    from nexrl.runtime.forkserver import warm_parent_lost
     from nexrl.util.logfile import TerminalFormatter
 
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -382,12 +383,12 @@ def run(recipe: Recipe) -> int:
         return 2
     except ControllerError as exc:
         logging.getLogger(__name__).debug("run failed", exc_info=True)
-        print(f"error: the run stopped: {exc}", file=sys.stderr)
+        print(f"error: the run stopped: {exc}{warm_parent_lost()}", file=sys.stderr)
         print(f"(details: {recipe.cfg.output_dir}/logs/driver.log)", file=sys.stderr)
         return 1
     except NexrlError as exc:  # e.g. TrainerGroupError: trainer.world_size > GPU workers
         logging.getLogger(__name__).debug("run failed", exc_info=True)
-        print(f"error: {one_line(exc)}", file=sys.stderr)
+        print(f"error: {one_line(exc)}{warm_parent_lost()}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # a second Ctrl-C, or one before the run's loop started
         print(

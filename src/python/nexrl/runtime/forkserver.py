@@ -45,6 +45,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from nexrl.runtime.own_session import OWN_SESSION_VAR
@@ -73,6 +74,7 @@ PRELOAD: tuple[str, ...] = (
 
 _context: Any = None  # the forkserver context once started by this process
 _method_before = "spawn"  # Dask's multiprocessing method before start_warm_parent
+_pid: int | None = None  # the warm parent's (multiprocessing starts another if it dies)
 
 
 def _worker_environ() -> dict[str, str]:
@@ -121,6 +123,8 @@ def start_warm_parent(preload: Sequence[str] = PRELOAD) -> bool:
     dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
     _keep_our_preload()
     _context = ctx
+    global _pid
+    _pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
     return True
 
 
@@ -143,12 +147,32 @@ def warm_context() -> Any:
     return _context
 
 
+def warm_parent_lost() -> str:
+    """A clause for a run's error line when the warm parent this process started has
+    died (killed, out of memory): the workers and the server forked from it end with
+    it, so the rank or server the error names is not the cause. "" otherwise."""
+    pid = _pid
+    if _context is None or not pid:
+        return ""
+    try:  # our child: once dead it is a zombie until reaped, so read its state
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        state = "gone"
+    if state not in ("Z", "X", "gone"):
+        return ""
+    return (
+        f"; the warm parent (pid {pid}) that this run's local workers and inference server "
+        "fork from had died (killed? out of memory?) and took them with it "
+        "(cluster.warm_parent=false starts each process on its own)"
+    )
+
+
 def stop_warm_parent() -> None:
     """Stop the warm parent this process started, when the recipe's check failed or the
     run is over: it may still be importing, so it is killed, not asked (a forked
     process it started is not its to wait for: the workers close with the cluster, the
     server with its supervisor)."""
-    global _context
+    global _context, _pid
     if _context is None:
         return
     from multiprocessing import forkserver
@@ -166,6 +190,7 @@ def stop_warm_parent() -> None:
         server._stop()  # reaps it and forgets it: a later start begins afresh
     dask.config.set({"distributed.worker.multiprocessing-method": _method_before})
     _context = None
+    _pid = None
 
 
 def detach_from_warm_parent() -> None:
