@@ -109,6 +109,14 @@ def test_missing_data_file_names_the_file(tmp_path: Path) -> None:
     assert p.startswith("data.data_files") and "'nope.jsonl' does not exist" in p
 
 
+@pytest.mark.parametrize("override", ["trainer.lr=inf", "rollout_worker.temperature=nan"])
+def test_a_number_that_is_not_finite_is_refused(tmp_path: Path, override: str) -> None:
+    # nan and inf pass a ">= 0" check; a run with them trains non-finite weights
+    field, value = override.split("=")
+    (p,) = problems_of(write_recipe(tmp_path, ""), override)
+    assert p == f"{field}: expected a finite number, got {value}"
+
+
 def test_missing_file_names_each_folder_looked_in_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

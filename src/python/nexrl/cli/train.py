@@ -399,6 +399,13 @@ def run(recipe: Recipe) -> int:
         return 130
     finally:
         sys.unraisablehook = previous_hook
+    if result.stopped_by and result.steps == 0:  # nothing trained, so no checkpoint
+        print(
+            f"nexrl: stopped by {result.stopped_by} before the first step; the same "
+            "command starts the run over",
+            file=sys.stderr,
+        )
+        return 130
     if result.stopped_by:
         print(
             f"nexrl: stopped by {result.stopped_by} at step {result.steps} (checkpointed); "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -185,6 +186,8 @@ def _type_error(tp: Any, value: Any) -> str | None:
     check = _SCALAR_CHECKS.get(tp)
     if check is not None and not check(value):
         return f"expected {_type_name(tp)}, got {value!r} ({type(value).__name__})"
+    if tp is float and not math.isfinite(float(value)):  # nan and inf pass every minimum
+        return f"expected a finite number, got {value}"
     return None
 
 
