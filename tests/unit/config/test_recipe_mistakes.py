@@ -333,10 +333,12 @@ def test_custom_worker_that_cannot_run_an_episode(tmp_path: Path) -> None:
         "from nexrl.rollout_worker.base import BaseRolloutWorker\n"
         "class Empty(BaseRolloutWorker):\n    pass\n"
         "class NotAWorker:\n    async def rollout(self, item):\n        return []\n"
+        "class SyncAgent(BaseRolloutWorker):\n    def run_agent(self, item):\n        pass\n"
     )
     for name, expected in (
         ("Empty", "implements neither run_agent"),
         ("NotAWorker", "is not a subclass of BaseRolloutWorker"),
+        ("SyncAgent", "SyncAgent.run_agent must be `async def` (the rollout task awaits it)"),
     ):
         (p,) = problems_of(path, f"rollout_worker.custom_worker=workers.py:{name}")
         assert p.startswith("rollout_worker.custom_worker:") and expected in p

@@ -31,6 +31,7 @@ the requests in (a retried rollout re-samples the same episode).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,12 @@ def missing_episode_method(cls: type[BaseRolloutWorker]) -> str | None:
             "runs in an evaluator future) nor rollout (the whole scored episode); "
             "override one of them"
         )
+    for name in ("run_agent", "run_group", "rollout"):  # awaited by the rollout task
+        method = getattr(cls, name)
+        if method is not getattr(BaseRolloutWorker, name) and not inspect.iscoroutinefunction(
+            method
+        ):
+            return f"{cls.__name__}.{name} must be `async def` (the rollout task awaits it)"
     return None
 
 
