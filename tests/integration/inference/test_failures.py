@@ -50,23 +50,26 @@ def test_hung_then_killed_server(
         finally:
             os.kill(pid, signal.SIGCONT)
 
-        # Killed while a long request runs (one that finished before the kill, on a quiet
-        # machine, is sent again larger).
+        # Killed while a long request runs: four of the largest requests (n=64, the
+        # server's most) at once, the last one queued behind the others, so it is far
+        # from done when the kill comes (a single request not done at 0.5 s could finish
+        # in the moment before the kill: it did once in CI).
         async def killed_mid_request() -> float:
             async with InferenceClient(server.base_url, SERVED_NAME, timeout_s=60) as c:
-                for n in (8, 32, 64):  # 64: the server's most (MAX_N)
-                    task = asyncio.create_task(c.complete([5, 6, 7], **{**LONG, "n": n}))
-                    await asyncio.sleep(0.5)
-                    if not task.done():
-                        break
-                    await task
-                else:
-                    pytest.fail("every request finished within 0.5 s: none was left to kill")
+                tasks = [
+                    asyncio.create_task(c.complete([5, 6, 7], **{**LONG, "n": 64}))
+                    for _ in range(4)
+                ]
+                await asyncio.sleep(0.5)
+                task = tasks[-1]
+                if task.done():
+                    pytest.fail("4 x 64 long samples finished within 0.5 s: none left to kill")
                 server.kill()
                 killed_at = time.monotonic()
                 with pytest.raises(InferenceError) as info:
                     await task
                 assert info.value.base_url == server.base_url
+                await asyncio.gather(*tasks[:-1], return_exceptions=True)
                 return time.monotonic() - killed_at
 
         assert asyncio.run(killed_mid_request()) < 10.0
