@@ -118,12 +118,11 @@ def start_warm_parent(preload: Sequence[str] = PRELOAD) -> bool:
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    global _method_before
+    global _method_before, _pid
     _method_before = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
     dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
     _keep_our_preload()
     _context = ctx
-    global _pid
     _pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
     return True
 

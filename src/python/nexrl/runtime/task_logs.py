@@ -127,10 +127,9 @@ class OneLinePerFailure(logging.StreamHandler[TextIO]):
         n = self.counts[seen] = self.counts.get(seen, 0) + 1
         if n > 1 and not _power_of_ten(n):
             return
-        said = failure and failure in what  # the message already names the exception
-        line = f"{record.name} - {record.levelname} - {what}" + (
-            f": {failure}" if failure and not said else ""
-        )
+        if failure in what:  # (also ""): the message already names the exception
+            failure = ""
+        line = f"{record.name} - {record.levelname} - {what}" + (f": {failure}" if failure else "")
         note = (
             "shown once per kind, then counted at 10, 100, ...;"
             if n == 1
