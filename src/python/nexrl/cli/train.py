@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from nexrl.cli import shutdown
 from nexrl.config.errors import RecipeError
 from nexrl.errors import NexrlError
 
@@ -96,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # multiprocessing's resource tracker, a process this one starts (with its -W flags),
+    # warns of "leaked semaphore objects" when the driver was ended at once (a Ctrl-C
+    # while the run closed); it removes them itself: the line tells a user nothing
+    if _TRACKER_WARNING not in sys.warnoptions:
+        sys.warnoptions.append(_TRACKER_WARNING)
     try:
         return _main(argv)
     except KeyboardInterrupt:  # Ctrl-C while the recipe is checked (run() handles later ones)
@@ -104,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             "nexrl: stopped by Ctrl-C before the run started; nothing was written", file=sys.stderr
         )
         return 130
+
+
+_TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
 
 
 def _main(argv: list[str] | None) -> int:
@@ -350,7 +359,21 @@ def resume_hint(recipe: Recipe) -> str:
 
 
 def run(recipe: Recipe) -> int:
-    """Train; the exit code (0 done, 1 failed, 130 interrupted)."""
+    """Train; the exit code (0 done, 1 failed, 130 interrupted). A Ctrl-C once the run's
+    own handler is gone (its processes closing, Python's teardown) ends the process at
+    once (``nexrl.cli.shutdown``)."""
+    shutdown.arm(_stopped_at_once(recipe))
+    return shutdown.ended(_run(recipe))
+
+
+def _stopped_at_once(recipe: Recipe) -> str:
+    return (
+        "nexrl: stopped at once (before the first step, or a second Ctrl-C: a step in "
+        f"progress is not checkpointed; the newest checkpoint is kept): {resume_hint(recipe)}"
+    )
+
+
+def _run(recipe: Recipe) -> int:
     from nexrl.controller import Controller, ControllerError
     from nexrl.controller.rundir import RunDirError
     from nexrl.data import DataError
@@ -391,11 +414,7 @@ def run(recipe: Recipe) -> int:
         print(f"error: {one_line(exc)}{warm_parent_lost()}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # a second Ctrl-C, or one before the run's loop started
-        print(
-            "nexrl: stopped at once (before the first step, or a second Ctrl-C: a step in "
-            f"progress is not checkpointed; the newest checkpoint is kept): {resume_hint(recipe)}",
-            file=sys.stderr,
-        )
+        print(_stopped_at_once(recipe), file=sys.stderr)
         return 130
     finally:
         sys.unraisablehook = previous_hook
