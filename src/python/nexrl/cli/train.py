@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 _TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
+#: their WARNING lines (a group's rollout failed, its retry) are folded on the terminal
+ROLLOUT_FAILURE_LOGGERS = ("nexrl.controller.dispatch", "nexrl.controller.scheduler")
 
 
 def _main(argv: list[str] | None) -> int:
@@ -379,17 +381,20 @@ def _run(recipe: Recipe) -> int:
     from nexrl.data import DataError
     from nexrl.modeling.prepare import ModelSetupError
     from nexrl.runtime.forkserver import warm_parent_lost
-    from nexrl.util.logfile import TerminalFormatter
+    from nexrl.util.logfile import FoldRepeats, TerminalFormatter
 
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=logging.WARNING, format=fmt)
     # a library's record with a traceback (Dask's "Exception in callback") is one line
-    # here; the traceback goes to logs/driver.log
+    # here; the traceback goes to logs/driver.log. A failed rollout and its retry: one
+    # line per kind of failure, then counts (a worker bug fails every group)
+    where = f"{recipe.cfg.output_dir}/logs/driver.log"
     for handler in logging.getLogger().handlers:
         if type(handler) is logging.StreamHandler:
-            handler.setFormatter(
-                TerminalFormatter(fmt, where=f"{recipe.cfg.output_dir}/logs/driver.log")
-            )
+            handler.setFormatter(TerminalFormatter(fmt, where=where))
+            for old in [f for f in handler.filters if isinstance(f, FoldRepeats)]:
+                handler.removeFilter(old)  # (main run again in one process)
+            handler.addFilter(FoldRepeats(ROLLOUT_FAILURE_LOGGERS, where))
     logging.getLogger("nexrl").setLevel(logging.INFO)
     # Dask's own INFO chatter (workers starting/closing) goes to the log file, not the
     # screen (main() also sets DASK_LOGGING__DISTRIBUTED for the workers).

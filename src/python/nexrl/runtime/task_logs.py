@@ -41,7 +41,14 @@ from typing import Any, TextIO
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from nexrl.util.logfile import NO_ROTATION, LogRotation, close_log, open_log
+from nexrl.util.logfile import (
+    NO_ROTATION,
+    LogRotation,
+    close_log,
+    first_word,
+    open_log,
+    power_of_ten,
+)
 
 __all__ = [
     "WORKER_LOGGERS",
@@ -81,9 +88,6 @@ def one_line(record: logging.LogRecord) -> tuple[str, str]:
     return what, " ".join(failure.split())
 
 
-_EXC_TYPE = re.compile(r"^([A-Za-z_][\w.]*)")
-
-
 def failure_kind(record: logging.LogRecord, what: str, failure: str) -> tuple[str, ...]:
     """What makes two records "the same failure" (module doc): the logger, the message
     template's first line (the first word of a Dask ``Compute Failed`` line: its task
@@ -94,14 +98,7 @@ def failure_kind(record: logging.LogRecord, what: str, failure: str) -> tuple[st
         first = what.split(" ", 1)[0]
     if not failure:
         return (record.name, first)
-    found = _EXC_TYPE.match(failure)
-    return (record.name, first, found.group(1) if found else failure)
-
-
-def _power_of_ten(n: int) -> bool:
-    while n >= 10 and n % 10 == 0:
-        n //= 10
-    return n == 1
+    return (record.name, first, first_word(failure) or failure)
 
 
 class OneLinePerFailure(logging.StreamHandler[TextIO]):
@@ -125,7 +122,7 @@ class OneLinePerFailure(logging.StreamHandler[TextIO]):
         what, failure = one_line(record)
         seen = failure_kind(record, what, failure)
         n = self.counts[seen] = self.counts.get(seen, 0) + 1
-        if n > 1 and not _power_of_ten(n):
+        if n > 1 and not power_of_ten(n):
             return
         if failure in what:  # (also ""): the message already names the exception
             failure = ""

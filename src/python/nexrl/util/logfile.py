@@ -25,6 +25,10 @@
   carries a traceback (a library's "Exception in callback", logged with
   ``exc_info``) as one line naming the exception and the log file that has the
   traceback.
+* **One line per kind of repeat on the terminal.** ``FoldRepeats`` lets through the
+  first record of a kind (a rollout that failed with a ``KeyError``, its retry) and
+  then its 10th, 100th, ...: a worker bug that fails every group printed two lines
+  per group and try, some 50 before the run stopped. The log file has each one.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import contextlib
 import logging
 import logging.handlers
 import os
+import re
 import shutil
 import sys
 import threading
@@ -43,6 +48,7 @@ __all__ = [
     "DETAILS_LOGGER",
     "FORMAT",
     "NO_ROTATION",
+    "FoldRepeats",
     "LogFileUser",
     "LogRotation",
     "QuietFileHandler",
@@ -70,6 +76,11 @@ class TerminalFormatter(logging.Formatter):
         self.where = where
 
     def format(self, record: logging.LogRecord) -> str:
+        note = getattr(record, "fold_note", None)  # set by FoldRepeats
+        line = self._one_line(record)
+        return f"{line} ({note})" if note else line
+
+    def _one_line(self, record: logging.LogRecord) -> str:
         if not (record.exc_info or record.stack_info):
             return super().format(record)
         bare = logging.makeLogRecord(record.__dict__)  # the file handler keeps the original
@@ -80,6 +91,56 @@ class TerminalFormatter(logging.Formatter):
             text = joined_lines(str(exc))
             line += f": {type(exc).__name__}" + (f": {text}" if text else "")
         return f"{line} (traceback: {self.where})"
+
+
+def power_of_ten(n: int) -> bool:
+    """1, 10, 100, ...: the counts at which a folded repeat is shown again."""
+    while n >= 10 and n % 10 == 0:
+        n //= 10
+    return n == 1
+
+
+_FIRST_WORD = re.compile(r"^([A-Za-z_][\w.]*)")
+
+
+def first_word(text: str) -> str | None:
+    """The leading identifier of ``text`` (``KeyError`` of ``KeyError: 'x'``), or None."""
+    found = _FIRST_WORD.match(text)
+    return found.group(1) if found else None
+
+
+class FoldRepeats(logging.Filter):
+    """A terminal handler's filter: WARNING records of ``loggers`` are let through
+    once per kind, then at the 10th, 100th, ... of that kind, each with a note
+    (``fold_note``, which ``TerminalFormatter`` appends) saying so and naming
+    ``where``, the log file that has them all. A kind: the logger, the message's
+    template and the first word of its last argument when that is text (the
+    exception type of a ``"...: %s"`` error, e.g. ``KeyError``)."""
+
+    def __init__(self, loggers: tuple[str, ...], where: str) -> None:
+        super().__init__()
+        self.loggers = loggers
+        self.where = where
+        self.counts: dict[tuple[str, ...], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = record.name
+        if record.levelno < logging.WARNING or not any(
+            name == n or name.startswith(f"{n}.") for n in self.loggers
+        ):
+            return True
+        last = record.args[-1] if isinstance(record.args, tuple) and record.args else None
+        kind = (name, str(record.msg), (first_word(last) if isinstance(last, str) else None) or "")
+        n = self.counts[kind] = self.counts.get(kind, 0) + 1
+        if n > 1 and not power_of_ten(n):
+            return False
+        # an attribute of its own: the log file's formatter does not show it
+        record.fold_note = (
+            f"shown once per kind, then counted at 10, 100, ...; each one in {self.where}"
+            if n == 1
+            else f"the same kind {n} times so far; each one in {self.where}"
+        )
+        return True
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,71 @@
+"""A custom rollout worker that fails on every group: the run stops with one error line
+naming the limit, and the terminal shows each kind of failure once, then counts.
+
+Before the folding, every failed group printed two driver lines (the failed future,
+the retry), for every try: some 50 lines before the run stopped.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.e2e._recipe import RECIPE, overrides, subprocess_env
+
+WORKER = """
+from nexrl.rollout_worker.simple import SimpleRolloutWorker
+
+
+class Broken(SimpleRolloutWorker):  # a bug of the kind a new worker has
+    async def run_agent(self, item):
+        return item["no_such_field"]
+"""
+
+
+def test_a_worker_that_fails_every_group_stops_the_run_in_a_few_lines(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    worker = tmp_path / "broken_worker.py"
+    worker.write_text(WORKER)
+    command = [
+        sys.executable,
+        "-m",
+        "nexrl.cli.train",
+        RECIPE,
+        *overrides(
+            out,
+            f"rollout_worker.custom_worker={worker}:Broken",
+            "runtime_monitor.max_task_failures=12",
+            "rollout_worker.retry_backoff_s=0.1",
+            "rollout_worker.groups_per_task=1",  # a future per group
+        ),
+    ]
+    proc = subprocess.run(
+        command, env=subprocess_env(), capture_output=True, text=True, timeout=600
+    )
+    err = proc.stderr
+    assert proc.returncode == 1, err[-3000:]
+    (stop,) = [line for line in err.splitlines() if line.startswith("error: the run stopped")]
+    found = re.search(
+        r"the run stopped: (\d+) rollout groups failed \(limit runtime_monitor.max_task_failures=12\)",
+        stop,
+    )
+    assert found and int(found.group(1)) > 12, stop  # (a harvest may take several at once)
+    assert "KeyError: 'no_such_field'" in stop, stop
+    # the driver's log has every failed future; the terminal the first, then the 10th
+    log = (out / "logs" / "driver.log").read_text()
+    logged = [x for x in log.splitlines() if "WARNING" in x and "rollout future rollout-g" in x]
+    assert len(logged) >= int(found.group(1)), log[-3000:]  # (the last harvest: all logged)
+    shown = [x for x in err.splitlines() if "nexrl.controller.dispatch: rollout future" in x]
+    assert len(shown) == 2, err[-3000:]
+    where = f"{out}/logs/driver.log"
+    assert shown[0].endswith(
+        f"(shown once per kind, then counted at 10, 100, ...; each one in {where})"
+    )
+    assert "(the same kind 10 times so far; each one in " in shown[1]
+    # the retries: each in the log, the first of each kind on the terminal
+    retried = [x for x in log.splitlines() if "rolled out again in" in x]
+    assert len(retried) >= 10, log[-3000:]
+    assert sum("rolled out again in" in x for x in err.splitlines()) == 2, err[-3000:]
+    assert "Traceback" not in err
