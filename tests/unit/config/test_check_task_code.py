@@ -139,6 +139,18 @@ def test_a_data_row_without_the_prompt_or_a_workers_field(recipe: Path, tmp_path
     )
 
 
+def test_a_mistyped_prompt_key_is_one_line_per_file(recipe: Path) -> None:
+    """Every row lacks the field data.prompt_key names: one line naming the rows, not one
+    line per row (it was five identical lines, one per row checked)."""
+    assert problems_of(recipe, "data.prompt_key=promt") == [
+        "data.data_files: train.jsonl: 3 rows (line 1, line 2, line 3): no 'promt' field "
+        "(fields: ['answer', 'hint', 'prompt']); set data.prompt_key to the field holding "
+        "the prompt",
+        "validate.data_files: test.jsonl, line 1: no 'promt' field (fields: ['answer', "
+        "'hint', 'prompt']); set data.prompt_key to the field holding the prompt",
+    ]
+
+
 def test_an_evaluator_without_evaluate_or_with_a_failing_constructor(recipe: Path) -> None:
     (p,) = problems_of(recipe, "rollout_worker.evaluator=task.py:NoEvaluate")
     assert p.startswith("rollout_worker.evaluator: NoEvaluate has no 'evaluate' method (")

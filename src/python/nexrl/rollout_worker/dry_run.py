@@ -204,6 +204,17 @@ def required_data_fields(cfg: DictConfig, roots: list[Path]) -> tuple[tuple[str,
     return tuple(_needs(evaluator, worker))
 
 
+def _rows_where(field: str, file: str, positions: list[str]) -> str:
+    """``data.data_files: f.jsonl, line 3``, or for several rows ``...: f.jsonl: 5 rows
+    (line 1, line 2, line 3, ... and 2 more)``."""
+    if len(positions) == 1:
+        return f"{field}: {file}, {positions[0]}"
+    shown = ", ".join(positions[:SHOWN_ROWS])
+    more = len(positions) - SHOWN_ROWS
+    shown += f", ... and {more} more" if more > 0 else ""
+    return f"{field}: {file}: {len(positions)} rows ({shown})"
+
+
 def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -> list[str]:
     """The data-row checks and dry runs (module doc); one line per problem."""
     from nexrl.data.errors import DataError
@@ -220,6 +231,7 @@ def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -
     # one line, not one per row checked)
     missing_at: dict[tuple[str, str], dict[tuple[str, str], list[str]]] = {}
     fields_seen: dict[tuple[str, str, str], list[str]] = {}
+    prompt_at: dict[tuple[str, str, str], list[str]] = {}  # a mistyped data.prompt_key
     first: tuple[str, str, dict[str, Any]] | None = None
     for field, files in groups:
         for file in files or []:
@@ -241,8 +253,8 @@ def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -
                 if isinstance(row, str):
                     out.append(f"{where}: {row}")
                     continue
-                if problem := prompt_problem(row, prompt_key):
-                    out.append(f"{where}: {problem}")
+                if problem := prompt_problem(row, prompt_key):  # one line per file and problem
+                    prompt_at.setdefault((field, str(file), problem), []).append(position)
                     continue
                 missing = [(f, who) for f, who in needs if f not in row]
                 for key in missing:
@@ -251,19 +263,16 @@ def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -
                     fields_seen.setdefault((*key, str(file)), sorted(row))
                 if not missing and first is None and field == "data.data_files":
                     first = (str(file), position, row)
+    for (field, file, problem), positions in prompt_at.items():
+        out.append(f"{_rows_where(field, file, positions)}: {problem}")
     for (f, who), places in missing_at.items():  # one line per field and file
         for (field, file), positions in places.items():
-            where = f"{field}: {file}, {positions[0]}"
             fields = str(fields_seen[(f, who, file)])
             if len(positions) > 1:
-                shown = ", ".join(positions[:SHOWN_ROWS])
-                more = len(positions) - SHOWN_ROWS
-                shown += f", ... and {more} more" if more > 0 else ""
-                where = f"{field}: {file}: {len(positions)} rows ({shown})"
                 fields = f"{fields} (in {positions[0]})"
             out.append(
-                f"{where}: no '{f}' field, which {who} reads (its required_fields); "
-                f"fields: {fields}"
+                f"{_rows_where(field, file, positions)}: no '{f}' field, which {who} reads "
+                f"(its required_fields); fields: {fields}"
             )
     if out or first is None or evaluator is None:
         return out
