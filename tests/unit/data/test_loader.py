@@ -108,6 +108,35 @@ def test_overlong_prompts_are_filtered_counted_and_logged(
     assert "2 longer than max_prompt_length=2 dropped" in caplog.text
 
 
+def test_every_prompt_too_long_names_the_length_that_would_keep_one(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "a b c"}, {"prompt": "a b c d"}])
+    with pytest.raises(DataError) as err:
+        DataLoader(_config([path], max_prompt_length=2))
+    assert str(err.value) == (
+        f"data.data_files: every prompt in ['{path}'] is longer than "
+        "data.max_prompt_length=2 tokens (the shortest has 3); raise "
+        "data.max_prompt_length to at least 3"
+    )
+
+
+def test_most_prompts_too_long_is_a_warning_naming_the_longest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rows = [{"prompt": "a b c"}, {"prompt": "a b c d e"}, {"prompt": "a"}]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    with caplog.at_level(logging.WARNING, logger="nexrl.data"):
+        assert len(DataLoader(_config([path], max_prompt_length=2))) == 1
+    assert (
+        "data: 2 of 3 prompts in data.data_files are longer than data.max_prompt_length=2 "
+        "tokens and are left out (the longest has 5); raise data.max_prompt_length to train "
+        "on them"
+    ) in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="nexrl.data"):
+        DataLoader(_config([path], max_prompt_length=3))  # one of three: no warning
+    assert "left out" not in caplog.text
+
+
 def test_custom_prompt_length_function_is_used(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "abcdef"}, {"prompt": "ab"}])
     loader = DataLoader(_config([path], max_prompt_length=3), prompt_length=len)
@@ -132,9 +161,15 @@ def test_skipped_bad_rows_are_reported(tmp_path: Path, caplog: pytest.LogCapture
 
 
 def test_no_usable_prompts_is_an_error(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "far too long a prompt"}])
-    with pytest.raises(DataError, match=r"no usable prompts.*max_prompt_length"):
-        DataLoader(_config([path], max_prompt_length=2))
+    rows = [{"prompt": "far too long a prompt"}, {"question": "no prompt field"}]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    with pytest.raises(DataError) as err:
+        DataLoader(_config([path], max_prompt_length=2, bad_rows="skip"))
+    assert str(err.value) == (
+        f"data.data_files: no usable prompts in ['{path}']: 2 rows read, 1 bad rows skipped, "
+        "1 longer than data.max_prompt_length=2 tokens dropped; check data.prompt_key and "
+        "data.max_prompt_length"
+    )
 
 
 def test_errors_about_validation_files_name_validate_data_files(tmp_path: Path) -> None:
@@ -147,7 +182,7 @@ def test_errors_about_validation_files_name_validate_data_files(tmp_path: Path) 
     recipe = load_recipe_checked(
         "recipes/max_digit/max_digit_tiny.yaml", [f"validate.data_files=[{too_long}]"]
     )
-    with pytest.raises(DataError, match=r"^validate\.data_files: no usable prompts in"):
+    with pytest.raises(DataError, match=r"^validate\.data_files: every prompt in .* is longer"):
         validation_groups(recipe, word_count_length)
 
 

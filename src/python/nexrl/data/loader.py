@@ -102,12 +102,13 @@ class DataLoader:
             config.files_field,
             config.required,
         )
-        kept, overlong = _drop_overlong(
+        kept, dropped = _drop_overlong(
             read.rows,
             config.prompt_key,
             prompt_length or word_count_length,
             config.max_prompt_length,
         )
+        overlong = len(dropped)
         if config.max_samples is not None:
             kept = kept[: config.max_samples]
         self._rows = [r.data for r in kept]
@@ -124,10 +125,29 @@ class DataLoader:
                 len(read.skipped),
                 "; ".join(read.folded),
             )
+        limit = f"data.max_prompt_length={config.max_prompt_length}"
+        if not self._rows and dropped and len(dropped) == len(read.rows) and not read.skipped:
+            raise DataError(
+                f"{config.files_field}: every prompt in {list(config.data_files)} is longer "
+                f"than {limit} tokens (the shortest has {min(dropped)}); raise "
+                f"data.max_prompt_length to at least {min(dropped)}"
+            )
         if not self._rows:
             raise DataError(
-                f"{config.files_field}: no usable prompts in {list(config.data_files)} "
-                f"({self._stats}); check data.prompt_key and data.max_prompt_length"
+                f"{config.files_field}: no usable prompts in {list(config.data_files)}: "
+                f"{self._stats['rows_read']} rows read, {len(read.skipped)} bad rows skipped, "
+                f"{overlong} longer than {limit} tokens dropped; check data.prompt_key and "
+                "data.max_prompt_length"
+            )
+        if overlong * 2 > len(read.rows):  # most of the data: rarely what the recipe meant
+            logger.warning(
+                "data: %d of %d prompts in %s are longer than %s tokens and are left out "
+                "(the longest has %d); raise data.max_prompt_length to train on them",
+                overlong,
+                len(read.rows),
+                config.files_field,
+                limit,
+                max(dropped),
             )
         logger.info(
             "data: %d prompts from %d files (%d longer than max_prompt_length=%d dropped, "
@@ -281,9 +301,10 @@ class DataLoader:
 
 def _drop_overlong(
     rows: list[SourceRow], prompt_key: str, measure: Callable[[Prompt], int], max_length: int
-) -> tuple[list[SourceRow], int]:
-    """``(rows whose prompt is at most max_length long, number dropped)``."""
+) -> tuple[list[SourceRow], list[int]]:
+    """``(rows whose prompt is at most max_length long, the lengths of those dropped)``."""
     kept: list[SourceRow] = []
+    dropped: list[int] = []
     for row in rows:
         try:
             n_tokens = measure(row.data[prompt_key])
@@ -291,7 +312,9 @@ def _drop_overlong(
             raise DataError(f"{row.file}, {row.position}: prompt_length failed: {exc!r}") from exc
         if n_tokens <= max_length:
             kept.append(row)
-    return kept, len(rows) - len(kept)
+        else:
+            dropped.append(n_tokens)
+    return kept, dropped
 
 
 def _check_config(config: LoaderConfig) -> None:
