@@ -7,12 +7,13 @@ the retry), for every try: some 50 lines before the run stopped.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.e2e._recipe import RECIPE, overrides, subprocess_env
+from tests.e2e._recipe import RECIPE, overrides, read_rows, subprocess_env
 
 WORKER = """
 from nexrl.rollout_worker.simple import SimpleRolloutWorker
@@ -21,6 +22,13 @@ from nexrl.rollout_worker.simple import SimpleRolloutWorker
 class Broken(SimpleRolloutWorker):  # a bug of the kind a new worker has
     async def run_agent(self, item):
         return item["no_such_field"]
+
+
+class BrokenOnFlagged(SimpleRolloutWorker):  # fails on the rows that say so
+    async def run_agent(self, item):
+        if item["data_item"].get("fail"):
+            raise RuntimeError("this row fails")
+        return await super().run_agent(item)
 """
 
 
@@ -69,3 +77,39 @@ def test_a_worker_that_fails_every_group_stops_the_run_in_a_few_lines(tmp_path: 
     assert len(retried) >= 10, log[-3000:]
     assert sum("rolled out again in" in x for x in err.splitlines()) == 2, err[-3000:]
     assert "Traceback" not in err
+
+
+def test_failed_validation_prompts_are_counted_as_prompts(tmp_path: Path) -> None:
+    """Validation sends its prompts 16 to a Dask task: 20 failing prompts are 2 failed
+    tasks, and the line and ``val/failed_groups`` said 2."""
+    out = tmp_path / "run"
+    worker = tmp_path / "broken_worker.py"
+    worker.write_text(WORKER)
+    val = tmp_path / "val.jsonl"
+    val.write_text(
+        "".join(
+            json.dumps({"prompt": f"max {i} 1 2", "answer": str(max(i, 2)), "fail": True}) + "\n"
+            for i in range(20)
+        )
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "nexrl.cli.train",
+        RECIPE,
+        *overrides(
+            out,
+            f"rollout_worker.custom_worker={worker}:BrokenOnFlagged",
+            f"validate.data_files=[{val}]",
+            "validate.validate_before_train=true",
+            steps=1,
+        ),
+    ]
+    proc = subprocess.run(
+        command, env=subprocess_env(), capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("validation at step 0")]
+    assert "(0 samples; 20 prompts failed: see logs/dask-worker-*.log)" in line, line
+    (first,) = [r for r in read_rows(out) if r["step"] == 0]
+    assert first["val/failed_groups"] == 20

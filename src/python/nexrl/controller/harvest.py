@@ -23,8 +23,9 @@ SHOWN_ROWS = 3  # rows that could not be evaluated named on the terminal; the re
 
 
 class HarvestRecorder:
-    """Records each ``Harvest`` of the dispatcher; ``val_summaries``: the validation
-    results collected since the last validation started."""
+    """Records each ``Harvest`` of the dispatcher; ``val_summaries`` and
+    ``val_failed_prompts``: the validation results collected, and the prompts of its
+    tasks that failed, since the last validation started."""
 
     def __init__(
         self,
@@ -38,6 +39,7 @@ class HarvestRecorder:
         self.watch = watch
         self.limit = max_task_failures
         self.val_summaries: list[Any] = []  # validation results being collected
+        self.val_failed_prompts = 0  # prompts of validation tasks that failed (likewise)
         self._replaced_server_failures = 0  # failed groups sent to a server replaced since
         self.not_evaluated: set[int] = set()  # data rows named as not evaluable (indices)
 
@@ -87,6 +89,8 @@ class HarvestRecorder:
             if says_no_space(failure.error):  # a pool chunk could not be written
                 raise ControllerError(f"rollout: {failure.describe()}")
             self.scheduler.record_failure(g, failure)
+            if g.tag != "train":  # a validation task holds many prompts
+                self.val_failed_prompts += len(g.items)
             if (
                 failure.component == "rollout"
                 and g.task is not None

@@ -416,7 +416,7 @@ class Controller:
         def service() -> None:
             self._service(dispatch=False)
 
-        return validate(self.parts, self.cfg, self.step, self.counters, self.harvest, service)
+        return validate(self.parts, self.cfg, self.step, self.harvest, service)
 
     def _watch_disk(self) -> None:
         """After a step: warn of a disk filling up; below its floor, checkpoint (the

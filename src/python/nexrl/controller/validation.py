@@ -26,7 +26,6 @@ def validate(
     parts: Components,
     cfg: Any,
     step: int,
-    counters: dict[str, float],
     harvest: HarvestRecorder,
     service: Callable[[], None],
 ) -> dict[str, float]:
@@ -40,14 +39,14 @@ def validate(
             items[k : k + VAL_ITEMS_PER_TASK], commit=False, spec=spec, tag="val"
         )
     harvest.val_summaries = []
-    failed_before = counters["failed_groups"]
+    harvest.val_failed_prompts = 0
     while parts.dispatcher.running("val"):
         parts.dispatcher.wait_any(0.2)
         service()
     summaries = harvest.val_summaries
     rewards = [r for s in summaries for r in s.rewards]
     errors = sum(s.evaluator_errors for s in summaries)
-    failed = counters["failed_groups"] - failed_before
+    failed = harvest.val_failed_prompts
     out = {
         "val/reward/mean": float(np.mean(rewards)) if rewards else float("nan"),
         "val/num_samples": float(len(rewards)),
@@ -57,7 +56,7 @@ def validate(
         **summary_metrics(summaries),
     }
     problems = [f"{errors} evaluator errors, scored 0"] if errors else []
-    problems += [f"{failed} prompts failed"] if failed else []
+    problems += [f"{failed} prompts failed" if failed > 1 else "1 prompt failed"] if failed else []
     seen = f"; {', '.join(problems)}: see logs/dask-worker-*.log" if problems else ""
     parts.progress.write(
         f"validation at step {step}: reward {out['val/reward/mean']:.3f} "
