@@ -139,6 +139,21 @@ def test_a_data_row_without_the_prompt_or_a_workers_field(recipe: Path, tmp_path
     )
 
 
+def test_a_worker_class_in_rollout_worker_type_is_named_by_that_field(
+    recipe: Path, tmp_path: Path
+) -> None:
+    """``rollout_worker.type: file.py:Class`` (the newer way): its errors name that field,
+    not ``rollout_worker.custom_worker``, which the recipe does not have."""
+    rows(tmp_path / "train.jsonl", [{"prompt": "a", "answer": "b"}])
+    (p1,) = problems_of(recipe, "rollout_worker.type=task.py:Worker")
+    assert p1.startswith(
+        "data.data_files: train.jsonl, line 1: no 'hint' field, which rollout_worker.type "
+        "reads (its required_fields)"
+    ), p1
+    (p2,) = problems_of(recipe, "rollout_worker.type=task.py:BrokenWorker")
+    assert p2.startswith("rollout_worker.type: BrokenWorker(...) failed"), p2
+
+
 def test_a_mistyped_prompt_key_is_one_line_per_file(recipe: Path) -> None:
     """Every row lacks the field data.prompt_key names: one line naming the rows, not one
     line per row (it was five identical lines, one per row checked)."""

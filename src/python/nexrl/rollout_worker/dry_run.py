@@ -36,6 +36,7 @@ __all__ = [
     "required_data_fields",
     "required_fields",
     "task_rows",
+    "worker_field",
 ]
 
 HEAD_ROWS = 5  # rows read from the top of each data file
@@ -103,16 +104,28 @@ def instantiate_evaluator(cfg: DictConfig, roots: list[Path]) -> tuple[Any, list
         return None, [f"{EVALUATOR}: {name}() failed ({_where(cls)}): {_one_line(exc)}"]
 
 
+def worker_field(cfg: DictConfig) -> str:
+    """The recipe field that names the run's worker class, for its error lines:
+    ``rollout_worker.type`` when it holds ``file.py:Class`` (and the older
+    ``custom_worker`` is unset), else ``rollout_worker.custom_worker``."""
+    from nexrl.plugins.registry import is_spec
+    from nexrl.rollout_worker.registry import FIELD
+
+    if not cfg.rollout_worker.custom_worker and is_spec(cfg.rollout_worker.type):
+        return FIELD
+    return WORKER
+
+
 def instantiate_worker(cfg: DictConfig, roots: list[Path], evaluator: Any) -> tuple[Any, list[str]]:
     """``(custom worker instance or None, problems)``; ``(None, [])`` without one. A
     class is ``rollout_worker.type: path/to/file.py:Class`` (or the older
     ``custom_worker``); a registered type name is only looked up."""
-    from nexrl.plugins.registry import is_spec
-    from nexrl.rollout_worker.registry import FIELD, ROLLOUT_WORKERS
+    from nexrl.rollout_worker.registry import ROLLOUT_WORKERS
 
-    spec, field = cfg.rollout_worker.custom_worker, WORKER
-    if not spec and is_spec(cfg.rollout_worker.type):
-        spec, field = cfg.rollout_worker.type, FIELD
+    field = worker_field(cfg)
+    spec = cfg.rollout_worker.custom_worker or (
+        cfg.rollout_worker.type if field != WORKER else None
+    )
     if not spec:
         return None, ROLLOUT_WORKERS.problems(cfg.rollout_worker.type, roots)
     try:
@@ -149,10 +162,11 @@ def required_fields(obj: Any) -> tuple[str, ...]:
     return tuple(str(f) for f in fields)
 
 
-def _needs(evaluator: Any, worker: Any) -> list[tuple[str, str]]:
-    """``(field, who reads it)`` of the evaluator's and the worker's required fields."""
+def _needs(evaluator: Any, worker: Any, who: str = WORKER) -> list[tuple[str, str]]:
+    """``(field, who reads it)`` of the evaluator's and the worker's required fields;
+    ``who``: the recipe field naming the worker (``worker_field``)."""
     needs: list[tuple[str, str]] = [(f, EVALUATOR) for f in required_fields(evaluator)]
-    needs += [(f, WORKER) for f in required_fields(worker) if (f, EVALUATOR) not in needs]
+    needs += [(f, who) for f in required_fields(worker) if (f, EVALUATOR) not in needs]
     return needs
 
 
@@ -201,7 +215,7 @@ def required_data_fields(cfg: DictConfig, roots: list[Path]) -> tuple[tuple[str,
     if evaluator is None:
         return ()
     worker, _ = instantiate_worker(cfg, roots, evaluator)
-    return tuple(_needs(evaluator, worker))
+    return tuple(_needs(evaluator, worker, worker_field(cfg)))
 
 
 def _rows_where(field: str, file: str, positions: list[str]) -> str:
@@ -221,7 +235,7 @@ def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -
     from nexrl.data.reader import head_rows, prompt_problem
 
     prompt_key = str(cfg.data.prompt_key)
-    needs = _needs(evaluator, worker)
+    needs = _needs(evaluator, worker, worker_field(cfg))
     groups = [
         ("data.data_files", cfg.data.data_files),
         ("validate.data_files", cfg.validate.data_files),
@@ -284,7 +298,7 @@ def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -
                 raise TypeError(f"returned {type(messages).__name__}, not a list of messages")
         except Exception as exc:
             out.append(
-                f"{WORKER}: {type(worker).__name__}.format_task_query failed on {file}, "
+                f"{worker_field(cfg)}: {type(worker).__name__}.format_task_query failed on {file}, "
                 f"{position}: {_one_line(exc)}"
             )
     answer = cfg.rollout_worker.example_answer
