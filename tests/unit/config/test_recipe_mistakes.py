@@ -64,6 +64,17 @@ def test_minimal_recipe_in_a_temp_folder_is_valid(tmp_path: Path) -> None:
     assert recipe.cfg.trajectory_pool.batch_size == 8
 
 
+def test_misspelt_defaults_entry_names_where_it_looked(tmp_path: Path) -> None:
+    """Hydra's own message listed its config search path's providers on one line."""
+    path = Path(write_recipe(tmp_path, ""))
+    path.write_text(path.read_text().replace("[nexrl_base, _self_]", "[nexrl_bsae, _self_]"))
+    (p,) = problems_of(str(path))
+    assert p == (
+        f"{path}: defaults: no config 'nexrl_bsae' next to the recipe ({tmp_path}) or "
+        "shipped with nexrl (nexrl_base); did you mean 'nexrl_base'?"
+    )
+
+
 def test_misspelt_key_gets_did_you_mean(tmp_path: Path) -> None:
     (p,) = problems_of(write_recipe(tmp_path, "trainer: {totl_train_steps: 5}"))
     assert "trainer.totl_train_steps" in p and "did you mean 'trainer.total_train_steps'" in p

@@ -43,8 +43,30 @@ def load_recipe(recipe: str | Path, overrides: list[str] | tuple[str, ...] = ())
         with initialize_config_dir(config_dir=str(path.parent), version_base="1.3"):
             cfg = compose(config_name=path.stem, overrides=[*overrides, search])
     except (HydraException, OmegaConfBaseException, yaml.YAMLError, ValueError) as exc:
-        raise RecipeError([f"{recipe}: {_unknown_override(exc) or _one_line(exc)}"]) from None
+        why = _unknown_override(exc) or _missing_default(exc, path.parent) or _one_line(exc)
+        raise RecipeError([f"{recipe}: {why}"]) from None
     return cfg
+
+
+def _missing_default(exc: BaseException, folder: Path) -> str | None:
+    """Hydra's "In 'r': Could not load 'nexrl_bsae'. Config search path: ..." for a
+    ``defaults`` entry that names no config: where it was looked for, with the closest
+    name (the search path's provider list is no help to a user)."""
+    import difflib
+
+    found = re.search(r"In '([^']+)': Could not load '([^']+)'", str(exc))
+    if not found:
+        return None
+    name = found.group(2)
+    known = sorted(
+        {p.stem for d in (folder, SHIPPED_CONFIGS) for p in d.glob("*.y*ml")} - {found.group(1)}
+    )
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return (
+        f"defaults: no config '{name}' next to the recipe ({folder}) or shipped with "
+        f"nexrl ({', '.join(p.stem for p in sorted(SHIPPED_CONFIGS.glob('*.yaml')))}){hint}"
+    )
 
 
 def _force(override: str) -> str:
