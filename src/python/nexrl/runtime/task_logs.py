@@ -114,6 +114,8 @@ class OneLinePerFailure(logging.StreamHandler[TextIO]):
         self.setFormatter(logging.Formatter("%(asctime)s - %(name)s - %(levelname)s - %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "said_by_the_driver", False):  # (logfile.SAID_BY_THE_DRIVER)
+            return
         if record.levelno < logging.WARNING:
             name = record.name
             if any(name == n or name.startswith(f"{n}.") for n in self.shown_below_warning):

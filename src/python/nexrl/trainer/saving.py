@@ -21,6 +21,7 @@ from nexrl.trainer import handoff
 from nexrl.trainer.errors import TrainerError
 from nexrl.trainer.lora import adapter_config, adapter_state_dict
 from nexrl.trainer.rank_state import TrainerRank
+from nexrl.util.logfile import SAID_BY_THE_DRIVER
 from nexrl.weights.checkpoint import CheckpointManager
 from nexrl.weights.handoff import LayoutError, TransportError
 from nexrl.weights.snapshot import (
@@ -72,7 +73,7 @@ def resume(t: TrainerRank) -> None:
                     f"corrupted snapshot v{t.policy_version}: {problem}; published it "
                     f"again from checkpoint {path}"
                 )
-                logger.warning("%s", notes[-1])
+                logger.warning("%s", notes[-1], extra=SAID_BY_THE_DRIVER)  # (resume note)
         redo = torch.tensor([1.0 if problem is not None else 0.0])
         if float(t.engine.all_reduce_sum(redo).sum()) > 0:
             t.publish_snapshot()

@@ -48,6 +48,7 @@ __all__ = [
     "DETAILS_LOGGER",
     "FORMAT",
     "NO_ROTATION",
+    "SAID_BY_THE_DRIVER",
     "FoldRepeats",
     "LogFileUser",
     "LogRotation",
@@ -59,6 +60,9 @@ __all__ = [
 ]
 
 DETAILS_LOGGER = "nexrl.details"  # the driver sends it to logs/driver.log only, never the terminal
+#: ``logger.warning(..., extra=SAID_BY_THE_DRIVER)``: a worker's record that the driver
+#: also shows (a resume's note): the worker's log file has it, its terminal line not
+SAID_BY_THE_DRIVER = {"said_by_the_driver": True}
 
 
 def joined_lines(text: str) -> str:

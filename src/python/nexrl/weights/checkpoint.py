@@ -63,6 +63,7 @@ from nexrl.util.files import (
     remove_tree,
     replace_dir,
 )
+from nexrl.util.logfile import SAID_BY_THE_DRIVER
 
 __all__ = [
     "CheckpointError",
@@ -201,10 +202,11 @@ class CheckpointManager:
             problem = verify_checkpoint(path)
             if problem is None:
                 if bad:
-                    logger.warning(
+                    logger.warning(  # a run's driver shows it too (its resume note)
                         "corrupted checkpoint skipped: %s; resuming from %s instead",
                         "; ".join(bad),
                         path,
+                        extra=SAID_BY_THE_DRIVER,
                     )
                     self.skipped = list(bad)
                 return path
