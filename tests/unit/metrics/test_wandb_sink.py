@@ -98,3 +98,35 @@ def test_offline_run_files_hold_every_metric_and_a_resume_continues_the_run(
     for path in out.rglob("*"):
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_wandb_says_one_line_of_where_the_run_is_and_nothing_else(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """W&B's own lines (its init notes, an ad for its tracing library when ``openai`` is
+    imported, as in every run, the history and summary tables at the end: ~35 lines)
+    stay off the terminal; one line says where the offline run is and how to upload it."""
+    import logging
+
+    import openai  # noqa: F401  # what makes W&B print its ad
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_SILENT", raising=False)
+    monkeypatch.delenv("WANDB_DISABLE_WEAVE", raising=False)
+    out = tmp_path / "run"
+    capfd.readouterr()
+    with (
+        caplog.at_level(logging.INFO, logger="nexrl.metrics"),
+        MetricsTracker(["wandb"], out, run_name="r", config=RECIPE) as tracker,
+    ):
+        tracker.log(1, {"reward/mean": 0.25})
+    said = capfd.readouterr()
+    assert "wandb" not in (said.out + said.err).lower(), said
+    run_id = json.loads((out / "wandb_run.json").read_text())["run_id"]
+    (folder,) = out.glob(f"wandb/offline-run-*-{run_id}")
+    assert (
+        f"W&B: offline run {run_id} (project unit) in {folder}; upload it with: wandb sync {folder}"
+    ) in caplog.text

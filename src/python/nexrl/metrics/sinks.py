@@ -495,7 +495,11 @@ class WandbSink(MetricSink):
         mode = None
         if not os.environ.get("WANDB_MODE") and not os.environ.get("WANDB_API_KEY"):
             mode = "offline"
-        settings = wandb.Settings(console="off", init_timeout=90, x_disable_stats=True)
+        # silent: W&B's own lines (an ad for its tracing library, the run's history and
+        # summary tables: some 35 lines) stay off the terminal (a failure still raises,
+        # and the run says it); the line below says where the run is
+        settings = wandb.Settings(console="off", init_timeout=90, x_disable_stats=True, silent=True)
+        os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")  # (its ad ignores silent)
         self._run = wandb.init(
             project=self.project,
             name=self.run_name,
@@ -508,6 +512,17 @@ class WandbSink(MetricSink):
         )
         record = {"run_id": self.run_id, "project": self.project}
         atomic_write_text(self.output_dir / self.RUN_FILE, json.dumps(record, indent=1) + "\n")
+        if self._run.settings.mode == "offline":
+            folder = Path(self._run.dir).parent  # (dir: its files/ folder)
+            log.info(
+                "W&B: offline run %s (project %s) in %s; upload it with: wandb sync %s",
+                self.run_id,
+                self.project,
+                folder,
+                folder,
+            )
+        elif getattr(self._run, "url", None):
+            log.info("W&B: run %s at %s", self.run_id, self._run.url)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self._run.log(dict(metrics), step=step)
