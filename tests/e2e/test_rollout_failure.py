@@ -32,25 +32,34 @@ class BrokenOnFlagged(SimpleRolloutWorker):  # fails on the rows that say so
 """
 
 
-def test_a_worker_that_fails_every_group_stops_the_run_in_a_few_lines(tmp_path: Path) -> None:
-    out = tmp_path / "run"
+def _train(
+    tmp_path: Path, worker_class: str, *extra: str, steps: int = 3
+) -> subprocess.CompletedProcess[str]:
+    """The default recipe through the CLI with a worker class of ``WORKER``; the run
+    folder is ``tmp_path / "run"``."""
     worker = tmp_path / "broken_worker.py"
     worker.write_text(WORKER)
+    worker_override = f"rollout_worker.custom_worker={worker}:{worker_class}"
     command = [
         sys.executable,
         "-m",
         "nexrl.cli.train",
         RECIPE,
-        *overrides(
-            out,
-            f"rollout_worker.custom_worker={worker}:Broken",
-            "runtime_monitor.max_task_failures=12",
-            "rollout_worker.retry_backoff_s=0.1",
-            "rollout_worker.groups_per_task=1",  # a future per group
-        ),
+        *overrides(tmp_path / "run", worker_override, *extra, steps=steps),
     ]
-    proc = subprocess.run(
+    return subprocess.run(
         command, env=subprocess_env(), capture_output=True, text=True, timeout=600
+    )
+
+
+def test_a_worker_that_fails_every_group_stops_the_run_in_a_few_lines(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = _train(
+        tmp_path,
+        "Broken",
+        "runtime_monitor.max_task_failures=12",
+        "rollout_worker.retry_backoff_s=0.1",
+        "rollout_worker.groups_per_task=1",  # a future per group
     )
     err = proc.stderr
     assert proc.returncode == 1, err[-3000:]
@@ -83,8 +92,6 @@ def test_failed_validation_prompts_are_counted_as_prompts(tmp_path: Path) -> Non
     """Validation sends its prompts 16 to a Dask task: 20 failing prompts are 2 failed
     tasks, and the line and ``val/failed_groups`` said 2."""
     out = tmp_path / "run"
-    worker = tmp_path / "broken_worker.py"
-    worker.write_text(WORKER)
     val = tmp_path / "val.jsonl"
     val.write_text(
         "".join(
@@ -92,21 +99,12 @@ def test_failed_validation_prompts_are_counted_as_prompts(tmp_path: Path) -> Non
             for i in range(20)
         )
     )
-    command = [
-        sys.executable,
-        "-m",
-        "nexrl.cli.train",
-        RECIPE,
-        *overrides(
-            out,
-            f"rollout_worker.custom_worker={worker}:BrokenOnFlagged",
-            f"validate.data_files=[{val}]",
-            "validate.validate_before_train=true",
-            steps=1,
-        ),
-    ]
-    proc = subprocess.run(
-        command, env=subprocess_env(), capture_output=True, text=True, timeout=600
+    proc = _train(
+        tmp_path,
+        "BrokenOnFlagged",
+        f"validate.data_files=[{val}]",
+        "validate.validate_before_train=true",
+        steps=1,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("validation at step 0")]
