@@ -134,6 +134,16 @@ def test_invalid_utf8_line_is_a_bad_row(tmp_path: Path) -> None:
     assert result.skipped == [f"{path}, line 2: not valid UTF-8 text"]
 
 
+def test_a_file_saved_with_a_byte_order_mark_and_crlf_reads(tmp_path: Path) -> None:
+    """As Notepad or Excel write a file: every row was read, the first refused
+    ("Unexpected UTF-8 BOM")."""
+    path = tmp_path / "windows.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt": "one"}\r\n{"prompt": "two"}\r\n')
+    result = read_rows([str(path)])
+    assert [r.data["prompt"] for r in result.rows] == ["one", "two"]
+    assert result.skipped == []
+
+
 def test_head_rows_reads_every_row_with_n_none(tmp_path: Path) -> None:
     """``--check --all-rows`` reads every row of a parquet file (several row groups) and of
     a JSON-lines file."""

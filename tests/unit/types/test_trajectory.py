@@ -114,3 +114,27 @@ def test_an_evaluation_result_with_a_metric_that_is_no_number_is_refused() -> No
             EvaluationRunResult(reward=1.0, metrics={"m": bad})  # type: ignore[dict-item]
     with pytest.raises(TypeError, match=r"metrics must be a dict"):
         EvaluationRunResult(reward=1.0, metrics=[("m", 1.0)])  # type: ignore[arg-type]
+
+
+def test_a_reward_is_any_real_number_but_a_bool() -> None:
+    """A numpy float from a scorer (``np.mean``, a similarity) was refused ("must be a
+    float, got np.float32(1.0)"): every sample an evaluator error."""
+    from nexrl.types.episode import EvaluationRunResult
+
+    for good, value in (
+        (np.float32(0.5), 0.5),
+        (np.float64(0.25), 0.25),
+        (1, 1.0),
+        (np.int64(0), 0.0),
+    ):
+        result = EvaluationRunResult(reward=good)  # type: ignore[arg-type]
+        assert type(result.reward) is float and result.reward == value
+    with pytest.raises(
+        TypeError, match=r"reward must be a float, got True \(a bool: wrap it in float\(\)\)"
+    ):
+        EvaluationRunResult(reward=True)
+    for bad in ("1.0", None, np.array([1.0])):
+        with pytest.raises(TypeError, match=r"reward must be a float"):
+            EvaluationRunResult(reward=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"reward must be finite"):
+        EvaluationRunResult(reward=np.float32("nan"))  # type: ignore[arg-type]

@@ -186,7 +186,8 @@ def _jsonl_rows(file: str, path: Path) -> Iterator[tuple[str, dict[str, Any] | s
         if not raw.strip():
             continue
         try:
-            data = json.loads(raw.decode("utf-8"))
+            # utf-8-sig: a file saved with a byte-order mark (Notepad, Excel) reads too
+            data = json.loads(raw.decode("utf-8-sig" if i == 1 else "utf-8"))
         except UnicodeDecodeError:
             yield f"line {i}", "not valid UTF-8 text"
             continue

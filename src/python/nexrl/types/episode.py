@@ -67,8 +67,13 @@ class EvaluationRunResult:
     extra_info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if isinstance(self.reward, bool) or not isinstance(self.reward, int | float):
-            raise TypeError(f"EvaluationRunResult.reward must be a float, got {self.reward!r}")
+        # any real number (an int, a numpy float from a scorer); a bool is a mistake as
+        # often as not (a comparison meant as 0/1): wrapping it says so
+        if isinstance(self.reward, bool) or not _is_number(self.reward):
+            raise TypeError(
+                f"EvaluationRunResult.reward must be a float, got {self.reward!r}"
+                + (" (a bool: wrap it in float())" if isinstance(self.reward, bool) else "")
+            )
         if not math.isfinite(self.reward):
             raise ValueError(f"EvaluationRunResult.reward must be finite, got {self.reward!r}")
         self.reward = float(self.reward)
