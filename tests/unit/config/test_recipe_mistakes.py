@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,27 @@ def test_misspelt_defaults_entry_names_where_it_looked(tmp_path: Path) -> None:
         f"{path}: defaults: no config 'nexrl_bsae' next to the recipe ({tmp_path}) or "
         "shipped with nexrl (nexrl_base); did you mean 'nexrl_base'?"
     )
+
+
+def test_a_data_file_pattern_is_its_files_sorted_and_the_run_reads_them(
+    tmp_path: Path,
+) -> None:
+    """``data.data_files: [data/*.jsonl]``: the files, sorted, in what the run reads and
+    records; a pattern that names nothing is one line saying so."""
+    from nexrl.controller.setup import data_config
+    from nexrl.data import DataLoader
+
+    recipe = write_recipe(tmp_path, "")
+    (tmp_path / "data").mkdir()
+    for name, prompt in (("b.jsonl", "max 4 5 6"), ("a.jsonl", "max 1 2 3"), ("c.txt", "x")):
+        (tmp_path / "data" / name).write_text(f'{{"prompt": "{prompt}", "answer": "0"}}\n')
+    loaded = load_recipe_checked(recipe, ["data.data_files=[data/*.jsonl]"], workspace=tmp_path)
+    files = [str(tmp_path / "data" / n) for n in ("a.jsonl", "b.jsonl")]
+    assert list(loaded.cfg.data.data_files) == files
+    loader = DataLoader(replace(data_config(loaded), shuffle=False))
+    assert [g[0]["prompt"] for g in loader.next_batch(2)] == ["max 1 2 3", "max 4 5 6"]
+    (p,) = problems_of(recipe, "data.data_files=[train.jsonl,nope/*.jsonl]")
+    assert p.startswith("data.data_files: 'nope/*.jsonl' matches no file (looked up in "), p
 
 
 def test_misspelt_key_gets_did_you_mean(tmp_path: Path) -> None:

@@ -144,6 +144,26 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_reads(tmp_path: Path) -> N
     assert result.skipped == []
 
 
+def test_a_json_file_is_an_array_of_rows_or_json_lines(tmp_path: Path) -> None:
+    """``json.dump(rows, f)`` writes an array; ``datasets.Dataset.to_json`` writes JSON
+    lines under a .json name: both read (a .json file was refused as unsupported)."""
+    array = tmp_path / "array.json"
+    array.write_text('\n [{"prompt": "one"},\n {"prompt": "two"}, 3]\n')
+    result = read_rows([str(array)], bad_rows="skip")
+    assert [(r.position, r.data["prompt"]) for r in result.rows] == [
+        ("item 1", "one"),
+        ("item 2", "two"),
+    ]
+    assert result.skipped == [f"{array}, item 3: a row must be a JSON object, got int"]
+    lines = write_jsonl(tmp_path / "lines.json", [{"prompt": "a"}, {"prompt": "b"}])
+    assert [r.position for r in read_rows([lines]).rows] == ["line 1", "line 2"]
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"prompt": "one"},\n {"prompt": }]')
+    with pytest.raises(DataError) as err:
+        read_rows([str(broken)])
+    assert str(err.value) == f"{broken}: invalid JSON (Expecting value at line 2, column 13)"
+
+
 def test_head_rows_reads_every_row_with_n_none(tmp_path: Path) -> None:
     """``--check --all-rows`` reads every row of a parquet file (several row groups) and of
     a JSON-lines file."""

@@ -6,7 +6,28 @@ import difflib
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["did_you_mean_path", "resolve_path"]
+__all__ = ["did_you_mean_path", "expand_pattern", "is_pattern", "resolve_path"]
+
+
+def is_pattern(value: str) -> bool:
+    """A path with ``*``, ``?`` or ``[...]``: a pattern that names files (``data/*.jsonl``)."""
+    return any(c in value for c in "*?[")
+
+
+def expand_pattern(value: str, roots: Sequence[Path]) -> list[str]:
+    """The files pattern ``value`` names, sorted, as absolute paths: looked up as a
+    relative path is (the first of ``roots`` where it matches anything); ``[]`` when it
+    matches no file. ``**`` matches any folders below."""
+    p = Path(value).expanduser()
+    if p.is_absolute():
+        bases, rel = [Path(p.anchor)], str(p.relative_to(p.anchor))
+    else:
+        bases, rel = list(roots), str(p)
+    for base in bases:
+        found = sorted(str(m.resolve()) for m in base.glob(rel) if m.is_file())
+        if found:
+            return found
+    return []
 
 
 def resolve_path(value: str, roots: Sequence[Path]) -> Path | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from nexrl.config.paths import did_you_mean_path, resolve_path
+from nexrl.config.paths import did_you_mean_path, is_pattern, resolve_path
 from nexrl.config.renames import new_key_of
 
 _MISSING_MARK = object()
@@ -207,6 +207,9 @@ def _metadata_problems(
         for item in value if isinstance(value, list) else [value]:
             if resolve_path(str(item), roots) is None:
                 tried = " or ".join(str(r) for r in roots)
+                if is_pattern(str(item)):  # (the loader expanded the ones that match)
+                    out.append(f"{path}: '{item}' matches no file (looked up in {tried})")
+                    continue
                 out.append(
                     f"{path}: '{item}' does not exist (relative paths are looked up in "
                     f"{tried})"

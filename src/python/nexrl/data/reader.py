@@ -1,4 +1,8 @@
-"""Read prompt rows from parquet and JSON-lines files.
+"""Read prompt rows from parquet, JSON-lines and JSON files.
+
+A ``.json`` file is either one JSON array of row objects (``json.dump(rows, f)``;
+a row's position is ``item N``) or JSON lines under a ``.json`` name (what
+``datasets.Dataset.to_json`` writes).
 
 Files are read whole and concatenated in the order given. A file that is
 missing, a folder, of an unknown type or unreadable is always a ``DataError``.
@@ -23,7 +27,7 @@ from typing import Any
 from nexrl.data.errors import DataError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
-JSONL_SUFFIXES = (".jsonl",)
+JSONL_SUFFIXES = (".jsonl", ".json")  # .json: an array of rows, or JSON lines
 _SKIP_HINT = "fix the row, or set data.bad_rows=skip to drop bad rows"
 
 
@@ -140,6 +144,24 @@ def head_rows(
     return list(itertools.islice(_jsonl_rows(file, path), n))
 
 
+def _array_rows(file: str, data: bytes) -> Iterator[tuple[str, dict[str, Any] | str]]:
+    """The items of a JSON array of rows as ``(item N, row)``; a row that is no JSON
+    object is a problem string. A file that does not parse is a ``DataError``."""
+    try:
+        items = json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise DataError(f"{file}: not valid UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(
+            f"{file}: invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+        ) from None
+    for i, item in enumerate(items, start=1):
+        if isinstance(item, dict):
+            yield f"item {i}", item
+        else:
+            yield f"item {i}", f"a row must be a JSON object, got {type(item).__name__}"
+
+
 def _check_file(file: str, field: str = "data.data_files") -> Path:
     path = Path(file).expanduser()
     if not path.exists():
@@ -151,7 +173,8 @@ def _check_file(file: str, field: str = "data.data_files") -> Path:
     if path.suffix not in PARQUET_SUFFIXES + JSONL_SUFFIXES:
         raise DataError(
             f"{file}: unsupported file type '{path.suffix}'; data files must be parquet "
-            f"({', '.join(PARQUET_SUFFIXES)}) or JSON lines ({', '.join(JSONL_SUFFIXES)})"
+            f"({', '.join(PARQUET_SUFFIXES)}), JSON lines (.jsonl) or JSON (.json: an "
+            "array of rows, or JSON lines)"
         )
     return path
 
@@ -177,11 +200,16 @@ def _parquet_rows(file: str, path: Path, prompt_key: str) -> Iterator[tuple[str,
 
 
 def _jsonl_rows(file: str, path: Path) -> Iterator[tuple[str, dict[str, Any] | str]]:
-    """Yield ``(position, row)``; ``row`` is a problem string when the line is not a JSON object."""
+    """Yield ``(position, row)``; ``row`` is a problem string when the line is not a JSON
+    object. A ``.json`` file that holds one JSON array: its items (``_array_rows``)."""
     try:
-        lines = path.read_bytes().splitlines()
+        data = path.read_bytes()
     except OSError as exc:
         raise DataError(f"{file}: cannot read ({exc}); check the file's permissions") from None
+    if path.suffix == ".json" and data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"["):
+        yield from _array_rows(file, data)
+        return
+    lines = data.splitlines()
     for i, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue

@@ -13,7 +13,7 @@ from nexrl.algorithms import checks as algorithm_checks
 from nexrl.algorithms.defaults import LOSS_FIELDS
 from nexrl.config.checks import run_checks
 from nexrl.config.errors import RecipeError
-from nexrl.config.paths import resolve_path
+from nexrl.config.paths import expand_pattern, is_pattern, resolve_path
 from nexrl.config.renames import migrate
 from nexrl.config.schema import RecipeConfig
 from nexrl.config.structure import structure_problems
@@ -90,6 +90,7 @@ def load_recipe_checked(
     path = Path(recipe).resolve()
     # the working directory, then the recipe's folder (once, when it is the same)
     roots = list(dict.fromkeys([(workspace or Path.cwd()).resolve(), path.parent]))
+    _expand_file_patterns(raw, roots)
     structure = [*migrated.problems, *structure_problems(RecipeConfig, raw, roots)]
     problems = [p for _, p in structure]
     bad = {where for where, _ in structure}
@@ -106,6 +107,30 @@ def load_recipe_checked(
         raise RecipeError(problems, deprecations)
     _resolve_algorithm(cfg)
     return Recipe(path=path, cfg=cfg, roots=roots, plugins=plugins, deprecations=deprecations)
+
+
+#: list fields whose entries may be patterns (``data/*.jsonl``)
+PATTERN_FIELDS = ("data.data_files", "validate.data_files")
+
+
+def _expand_file_patterns(raw: DictConfig, roots: list[Path]) -> None:
+    """Each pattern entry of ``PATTERN_FIELDS`` becomes the files it names, sorted (what
+    the run reads, and ``config.yaml`` records); one that names no file stays, for the
+    structure check to report."""
+    for key in PATTERN_FIELDS:
+        try:
+            values = OmegaConf.select(raw, key)
+        except Exception:  # an interpolation that does not resolve: reported elsewhere
+            continue
+        if not OmegaConf.is_list(values) or not any(
+            isinstance(v, str) and is_pattern(v) for v in values
+        ):
+            continue
+        expanded: list[Any] = []
+        for v in values:
+            found = expand_pattern(v, roots) if isinstance(v, str) and is_pattern(v) else []
+            expanded.extend(found or [v])
+        OmegaConf.update(raw, key, expanded, merge=False)
 
 
 def _resolve_algorithm(cfg: DictConfig) -> None:

@@ -16,8 +16,9 @@ class DataConfig:
     # cfg_field returns a dataclasses.field (RUF009 cannot know).
     data_files: list[str] = cfg_field(
         MISSING,
-        help="Prompt files, read and concatenated in the order given: parquet (.parquet, .pq) "
-        "or JSON lines (.jsonl), one row per prompt.",
+        help="Prompt files, read and concatenated in the order given: parquet (.parquet, .pq), "
+        "JSON lines (.jsonl) or JSON (.json: an array of rows, or JSON lines), one row per "
+        "prompt. An entry with * ? or [ ] is a pattern (data/*.jsonl): its files, sorted.",
         path=True,
     )
     prompt_key: str = cfg_field(

@@ -18,7 +18,9 @@ class ValidateConfig:
         minimum=0,
     )
     data_files: list[str] = cfg_field(
-        default_factory=list, help="Validation data (parquet/jsonl); empty = none.", path=True
+        default_factory=list,
+        help="Validation data (as data.data_files: parquet, jsonl, json, patterns); empty = none.",
+        path=True,
     )
     temperature: float = cfg_field(0.0, help="Sampling temperature for validation.", minimum=0.0)
 
