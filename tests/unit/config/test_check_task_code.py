@@ -47,6 +47,13 @@ class BoolMetric(Scored):
         return EvaluationRunResult(reward=float(exact), metrics={"exact": exact})
 
 
+class Hangs(Scored):
+    def evaluate(self, data, evaluation_target):
+        import time
+
+        time.sleep(3600)
+
+
 class ReturnsAFloat(Scored):
     def evaluate(self, data, evaluation_target):
         return 1.0
@@ -152,6 +159,24 @@ def test_a_worker_class_in_rollout_worker_type_is_named_by_that_field(
     ), p1
     (p2,) = problems_of(recipe, "rollout_worker.type=task.py:BrokenWorker")
     assert p2.startswith("rollout_worker.type: BrokenWorker(...) failed"), p2
+
+
+def test_an_evaluator_that_hangs_on_the_example_answer_is_named_not_waited_for(
+    recipe: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It hung --check and the run's start for good, without a line."""
+    from nexrl.rollout_worker import dry_run
+
+    monkeypatch.setattr(dry_run, "EXAMPLE_TIMEOUT_S", 0.5)
+    (p,) = problems_of(recipe, "rollout_worker.evaluator=task.py:Hangs")
+    assert p.startswith(
+        "rollout_worker.example_answer: Hangs.evaluate('b') did not return within 0.5s on "
+        "train.jsonl, line 1 ("
+    ), p
+    assert p.endswith(
+        "an evaluator that hangs stalls every rollout; fix it, or set "
+        "rollout_worker.example_answer: null to skip this check"
+    ), p
 
 
 def test_a_mistyped_prompt_key_is_one_line_per_file(recipe: Path) -> None:

@@ -18,6 +18,8 @@ Each problem is one line naming the field, the file and the row.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,33 @@ def check_all_rows(on: bool = True) -> None:
 
 EVALUATOR = "rollout_worker.evaluator"
 WORKER = "rollout_worker.custom_worker"
+
+
+#: seconds the example answer's scoring may take before the check calls it hung
+EXAMPLE_TIMEOUT_S = 60.0
+
+
+def within(timeout_s: float, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, or ``TimeoutError`` when it has not returned within ``timeout_s``
+    (it is left running in a daemon thread, which does not keep the process alive: a
+    user's evaluator that hangs made ``--check`` and the run's start hang silently)."""
+    done: list[tuple[bool, Any]] = []
+
+    def call() -> None:
+        try:
+            done.append((True, fn(*args)))
+        except BaseException as exc:  # handed to the caller
+            done.append((False, exc))
+
+    thread = threading.Thread(target=call, name="nexrl-check", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not done:
+        raise TimeoutError(f"did not return within {timeout_s:g}s")
+    ok, value = done[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _where(obj: Any) -> str:
@@ -194,8 +223,9 @@ def example_score(cfg: DictConfig, roots: list[Path]) -> str | None:
         if not usable:
             return None
         position, row = usable[0]
-        result = evaluator.evaluate(row, BaseEvaluationTarget(final_answer=str(answer)))
-    except Exception:  # the check reports it
+        target = BaseEvaluationTarget(final_answer=str(answer))
+        result = within(EXAMPLE_TIMEOUT_S, evaluator.evaluate, row, target)
+    except Exception:  # the check reports it (a timeout too)
         return None
     metrics = {k: v for k, v in result.metrics.items() if k != "evaluator_error"}
     shown = ", ".join(f"{k} {v:g}" for k, v in sorted(metrics.items()))
@@ -306,10 +336,18 @@ def task_rows(cfg: DictConfig, roots: list[Path], evaluator: Any, worker: Any) -
         from nexrl.rollout_worker.evaluator import BaseEvaluationTarget, EvaluationRunResult
 
         name = type(evaluator).__name__
+        target = BaseEvaluationTarget(final_answer=str(answer))
         try:
-            result = evaluator.evaluate(row, BaseEvaluationTarget(final_answer=str(answer)))
+            result = within(EXAMPLE_TIMEOUT_S, evaluator.evaluate, row, target)
             if not isinstance(result, EvaluationRunResult):
                 raise TypeError(f"returned {type(result).__name__}, not an EvaluationRunResult")
+        except TimeoutError:
+            out.append(
+                f"rollout_worker.example_answer: {name}.evaluate({str(answer)!r}) did not "
+                f"return within {EXAMPLE_TIMEOUT_S:g}s on {file}, {position} "
+                f"({_where(type(evaluator))}): an evaluator that hangs stalls every rollout; "
+                "fix it, or set rollout_worker.example_answer: null to skip this check"
+            )
         except Exception as exc:
             out.append(
                 f"rollout_worker.example_answer: {name}.evaluate({str(answer)!r}) failed on "
