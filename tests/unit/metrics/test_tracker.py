@@ -155,3 +155,23 @@ def test_a_resume_logs_the_checkpoints_row_only_when_the_file_lacks_it(tmp_path:
     with MetricsTracker([], tmp_path, run_name="r", resume_step=2) as again:
         assert again.restore(2, {"reward/mean": 0.2}) is False
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
+
+
+def test_a_metrics_file_removed_mid_run_is_written_again_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``rm metrics.jsonl`` during a run: the rows went on into the removed file, lost,
+    and the run's end failed on the missing file with a traceback."""
+    with MetricsTracker([], tmp_path, run_name="r") as tracker:
+        tracker.log(1, {"reward/mean": 0.1})
+        (tmp_path / "metrics.jsonl").unlink()
+        with caplog.at_level(logging.WARNING, logger="nexrl.metrics"):
+            tracker.log(2, {"reward/mean": 0.2})
+            tracker.log(3, {"reward/mean": 0.3})
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [2, 3]
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        f"{tmp_path / 'metrics.jsonl'} was removed or replaced during the run: the rows "
+        "from step 2 on are in a new file; the earlier ones are not (nor in its plots and "
+        "summary)"
+    ]

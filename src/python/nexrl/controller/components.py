@@ -130,7 +130,12 @@ class Components:
             with contextlib.suppress(Exception):  # plot() logs its own failures
                 self._plotting.result(timeout=120)
         png = self.plot()
-        text = str(write_summary(self.run.root, read_metrics(self.run.metrics)))
+        try:
+            rows = read_metrics(self.run.metrics)
+        except FileNotFoundError:  # removed after the last row was written
+            logger.warning("%s is gone: the summary has no training rows", self.run.metrics)
+            rows = []
+        text = str(write_summary(self.run.root, rows))
         ends = [p for p in (png, self.run.root / "config.yaml", self.run.root / SUMMARY_FILE) if p]
         try:  # the trackers that keep files with their run (mlflow) get them
             self.tracker.log_artifacts(ends)

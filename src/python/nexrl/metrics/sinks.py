@@ -234,8 +234,30 @@ class JsonlSink(MetricSink):
         for key, value in metrics.items():
             if key not in RESERVED_KEYS:
                 row[key] = _finite_or_none(float(value))
+        self._reopen_if_removed(step)
         self._file.write(json.dumps(row, allow_nan=False) + "\n")
         self._file.flush()
+
+    def _reopen_if_removed(self, step: int) -> None:
+        """A metrics.jsonl removed (or moved away) while the run writes it: a new one,
+        with a warning. Appending to the open file would have gone on into the removed
+        one, every row after it lost, and the run's summary failed on the missing file."""
+        assert self._file is not None
+        try:
+            same = os.path.samestat(os.fstat(self._file.fileno()), os.stat(self.path))
+        except OSError:  # not there at all
+            same = False
+        if same:
+            return
+        self._file.close()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+        log.warning(
+            "%s was removed or replaced during the run: the rows from step %d on are in a "
+            "new file; the earlier ones are not (nor in its plots and summary)",
+            self.path,
+            step,
+        )
 
     def close(self) -> None:
         if self._file is not None:
