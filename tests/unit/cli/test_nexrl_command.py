@@ -72,6 +72,12 @@ def test_an_explicit_override_wins_over_a_flag_and_the_tag_follows_a_renamed_run
         (["-c", RECIPE, "-t", "a b"], "a tag is a suffix for run and job names"),
         (["-c", RECIPE, "-m", "selfhosted"], "invalid choice: 'selfhosted'"),
         (["new-task"], "usage: nexrl new-task FOLDER"),
+        (  # (it said "--sbatch runs the driver as a Slurm job", a flag not given)
+            [RECIPE, "--dry-run"],
+            "--dry-run prints what a cluster would be given: the job script with --sbatch "
+            "(cluster.type=slurm), or the Dask resources with cluster.type=kubernetes; a "
+            "local run has none (to check the recipe: --check)",
+        ),
     ],
 )
 def test_mistakes_are_one_clear_line_and_exit_2(

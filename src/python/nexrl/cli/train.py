@@ -183,6 +183,14 @@ def _main(argv: list[str] | None) -> int:
         return 0
     if args.dry_run and not args.sbatch and str(recipe.cfg.cluster.type) == "kubernetes":
         return kubernetes_manifests(recipe)
+    if args.dry_run and not args.sbatch and str(recipe.cfg.cluster.type) == "local":
+        print(
+            f"error: {args.recipe}: --dry-run prints what a cluster would be given: the job "
+            "script with --sbatch (cluster.type=slurm), or the Dask resources with "
+            "cluster.type=kubernetes; a local run has none (to check the recipe: --check)",
+            file=sys.stderr,
+        )
+        return 2
     if args.sbatch or args.dry_run:
         return sbatch(recipe, args.overrides, dry_run=args.dry_run)
     try:
