@@ -33,3 +33,21 @@ def test_a_message_that_names_its_exception_is_not_given_it_again() -> None:
     assert second.startswith(
         "nexrl.rollout_worker.tasks - WARNING - rollout of group 8 raised: ValueError: bad reply ("
     )
+
+
+def test_a_message_formatted_before_logging_is_one_kind_whatever_task_it_names() -> None:
+    """Dask's state machine logs an f-string naming the task and its address: six
+    cancelled evaluator tasks were six lines, each saying "shown once per kind"."""
+    stream = io.StringIO()
+    handler = OneLinePerFailure(stream, where="logs/dask-worker-0.log")
+    for key, address in (("152+3-train-30a08cc3", "7f0e1c2d3e40"), ("9-train-5ee2a40a", "7f0e1c")):
+        text = (
+            f"Async instruction for <Task cancelled name=\"execute('evaluate-g{key}')\" "
+            f"coro=<...> at 0x{address}> ended with CancelledError"
+        )
+        record = logging.LogRecord(
+            "distributed.worker.state_machine", logging.WARNING, __file__, 1, text, (), None
+        )
+        handler.emit(record)
+    (line,) = stream.getvalue().splitlines()
+    assert "evaluate-g152+3-train-30a08cc3" in line and "shown once per kind" in line

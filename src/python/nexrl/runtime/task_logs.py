@@ -88,6 +88,11 @@ def one_line(record: logging.LogRecord) -> tuple[str, str]:
     return what, " ".join(failure.split())
 
 
+#: what differs between two records of one kind: quoted names (task keys), addresses,
+#: hex ids, numbers
+_VARYING = re.compile(r"'[^']*'|0x[0-9a-fA-F]+|\b[0-9a-f]{8,}\b|\d+")
+
+
 def failure_kind(record: logging.LogRecord, what: str, failure: str) -> tuple[str, ...]:
     """What makes two records "the same failure" (module doc): the logger, the message
     template's first line (the first word of a Dask ``Compute Failed`` line: its task
@@ -96,6 +101,10 @@ def failure_kind(record: logging.LogRecord, what: str, failure: str) -> tuple[st
     first = template.strip().splitlines()[0] if template.strip() else what
     if _KEY.search(record.getMessage()) or not isinstance(record.msg, str):
         first = what.split(" ", 1)[0]
+    # a message formatted before logging (an f-string) names its task, its object's
+    # address: "Async instruction for <Task ... execute('evaluate-g152+3-train-30a08cc3')
+    # ... at 0x7f..> ended with CancelledError" is one kind, whatever the key
+    first = _VARYING.sub("#", first)
     if not failure:
         return (record.name, first)
     return (record.name, first, first_word(failure) or failure)
