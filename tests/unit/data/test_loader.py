@@ -344,3 +344,39 @@ def test_failing_prompt_length_names_the_row(tmp_path: Path) -> None:
         DataLoader(_config([path]), prompt_length=length)
     assert str(info.value).startswith(f"{path}, line 2: prompt_length failed")
     assert "tokenizer exploded" in str(info.value)
+
+
+def test_prompts_past_the_models_context_are_left_out_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """data.max_prompt_length above the model's context: such a prompt failed every
+    rollout of its group with the server's 400 until max_task_failures stopped the run,
+    neither setting named. Through the run's path: ``data_config`` with the model's
+    folder (its config.json)."""
+    from nexrl.controller.setup import data_config
+    from nexrl.recipe import load_recipe_checked
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 8}))
+    rows = [{"prompt": "max 1 2", "answer": "2"}, {"prompt": "max 1 2 3 4 5 6 7", "answer": "7"}]
+    path = write_jsonl(tmp_path / "p.jsonl", rows)
+    recipe = load_recipe_checked(
+        "recipes/max_digit/max_digit_tiny.yaml",
+        [f"data.data_files=[{path}]", "data.max_prompt_length=100", "data.shuffle=false"],
+    )
+    cfg = data_config(recipe, model)  # max_digit answers in 1 token: 8 - 1 = 7 for a prompt
+    assert cfg.context_limit == (
+        7,
+        "the model's context of 8 tokens less rollout_worker.max_response_length=1",
+    )
+    with caplog.at_level(logging.WARNING, logger="nexrl.data"):
+        loader = DataLoader(cfg)  # (the word count: 3 and 8 "tokens")
+    assert [g[0]["prompt"] for g in loader.next_batch(1)] == ["max 1 2"]
+    assert (
+        "data: 1 of 2 prompts in data.data_files are longer than 7 tokens (the model's "
+        "context of 8 tokens less rollout_worker.max_response_length=1) and are left out "
+        "(the longest has 8); use a model with a longer context, or a shorter "
+        "rollout_worker.max_response_length to train on them"
+    ) in caplog.text
+    assert data_config(recipe).context_limit is None  # no model folder: not known

@@ -98,8 +98,8 @@ def _build(
     if why:
         require_chat_template(tokenizer, tok_dir, why, tokenizer_field(cfg))
     length = prompt_length_fn(tokenizer)
-    loader = DataLoader(data_config(recipe), length)
-    val_groups = validation_groups(recipe, length)
+    loader = DataLoader(data_config(recipe, model_dir), length)
+    val_groups = validation_groups(recipe, length, model_dir)
     group_size = int(cfg.rollout_worker.group_size)
 
     inference_cfg = cfg.service.inference_service

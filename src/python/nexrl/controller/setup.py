@@ -54,19 +54,40 @@ def _resolve_files(recipe: Recipe, files: list[str]) -> list[str]:
     return [str(recipe.resolve(f)) for f in files]
 
 
-def data_config(recipe: Recipe) -> LoaderConfig:
+def data_config(recipe: Recipe, model_dir: Path | None = None) -> LoaderConfig:
     """The loader's config: the ``data`` section (files resolved), the group size and the
     fields every row must hold (the evaluator's ``required_fields``: a row without one
-    is a bad row, named with its file and line, ``data.bad_rows``)."""
+    is a bad row, named with its file and line, ``data.bad_rows``); with ``model_dir``,
+    the longest prompt its context leaves room for (``context_limit``)."""
     from nexrl.rollout_worker.dry_run import required_data_fields
 
     data: DataConfig = typed(recipe.cfg.data)
     data = replace(data, data_files=_resolve_files(recipe, list(data.data_files)))
-    return LoaderConfig.from_section(
+    loader = LoaderConfig.from_section(
         data,
         int(recipe.cfg.rollout_worker.group_size),
         required_data_fields(recipe.cfg, list(recipe.roots)),
     )
+    return replace(loader, context_limit=context_limit(recipe.cfg, model_dir))
+
+
+def context_limit(cfg: DictConfig, model_dir: Path | None) -> tuple[int, str] | None:
+    """``(tokens, why)``: the longest prompt that leaves room for an answer of
+    ``rollout_worker.max_response_length`` tokens in the model's context
+    (``max_position_embeddings`` of its ``config.json``); None when not known. A longer
+    prompt failed every rollout of its group with the server's 400 ("maximum context
+    length is 512 tokens") until ``max_task_failures`` stopped the run."""
+    if model_dir is None:
+        return None
+    try:
+        ctx = int(
+            json.loads((Path(model_dir) / "config.json").read_text())["max_position_embeddings"]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    answer = int(cfg.rollout_worker.max_response_length)
+    why = f"the model's context of {ctx} tokens less rollout_worker.max_response_length={answer}"
+    return max(1, ctx - answer), why
 
 
 def pool_config(cfg: DictConfig, policy: SyncPolicy) -> PoolConfig:
@@ -190,14 +211,16 @@ def pad_token_id(tok: Any) -> int:
     return int(pad or 0)
 
 
-def validation_groups(recipe: Recipe, length: Any) -> list[list[dict[str, Any]]]:
+def validation_groups(
+    recipe: Recipe, length: Any, model_dir: Path | None = None
+) -> list[list[dict[str, Any]]]:
     """Every validation prompt once (one sample each, file order)."""
     from nexrl.data import DataLoader
 
     v = recipe.cfg.validate
     if not v.data_files:
         return []
-    data = data_config(recipe)
+    data = data_config(recipe, model_dir)
     cfg = replace(
         data,
         data_files=_resolve_files(recipe, list(v.data_files)),

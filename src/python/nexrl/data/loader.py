@@ -56,6 +56,10 @@ class LoaderConfig(DataConfig):
     #: ``(field, who reads it)``: fields every row must hold (the evaluator's
     #: ``required_fields``); a row without one is a bad row (``data.bad_rows``)
     required: tuple[tuple[str, str], ...] = ()
+    #: ``(tokens, why)``: the longest prompt the model can take with room for an answer,
+    #: when that is less than ``max_prompt_length`` (the run sets it from the model's
+    #: context and ``rollout_worker.max_response_length``); longer prompts are dropped
+    context_limit: tuple[int, str] | None = None
 
     @classmethod
     def from_section(
@@ -102,11 +106,17 @@ class DataLoader:
             config.files_field,
             config.required,
         )
+        max_length = config.max_prompt_length
+        limit = f"data.max_prompt_length={config.max_prompt_length} tokens"
+        fix = "raise data.max_prompt_length"
+        if config.context_limit is not None and config.context_limit[0] < max_length:
+            max_length, why = config.context_limit
+            limit = f"{max_length} tokens ({why})"
+            fix = (
+                "use a model with a longer context, or a shorter rollout_worker.max_response_length"
+            )
         kept, dropped = _drop_overlong(
-            read.rows,
-            config.prompt_key,
-            prompt_length or word_count_length,
-            config.max_prompt_length,
+            read.rows, config.prompt_key, prompt_length or word_count_length, max_length
         )
         overlong = len(dropped)
         if config.max_samples is not None:
@@ -125,29 +135,30 @@ class DataLoader:
                 len(read.skipped),
                 "; ".join(read.folded),
             )
-        limit = f"data.max_prompt_length={config.max_prompt_length}"
         if not self._rows and dropped and len(dropped) == len(read.rows) and not read.skipped:
             raise DataError(
                 f"{config.files_field}: every prompt in {list(config.data_files)} is longer "
-                f"than {limit} tokens (the shortest has {min(dropped)}); raise "
-                f"data.max_prompt_length to at least {min(dropped)}"
+                f"than {limit} (the shortest has {min(dropped)}); {fix}"
+                + (f" to at least {min(dropped)}" if fix.startswith("raise") else "")
             )
         if not self._rows:
             raise DataError(
                 f"{config.files_field}: no usable prompts in {list(config.data_files)}: "
                 f"{self._stats['rows_read']} rows read, {len(read.skipped)} bad rows skipped, "
-                f"{overlong} longer than {limit} tokens dropped; check data.prompt_key and "
+                f"{overlong} longer than {limit} dropped; check data.prompt_key and "
                 "data.max_prompt_length"
             )
-        if overlong * 2 > len(read.rows):  # most of the data: rarely what the recipe meant
+        if overlong * 2 > len(read.rows) or (overlong and max_length < config.max_prompt_length):
+            # most of the data (rarely what the recipe meant), or the model's limit
             logger.warning(
-                "data: %d of %d prompts in %s are longer than %s tokens and are left out "
-                "(the longest has %d); raise data.max_prompt_length to train on them",
+                "data: %d of %d prompts in %s are longer than %s and are left out "
+                "(the longest has %d); %s to train on them",
                 overlong,
                 len(read.rows),
                 config.files_field,
                 limit,
                 max(dropped),
+                fix,
             )
         logger.info(
             "data: %d prompts from %d files (%d longer than max_prompt_length=%d dropped, "
@@ -155,7 +166,7 @@ class DataLoader:
             len(self._rows),
             len(config.data_files),
             overlong,
-            config.max_prompt_length,
+            max_length,
             len(read.skipped),
         )
         self._fingerprint = _fingerprint([r[config.prompt_key] for r in self._rows])
