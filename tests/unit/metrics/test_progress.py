@@ -128,3 +128,23 @@ def test_a_warning_is_one_line_on_the_terminal_and_one_warning_record_in_the_log
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (logging.WARNING, "warning: step 3: nothing to learn from")
     ]
+
+
+def test_the_eta_after_the_first_step_is_the_pace_since_then(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A resumed run's first step took the checkpoint load too (7 s): the ETA said 305 s
+    for 45 steps that took 14 s, and only shrank slowly."""
+    import nexrl.metrics.progress as progress_module
+
+    clock = [100.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    stream = io.StringIO()
+    progress = ProgressDisplay(60, initial_step=14, stream=stream)
+    clock[0] += 7.0  # the resume's start, then step 15
+    progress.update(15)
+    clock[0] += 0.5
+    progress.update(16)
+    lines = stream.getvalue().splitlines()
+    assert lines[0].endswith("elapsed=7s eta=315s")  # a first guess: 7 s a step
+    assert lines[1].endswith("elapsed=8s eta=22s")  # 0.5 s a step, 44 steps left

@@ -101,6 +101,7 @@ class ProgressDisplay:
             isatty = getattr(self.stream, "isatty", None)
             enabled = bool(isatty and isatty())
         self._started = time.monotonic()
+        self._first_done: tuple[float, int] | None = None  # (when, steps): the first update
         self._bar: Any = None
         if enabled:
             from tqdm import tqdm
@@ -132,8 +133,15 @@ class ProgressDisplay:
         parts += [f"{label}={text}" for label, text in fields]
         parts.append(f"elapsed={elapsed:.0f}s")
         done = self.step - self.initial_step
-        if done > 0:  # this command's pace so far, for the steps left
-            parts.append(f"eta={elapsed / done * max(0, self.total_steps - self.step):.0f}s")
+        left = max(0, self.total_steps - self.step)
+        now = time.monotonic()
+        if done == 1 or self._first_done is None:  # its time includes the start (a resume's
+            self._first_done = (now, done)  # checkpoint load): only a first guess
+            if done > 0:
+                parts.append(f"eta={elapsed / done * left:.0f}s")
+        else:  # the pace since the first step done here
+            t0, d0 = self._first_done
+            parts.append(f"eta={(now - t0) / max(1, done - d0) * left:.0f}s")
         if self.log is not None:
             self.log.info("%s", " ".join(parts))
         if self._bar is not None:
