@@ -58,7 +58,8 @@ def test_resume_names_changed_settings_and_a_refused_one_keeps_the_record(
     assert (
         "model.tiny.hidden_size: 64 -> 128" in line and "model.tiny.init_std: 0.02 -> 0.05" in line
     )
-    assert "another experiment_name" in line
+    # output_dir given outright: a new experiment_name would not move it, so not that
+    assert "start a new run with another output_dir (this recipe sets it outright" in line
     assert config.read_text() == recorded
 
     # Another learning rate and more steps: accepted, named, recorded.

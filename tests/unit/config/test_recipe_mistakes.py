@@ -97,6 +97,23 @@ def test_a_data_file_pattern_is_its_files_sorted_and_the_run_reads_them(
     assert p.startswith("data.data_files: 'nope/*.jsonl' matches no file (looked up in "), p
 
 
+def test_the_advice_for_a_new_run_names_the_field_that_moves_the_folder(
+    tmp_path: Path,
+) -> None:
+    """"start a new run with another experiment_name" did nothing for a recipe that sets
+    output_dir outright."""
+    from nexrl.config.record import another_run
+
+    recipe = write_recipe(tmp_path, "")
+    default = load_recipe_checked(recipe).cfg  # output_dir: runs/${experiment_name}
+    assert another_run(default) == "another experiment_name (or output_dir)"
+    outright = load_recipe_checked(recipe, [f"output_dir={tmp_path / 'out'}"]).cfg
+    assert another_run(outright) == (
+        "another output_dir (this recipe sets it outright: a new experiment_name would not "
+        "move it)"
+    )
+
+
 def test_misspelt_key_gets_did_you_mean(tmp_path: Path) -> None:
     (p,) = problems_of(write_recipe(tmp_path, "trainer: {totl_train_steps: 5}"))
     assert "trainer.totl_train_steps" in p and "did you mean 'trainer.total_train_steps'" in p

@@ -9,7 +9,32 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["MODEL_KEYS", "changed_fields", "model_changes", "recorded_config", "recorded_yaml"]
+__all__ = [
+    "MODEL_KEYS",
+    "another_run",
+    "changed_fields",
+    "model_changes",
+    "recorded_config",
+    "recorded_yaml",
+]
+
+
+def another_run(cfg: Any) -> str:
+    """How to point a command at a new run folder, for error lines: ``another
+    experiment_name (or output_dir)`` when ``output_dir`` follows ``experiment_name``
+    (the default ``runs/${experiment_name}``), else ``another output_dir`` (set outright,
+    a new experiment_name would not move it)."""
+    try:
+        raw = OmegaConf.to_container(cfg, resolve=False)
+        follows = "experiment_name" in str(raw.get("output_dir", ""))  # type: ignore[union-attr]
+    except Exception:  # not a config (a plain mapping in a test): the general advice
+        follows = True
+    if follows:
+        return "another experiment_name (or output_dir)"
+    return (
+        "another output_dir (this recipe sets it outright: a new experiment_name would not move it)"
+    )
+
 
 ENV = "${oc.env:"
 

@@ -24,6 +24,7 @@ logger = logging.getLogger("nexrl.controller.loop")  # the controller's log line
 def finished_run(cfg: Any) -> RunResult | None:
     """A rerun of a finished run: no cluster is started, the run's summary is shown
     again (from metrics.jsonl) with how to train on; None for a run not finished."""
+    from nexrl.config.record import another_run
     from nexrl.controller.rundir import RunDir
     from nexrl.controller.setup import absolute_output_dir
     from nexrl.metrics import format_summary, read_metrics, summarize
@@ -41,8 +42,8 @@ def finished_run(cfg: Any) -> RunResult | None:
         raise ControllerError(
             f"{run.root} finished at step {step} having trained on "
             "nothing but evaluator errors (eval/evaluator_error 1.0 at every step; see "
-            "logs/dask-worker-*.log); fix the evaluator and start a new run with "
-            "another experiment_name (or output_dir)"
+            f"logs/dask-worker-*.log); fix the evaluator and start a new run with "
+            f"{another_run(cfg)}"
         )
     print(f"{line}\n{summary}", file=sys.stderr, flush=True)
     return RunResult(step, run.root, None, summary)

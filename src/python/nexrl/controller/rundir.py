@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nexrl.config.record import changed_fields, recorded_yaml
+from nexrl.config.record import another_run, changed_fields, recorded_yaml
 from nexrl.errors import NexrlError
 from nexrl.util.files import atomic_write_text
 from nexrl.util.run_parent import PARENT_FILE
@@ -102,8 +102,7 @@ class RunDir:
         return (
             f"nexrl: {self.root} finished at step {step} (trainer.total_train_steps={total}): "
             "nothing to train; to train on, raise trainer.total_train_steps (resume.mode=auto "
-            "continues from its checkpoint), or start a new run with another experiment_name "
-            "(or output_dir)"
+            f"continues from its checkpoint), or start a new run with {another_run(cfg)}"
         )
 
     def lock(self) -> Callable[[], None]:
@@ -154,8 +153,7 @@ class RunDir:
         if mode == "disable" and holds_run:
             raise RunDirError(
                 f"{self.root} already holds a run (checkpoints, pool or metrics); continue it "
-                "with resume.mode=auto, or start a new one with another experiment_name "
-                "(or output_dir)"
+                f"with resume.mode=auto, or start a new one with {another_run(cfg)}"
             )
         if mode == "auto" and holds_run and not self.has_checkpoint():
             self._abandon([pool, self.metrics])

@@ -71,7 +71,7 @@ def resume_keeps_the_model(cfg: DictConfig, roots: list[Path]) -> list[str]:
     would load the old weights and keep training them while the recipe says otherwise."""
     if str(cfg.resume.mode) != "auto":
         return []
-    from nexrl.config.record import model_changes, recorded_yaml
+    from nexrl.config.record import another_run, model_changes, recorded_yaml
     from nexrl.weights.checkpoint import CheckpointManager
 
     out = Path(str(cfg.output_dir)).expanduser().resolve()
@@ -84,6 +84,6 @@ def resume_keeps_the_model(cfg: DictConfig, roots: list[Path]) -> list[str]:
     shown = "; ".join(changes[:4]) + (f"; and {len(changes) - 4} more" if len(changes) > 4 else "")
     return [
         f"resume.mode: auto would continue {out}, a run of another model ({shown}), and "
-        "keep training its checkpoint; start a new run with another experiment_name (or "
-        "output_dir), or set those back to resume it"
+        f"keep training its checkpoint; start a new run with {another_run(cfg)}, or set "
+        "those back to resume it"
     ]
