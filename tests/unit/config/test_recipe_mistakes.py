@@ -100,7 +100,7 @@ def test_a_data_file_pattern_is_its_files_sorted_and_the_run_reads_them(
 def test_the_advice_for_a_new_run_names_the_field_that_moves_the_folder(
     tmp_path: Path,
 ) -> None:
-    """"start a new run with another experiment_name" did nothing for a recipe that sets
+    """ "start a new run with another experiment_name" did nothing for a recipe that sets
     output_dir outright."""
     from nexrl.config.record import another_run
 
@@ -109,8 +109,7 @@ def test_the_advice_for_a_new_run_names_the_field_that_moves_the_folder(
     assert another_run(default) == "another experiment_name (or output_dir)"
     outright = load_recipe_checked(recipe, [f"output_dir={tmp_path / 'out'}"]).cfg
     assert another_run(outright) == (
-        "another output_dir (this recipe sets it outright: a new experiment_name would not "
-        "move it)"
+        "another output_dir (this recipe sets it outright: a new experiment_name would not move it)"
     )
 
 
