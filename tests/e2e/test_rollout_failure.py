@@ -78,9 +78,11 @@ def test_a_worker_that_fails_every_group_stops_the_run_in_a_few_lines(tmp_path: 
     assert len(shown) == 2, err[-3000:]
     where = f"{out}/logs/driver.log"
     assert shown[0].endswith(
-        f"(shown once per kind, then counted at 10, 100, ...; each one in {where})"
+        f"(shown once per kind, then counted at 10, 100, ...; details and repeats: {where})"
     )
-    assert "(the same kind 10 times so far; each one in " in shown[1]
+    assert shown[1].endswith(
+        f"(the same kind 10 times so far in this process; details and repeats: {where})"
+    )
     # the retries: each in the log, the first of each kind on the terminal
     retried = [x for x in log.splitlines() if "rolled out again in" in x]
     assert len(retried) >= 10, log[-3000:]

@@ -21,7 +21,7 @@ process it runs in,
   its text: an evaluator that raises ``ValueError`` on every model output (each
   message naming a different output) is one line, not one per distinct output.
   The line names the kind and says that the repeats are in the log file;
-  ``counts`` holds how often each kind was seen.
+  ``repeats`` counts each kind.
 
 The driver routes the scheduler's and client's records (``distributed``) into
 ``logs/driver.log``; ``install_task_logs(client, log_dir)`` registers
@@ -44,10 +44,10 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from nexrl.util.logfile import (
     NO_ROTATION,
     LogRotation,
+    RepeatCounter,
     close_log,
     first_word,
     open_log,
-    power_of_ten,
 )
 
 __all__ = [
@@ -112,14 +112,13 @@ def failure_kind(record: logging.LogRecord, what: str, failure: str) -> tuple[st
 
 class OneLinePerFailure(logging.StreamHandler[TextIO]):
     """Writes records of WARNING and above as one line, once per distinct failure (see
-    the module doc); ``counts`` holds how often each was seen. ``where`` names the
-    log file that has every record in full."""
+    the module doc); ``repeats`` counts each kind. ``where`` names the log file
+    that has every record in full."""
 
     def __init__(self, stream: TextIO, where: str, shown_below_warning: Sequence[str] = ()) -> None:
         super().__init__(stream)
-        self.where = where
         self.shown_below_warning = tuple(shown_below_warning)  # loggers whose INFO was shown
-        self.counts: dict[tuple[str, ...], int] = {}
+        self.repeats = RepeatCounter(where)
         self.setFormatter(logging.Formatter("%(asctime)s - %(name)s - %(levelname)s - %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -131,20 +130,14 @@ class OneLinePerFailure(logging.StreamHandler[TextIO]):
                 super().emit(record)  # as before (a logger that printed it already)
             return
         what, failure = one_line(record)
-        seen = failure_kind(record, what, failure)
-        n = self.counts[seen] = self.counts.get(seen, 0) + 1
-        if n > 1 and not power_of_ten(n):
+        note = self.repeats.note(failure_kind(record, what, failure))
+        if note is None:
             return
         if failure in what:  # (also ""): the message already names the exception
             failure = ""
         line = f"{record.name} - {record.levelname} - {what}" + (f": {failure}" if failure else "")
-        note = (
-            "shown once per kind, then counted at 10, 100, ...;"
-            if n == 1
-            else f"the same kind {n} times so far in this process;"
-        )
         try:
-            self.stream.write(f"{line} ({note} details and repeats: {self.where})\n")
+            self.stream.write(f"{line} ({note})\n")
             self.flush()
         except Exception:
             self.handleError(record)

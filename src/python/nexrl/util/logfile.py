@@ -53,6 +53,7 @@ __all__ = [
     "LogFileUser",
     "LogRotation",
     "QuietFileHandler",
+    "RepeatCounter",
     "TerminalFormatter",
     "close_log",
     "open_log",
@@ -104,6 +105,27 @@ def power_of_ten(n: int) -> bool:
     return n == 1
 
 
+class RepeatCounter:
+    """Counts records by kind, for a terminal that shows each kind once, then at its
+    10th, 100th, ... (the driver's ``FoldRepeats``, a worker's ``OneLinePerFailure``)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where  # the log file that has every record
+        self.counts: dict[tuple[str, ...], int] = {}
+
+    def note(self, kind: tuple[str, ...]) -> str | None:
+        """The note for this record of ``kind`` when it is to be shown, else None."""
+        n = self.counts[kind] = self.counts.get(kind, 0) + 1
+        if n > 1 and not power_of_ten(n):
+            return None
+        said = (
+            "shown once per kind, then counted at 10, 100, ...;"
+            if n == 1
+            else f"the same kind {n} times so far in this process;"
+        )
+        return f"{said} details and repeats: {self.where}"
+
+
 _FIRST_WORD = re.compile(r"^([A-Za-z_][\w.]*)")
 
 
@@ -124,8 +146,7 @@ class FoldRepeats(logging.Filter):
     def __init__(self, loggers: tuple[str, ...], where: str) -> None:
         super().__init__()
         self.loggers = loggers
-        self.where = where
-        self.counts: dict[tuple[str, ...], int] = {}
+        self.repeats = RepeatCounter(where)
 
     def filter(self, record: logging.LogRecord) -> bool:
         name = record.name
@@ -135,15 +156,10 @@ class FoldRepeats(logging.Filter):
             return True
         last = record.args[-1] if isinstance(record.args, tuple) and record.args else None
         kind = (name, str(record.msg), (first_word(last) if isinstance(last, str) else None) or "")
-        n = self.counts[kind] = self.counts.get(kind, 0) + 1
-        if n > 1 and not power_of_ten(n):
+        note = self.repeats.note(kind)
+        if note is None:
             return False
-        # an attribute of its own: the log file's formatter does not show it
-        record.fold_note = (
-            f"shown once per kind, then counted at 10, 100, ...; each one in {self.where}"
-            if n == 1
-            else f"the same kind {n} times so far; each one in {self.where}"
-        )
+        record.fold_note = note  # an attribute of its own: the log file's formatter omits it
         return True
 
 
