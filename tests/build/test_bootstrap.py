@@ -92,10 +92,18 @@ def test_every_bootstrap_pip_call_ignores_the_host_pip_config() -> None:
     assert "hermetic_pip_args=(--isolated" in script
 
 
-def test_ci_runs_the_cold_path_check() -> None:
+def test_ci_runs_the_cold_path_check_then_the_readme_test_command() -> None:
+    """CI runs the cold path, then exactly the README's one test command, which
+    prepares the machine and runs ``./pants test ::``."""
     ci = (ROOT / ".ci" / "run").read_text()
     cold = (ROOT / ".ci" / "cold").read_text()
-    assert ci.index(".ci/cold") < ci.index("./pants test ::")
+    readme = (ROOT / "README.md").read_text()
+    test_sh = (ROOT / "build-support" / "test.sh").read_text()
+    assert "Run all tests:\n\n    build-support/test.sh\n" in readme
+    assert ci.index(".ci/cold\n") < ci.index("\nbuild-support/test.sh\n")
+    assert './pants test "$@"' in test_sh and "set -- ::" in test_sh
+    for step in ("build-support/system-packages.sh", "build-support/slurm.sh start", "build-support/vllm.sh"):
+        assert step in test_sh, step
     assert "pants run src/python/nexrl:train -- recipes/max_digit/max_digit_tiny.yaml" in cold
     assert 'mount --bind "$tmp/cache" "$HOME/.cache"' in cold
     assert 'mount --bind "$tmp/pex" "$HOME/.pex"' in cold

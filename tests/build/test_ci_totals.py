@@ -41,3 +41,37 @@ def test_no_reports_or_no_tests_is_a_failure(tmp_path: Path) -> None:
     proc = run(tmp_path)
     assert proc.stdout.strip() == "0 passed, 0 failed, 0 skipped"
     assert proc.returncode == 1
+
+
+CASES = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" errors="0" failures="0" skipped="0" tests="{n}" time="{t}">
+{cases}
+</testsuite></testsuites>"""
+
+
+def case(classname: str, seconds: float) -> str:
+    return f'<testcase classname="{classname}" name="test_it" time="{seconds}" />'
+
+
+def test_slowest_names_files_by_their_seconds_slowest_first(tmp_path: Path) -> None:
+    """A report of one file counts its whole session (imports and fixtures
+    included); a batch of files splits by its cases; a class's cases count
+    for its file."""
+    (tmp_path / "e2e.xml").write_text(
+        CASES.format(n=2, t=300.5, cases=case("tests.e2e.test_run", 100) + case("tests.e2e.test_run", 50))
+    )
+    batch = case("tests.unit.test_a", 2) + case("tests.unit.test_b.TestB", 7) + case("tests.unit.test_b.TestB", 1)
+    (tmp_path / "unit.xml").write_text(CASES.format(n=3, t=20, cases=batch))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path), "--slowest", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "the 2 slowest of 3 test files (all files: 310 s of test time):",
+        "      300 s  tests/e2e/test_run.py",
+        "        8 s  tests/unit/test_b.py",
+        "5 passed, 0 failed, 0 skipped",
+    ]
