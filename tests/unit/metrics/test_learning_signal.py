@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -124,3 +126,99 @@ def test_summary_line_points_to_the_guide_only_when_stuck() -> None:
 def test_an_empty_batch_has_no_answers() -> None:
     assert ls.answer_shares(np.zeros(0, np.int32), np.zeros(0, np.int64)) == (0.0, 0.0)
     assert ls.zero_variance_share(np.zeros(0), np.zeros(0, np.int64)) == 0.0
+
+
+def test_prompt_dependence_counted_by_hand() -> None:
+    """4 groups of 4 over the answers 1-4. One answer per prompt: each group's entropy
+    is 0, so 1 - 0 / H_shuffled = 1. Every group holding each answer once: its entropy
+    is ln 4, the most a deal of these 16 answers can give, so H_shuffled <= ln 4 and
+    the dependence is 0 (clipped)."""
+    groups = np.repeat(np.arange(4), 4)
+    assert ls.prompt_dependence(np.repeat([1, 2, 3, 4], 4), groups) == 1.0
+    assert ls.prompt_dependence(np.tile([1, 2, 3, 4], 4), groups) == 0.0
+    # 6 of 8 on the group's own answer, 2 on others: H_group = 0.736 nats, a random deal
+    # of the same 32 answers ~1.2: in between
+    own = np.repeat([1, 2, 3, 4], 6).reshape(4, 6)
+    others = np.array([[2, 3], [3, 4], [4, 1], [1, 2]])
+    mixed = np.concatenate([own, others], axis=1).reshape(-1)
+    value = ls.prompt_dependence(mixed, np.repeat(np.arange(4), 8))
+    assert value is not None and 0.2 < value < 0.8, value
+
+
+@pytest.mark.parametrize(
+    ("answers", "groups", "why"),
+    [
+        (np.arange(16), np.repeat(np.arange(4), 4), "every answer distinct: free text"),
+        (np.zeros(16, np.int64), np.repeat(np.arange(4), 4), "one answer: a collapse"),
+        (np.tile([1, 2], 6), np.repeat(np.arange(3), 4), "3 groups: too few"),
+        (np.tile([1, 2, 3, 1, 2], 1), np.arange(5), "groups of one sample"),
+    ],
+)
+def test_prompt_dependence_says_nothing_where_it_cannot(
+    answers: np.ndarray, groups: np.ndarray, why: str
+) -> None:
+    assert ls.prompt_dependence(answers, groups) is None, why
+
+
+def test_signal_metrics_carry_prompt_dependence_only_where_it_says_something() -> None:
+    reads = batch([[([d], 1.0)] * 4 for d in (3, 4, 5, 6)])  # one answer per prompt
+    assert signal_metrics(reads)["rollout/prompt_dependence"] == 1.0
+    free = batch([[([g, r], 0.0) for r in range(4)] for g in range(4)])  # all distinct
+    assert "rollout/prompt_dependence" not in signal_metrics(free)
+
+
+def at_chance(step: int, reward: float, dependence: float | None) -> dict[str, float]:
+    row = {"reward/mean": reward, "rollout/zero_variance_groups": 0.0}
+    if dependence is not None:
+        row["rollout/prompt_dependence"] = dependence
+    return row
+
+
+def test_at_chance_warns_after_thirty_flat_steps_with_partial_credit() -> None:
+    """The case the zero-variance check misses: partial credit gives every group reward
+    variance, the answers ignore the prompt and the reward stays flat."""
+    watch = LearningSignalWatch()
+    cols = batch([[([1], 0.0), ([2], 1.0)]] * 4)
+    said = [watch.observe(s, cols, at_chance(s, 0.26, 0.01)) for s in range(1, 41)]
+    assert [s for s, lines in enumerate(said, 1) if lines] == [30]  # then REPEAT_AFTER
+    assert said[29] == [
+        "steps 1-30: each prompt's answers are spread like the whole batch's "
+        "(rollout/prompt_dependence 0.01 on average) and the reward stays at 0.260: "
+        "the policy answers at chance, ignoring its prompt; " + ls.GUIDE
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reward", "dependence", "why"),
+    [
+        (lambda s: 0.1 + 0.01 * s, 0.01, "the reward climbs: it is learning"),
+        (lambda s: 0.3, 0.2, "the answers depend on the prompt"),
+        (lambda s: 1.0, 0.0, "solved: one right answer spread like the batch's"),
+        (lambda s: 0.3, None, "no metric: long free-form answers"),
+    ],
+)
+def test_at_chance_stays_quiet(reward: Any, dependence: float | None, why: str) -> None:
+    watch = LearningSignalWatch()
+    cols = batch([[([1], 0.0), ([2], 1.0)]] * 4)
+    lines = [watch.observe(s, cols, at_chance(s, reward(s), dependence)) for s in range(1, 41)]
+    assert not any(lines), why
+
+
+def test_summary_points_to_the_guide_for_a_policy_at_chance() -> None:
+    rows = [
+        {
+            "step": s,
+            "reward/mean": 0.26,
+            "rollout/zero_variance_groups": 0.0,
+            "rollout/top_answer_share": 0.12,
+            "rollout/prompt_dependence": 0.02,
+        }
+        for s in range(1, 31)
+    ]
+    text = format_summary(summarize(rows))
+    assert (
+        "most common answer 12% -> 12% of the samples, answers' dependence on the prompt "
+        '0.02 -> 0.02 (0: at chance) (see "When it does not learn" in docs/user-guide.md)'
+    ) in text
+    reading = [{**r, "rollout/prompt_dependence": 0.6} for r in rows]
+    assert "When it does not learn" not in format_summary(summarize(reading))

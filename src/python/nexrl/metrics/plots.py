@@ -27,6 +27,7 @@ VAL_PREFIX = "val/"  # every validation metric's
 SIGNAL_KEYS = (
     ("rollout/zero_variance_groups", "groups without reward variance"),
     ("rollout/top_answer_share", "most common answer's share"),
+    ("rollout/prompt_dependence", "answers' dependence on the prompt (0: at chance)"),
 )
 
 

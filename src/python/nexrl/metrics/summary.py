@@ -20,6 +20,7 @@ WINDOW = 5  # steps averaged at the start and at the end
 RUNNING_KEY = "time/running_s"  # written by JsonlSink (seconds spent running)
 ZERO_VARIANCE_KEY = "rollout/zero_variance_groups"  # nexrl.metrics.learning_signal
 TOP_ANSWER_KEY = "rollout/top_answer_share"
+PROMPT_DEPENDENCE_KEY = "rollout/prompt_dependence"
 
 
 def _number(value: Any) -> float | None:
@@ -82,6 +83,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
       whose samples all got the same reward (nothing to learn from) over the first /
       last 5 steps; ``top_answer_first5`` / ``top_answer_last5``: the same for the
       most common answer's share of the samples (near 1: a collapsed policy);
+      ``prompt_dependence_first5`` / ``prompt_dependence_last5``: the same for how
+      much the answers depend on the prompt (near 0: a policy at chance), over the
+      steps that have it;
     * ``wall_time_s``: the time the run spent running: the last
       ``time/running_s`` (the jsonl sink counts it, without the gap between a
       stopped run and its resume); for rows without it, last minus first ``time``.
@@ -104,6 +108,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     errors = [v for _, v in _by_step(rows, "rollout/evaluator_errors")]
     zero_var = [v for _, v in _by_step(rows, ZERO_VARIANCE_KEY)]
     top_answer = [v for _, v in _by_step(rows, TOP_ANSWER_KEY)]
+    dependence = [v for _, v in _by_step(rows, PROMPT_DEPENDENCE_KEY)]
     error_share = [v for _, v in _by_step(rows, "eval/evaluator_error")]
     return {
         "steps_run": len(steps),
@@ -125,6 +130,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "zero_variance_last5": _mean(zero_var[-WINDOW:]),
         "top_answer_first5": _mean(top_answer[:WINDOW]),
         "top_answer_last5": _mean(top_answer[-WINDOW:]),
+        "prompt_dependence_first5": _mean(dependence[:WINDOW]),
+        "prompt_dependence_last5": _mean(dependence[-WINDOW:]),
         "wall_time_s": _wall_time(rows, times),
     }
 
@@ -147,14 +154,18 @@ def _f(value: float | None) -> str:
 
 
 def _stuck(s: dict[str, Any]) -> bool:
-    """Nearly no group to learn from at the end, or one answer for most samples, while
-    the reward is short of solved (the learning-signal warnings' thresholds)."""
+    """Nearly no group to learn from at the end, one answer for most samples, or
+    answers that ignore the prompt with a flat reward, while the reward is short of
+    solved (the learning-signal warnings' thresholds)."""
     reward = s.get("reward_last5_mean")
     if reward is None or reward >= ls.SOLVED_REWARD:
         return False
+    dependence = s.get("prompt_dependence_last5")
+    flat = abs(reward - (s.get("reward_first5_mean") or 0.0)) <= ls.FLAT_REWARD
     return bool(
         s["zero_variance_last5"] >= ls.NO_SIGNAL_SHARE
         or (s.get("top_answer_last5") or 0.0) >= ls.COLLAPSE_SHARE
+        or (dependence is not None and dependence < ls.AT_CHANCE_DEPENDENCE and flat)
     )
 
 
@@ -189,6 +200,12 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"learning signal: groups with no reward variance {s['zero_variance_first5']:.0%}"
             f" -> {s['zero_variance_last5']:.0%}, most common answer "
             f"{s['top_answer_first5']:.0%} -> {s['top_answer_last5']:.0%} of the samples"
+            + (
+                f", answers' dependence on the prompt {s['prompt_dependence_first5']:.2f} -> "
+                f"{s['prompt_dependence_last5']:.2f} (0: at chance)"
+                if s.get("prompt_dependence_last5") is not None
+                else ""
+            )
             + (' (see "When it does not learn" in docs/user-guide.md)' if _stuck(s) else "")
         )
     if s.get("val_eval_last"):
