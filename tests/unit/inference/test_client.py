@@ -199,3 +199,25 @@ def test_importing_nexrl_inference_does_not_import_backends() -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_client_module_imports_openai_only_when_a_client_is_made() -> None:
+    """A driver checking a recipe of a built-in worker imports the rollout worker
+    classes and this module, never a client: openai (~1-2 s of CPU at every start)
+    waits for the first client."""
+    code = (
+        "import sys;"
+        "import nexrl.rollout_worker.registry, nexrl.rollout_worker.base, nexrl.inference.client as c;"
+        "before = 'openai' in sys.modules;"
+        "client = c.make_async_client('http://127.0.0.1:9');"
+        "print(before, type(client).__name__); sys.exit(1 if before else 0)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["False", "AsyncOpenAI"]

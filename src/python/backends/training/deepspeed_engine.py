@@ -27,10 +27,12 @@ several GPUs.
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
 import io
 import logging
 import math
 import os
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -52,10 +54,53 @@ REQUIRES = ("deepspeed",)  # checked by nexrl.trainer.engine.load_backend
 log = logging.getLogger(__name__)
 
 
+_IMPORT_MACHINERY = {
+    "importlib._bootstrap",
+    "importlib._bootstrap_external",
+    "_frozen_importlib",
+    "_frozen_importlib_external",
+}
+
+
+class _NoMlflowForTheAutotuner(importlib.abc.MetaPathFinder):
+    """Refuses ``import mlflow`` to DeepSpeed's autotuner module only.
+
+    ``import deepspeed`` imports ``deepspeed.autotuning.autotuner``, which tries
+    ``import mlflow`` to log autotuning experiments (``has_mlflow``). With mlflow
+    installed (nexrl's MLflow sink) that import is ~2 s of CPU at every trainer
+    rank's start, for a feature nexrl never runs; refused, the autotuner sets
+    ``has_mlflow = False``. Any other importer of mlflow (the MLflow sink, in
+    another thread) is not affected."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name != "mlflow":
+            return None
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__") in _IMPORT_MACHINERY:
+            frame = frame.f_back
+        if frame is not None and frame.f_globals.get("__name__") == "deepspeed.autotuning.autotuner":
+            raise ImportError("mlflow is not imported for DeepSpeed's autotuner (nexrl)")
+        return None
+
+
+def import_deepspeed() -> Any:
+    """``import deepspeed`` (without its autotuner's mlflow: ``_NoMlflowForTheAutotuner``)."""
+    if "deepspeed" in sys.modules:
+        return sys.modules["deepspeed"]
+    finder = _NoMlflowForTheAutotuner()
+    sys.meta_path.insert(0, finder)
+    try:
+        import deepspeed
+    finally:
+        sys.meta_path.remove(finder)
+    return deepspeed
+
+
 def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, int]:
     """Join (or create) the process group; returns ``(rank, world_size, local_rank)``."""
-    import deepspeed
     import torch.distributed as dist
+
+    deepspeed = import_deepspeed()
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
@@ -105,7 +150,7 @@ class DeepSpeedEngine:
         total_optimizer_steps: int,
         dist_timeout_s: float = 600.0,
     ) -> None:
-        import deepspeed
+        deepspeed = import_deepspeed()
         from deepspeed.utils import logger as ds_logger
 
         ds_logger.setLevel(logging.WARNING)

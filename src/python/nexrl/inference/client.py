@@ -21,10 +21,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import openai
 
 from nexrl.inference.balance import RoundRobin, normalize_base_urls
 from nexrl.inference.replies import (
@@ -34,6 +33,10 @@ from nexrl.inference.replies import (
     parse_chat_completion,
     parse_completion,
 )
+
+if TYPE_CHECKING:
+    import openai
+
 
 __all__ = [
     "ENGINE_EXTRA_PARAMS",
@@ -90,6 +93,8 @@ def make_async_client(
     base_url: str, *, api_key: str = "EMPTY", timeout_s: float = 60.0, max_retries: int = 2
 ) -> openai.AsyncOpenAI:
     """``AsyncOpenAI`` for ``base_url`` (with or without ``/v1``), bounded timeout/retries."""
+    import openai  # (~1-2 s of CPU: a driver that checks a recipe need not pay it)
+
     return openai.AsyncOpenAI(**_client_options(base_url, api_key, timeout_s, max_retries))
 
 
@@ -97,6 +102,8 @@ def make_client(
     base_url: str, *, api_key: str = "EMPTY", timeout_s: float = 60.0, max_retries: int = 2
 ) -> openai.OpenAI:
     """Sync ``OpenAI`` client; worst case per call is ``(max_retries + 1) * timeout_s``."""
+    import openai
+
     return openai.OpenAI(**_client_options(base_url, api_key, timeout_s, max_retries))
 
 
@@ -202,6 +209,8 @@ class InferenceClient:
     async def _call(
         self, chat: bool, kwargs: dict[str, Any], client: Any = None
     ) -> list[Generation]:
+        import openai  # (imported by the client already: a lookup)
+
         client = client if client is not None else self._clients.next()
         url = _root(client)
         kwargs = dict(kwargs)
@@ -230,6 +239,8 @@ class InferenceClient:
 
     def _failure(self, exc: BaseException, url: str) -> InferenceError:
         """The ``InferenceError`` for a request to ``url`` that raised ``exc``."""
+        import openai  # (imported by the client already: a lookup)
+
         if isinstance(exc, TimeoutError):
             return InferenceError(
                 f"inference server {url} did not answer within {self.timeout_s:g}s", base_url=url
@@ -287,6 +298,8 @@ class InferenceClient:
         task.add_done_callback(self._sending.discard)
 
     async def _send_queued(self, client: Any, calls: list[_Queued]) -> None:
+        import openai  # (imported by the client already: a lookup)
+
         if len(calls) == 1 or id(client) in self._unbatched:
             await asyncio.gather(*(_settle(f, self._call(True, kw, client)) for kw, f in calls))
             return
