@@ -102,7 +102,11 @@ def test_ci_runs_the_cold_path_check_then_the_readme_test_command() -> None:
     assert "Run all tests:\n\n    build-support/test.sh\n" in readme
     assert ci.index(".ci/cold\n") < ci.index("\nbuild-support/test.sh\n")
     assert './pants test "$@"' in test_sh and "set -- ::" in test_sh
-    for step in ("build-support/system-packages.sh", "build-support/slurm.sh start", "build-support/vllm.sh"):
+    for step in (
+        "build-support/system-packages.sh",
+        "build-support/slurm.sh start",
+        "build-support/vllm.sh",
+    ):
         assert step in test_sh, step
     assert "pants run src/python/nexrl:train -- recipes/max_digit/max_digit_tiny.yaml" in cold
     assert 'mount --bind "$tmp/cache" "$HOME/.cache"' in cold

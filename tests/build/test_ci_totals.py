@@ -58,9 +58,15 @@ def test_slowest_names_files_by_their_seconds_slowest_first(tmp_path: Path) -> N
     included); a batch of files splits by its cases; a class's cases count
     for its file."""
     (tmp_path / "e2e.xml").write_text(
-        CASES.format(n=2, t=300.5, cases=case("tests.e2e.test_run", 100) + case("tests.e2e.test_run", 50))
+        CASES.format(
+            n=2, t=300.5, cases=case("tests.e2e.test_run", 100) + case("tests.e2e.test_run", 50)
+        )
     )
-    batch = case("tests.unit.test_a", 2) + case("tests.unit.test_b.TestB", 7) + case("tests.unit.test_b.TestB", 1)
+    batch = (
+        case("tests.unit.test_a", 2)
+        + case("tests.unit.test_b.TestB", 7)
+        + case("tests.unit.test_b.TestB", 1)
+    )
     (tmp_path / "unit.xml").write_text(CASES.format(n=3, t=20, cases=batch))
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), str(tmp_path), "--slowest", "2"],

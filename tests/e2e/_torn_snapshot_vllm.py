@@ -1,4 +1,4 @@
-"""A fault for ``tests/e2e/test_vllm_run.py``: the real vLLM reload adapter, except
+"""A fault for ``tests/e2e/test_vllm_faults.py``: the real vLLM reload adapter, except
 that snapshot ``v2`` is torn just before vLLM is told to load it (its
 ``model.safetensors`` cut to half its size, as a copy interrupted on shared storage
 leaves it). The recipe names it ``service.inference_service.backend:

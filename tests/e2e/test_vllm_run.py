@@ -7,41 +7,28 @@ reloaded after every step through vLLM's own dev-mode API (``/collective_rpc``
 stopped at the end. No stand-in: the engine's own log names its version.
 
 Each test is one short run (vLLM takes ~1-2 min to start on 2 busy cores): a sync
-run with LoRA adapters, and a batch-async run with full-weight reloads and vLLM
-killed by SIGKILL mid-run. Together they cover a training run, an async run, a
-LoRA run and a kill against the real engine."""
+run with LoRA adapters, a batch-async run with full-weight reloads and vLLM killed
+by SIGKILL mid-run, and a fully-async run. Together they cover a training run, an
+async run, a LoRA run and a kill against the real engine; the faults vLLM itself
+raises (a refused reload, a slow or failed start) are in ``test_vllm_faults.py``
+(two files, so Pants runs them side by side)."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
-import psutil
 from omegaconf import OmegaConf
 
 from nexrl.controller import Controller
 from nexrl.recipe import load_recipe_checked
-from tests.e2e._recipe import overrides, subprocess_env, train_rows
-from tests.e2e.test_kill_and_resume import assert_pool_record_matches, wait_for_step
-
-RECIPE = "recipes/max_digit/max_digit_vllm.yaml"
-VLLM_VERSION = "0.32.0"
-STARTED = r"server started by service.inference_service.command at \S+ \(pid (\d+)\)"
-
-
-def build_vllm() -> str:
-    """The vLLM venv's python (built on first use, as CI's fresh machine does)."""
-    proc = subprocess.run(
-        ["bash", "build-support/vllm.sh"], capture_output=True, text=True, timeout=1800
-    )
-    assert proc.returncode == 0, f"build-support/vllm.sh failed:\n{proc.stderr[-3000:]}"
-    return proc.stdout.strip()
+from tests.e2e._recipe import overrides, train_rows
+from tests.e2e._vllm import RECIPE, assert_real_vllm, build_vllm, group_gone
+from tests.e2e.test_kill_and_resume import wait_for_step
 
 
 def run(out: Path, *extra: str, steps: int, during: Any = None) -> Controller:
@@ -56,35 +43,6 @@ def run(out: Path, *extra: str, steps: int, during: Any = None) -> Controller:
     if thread is not None:
         thread.join(timeout=30)
     return controller
-
-
-def assert_real_vllm(out: Path) -> list[int]:
-    """The run's inference log is vLLM's own; the pids nexrl started it as."""
-    log = (out / "logs" / "inference.log").read_text(errors="replace")
-    assert f"Initializing a V1 LLM engine (v{VLLM_VERSION})" in log, log[-3000:]
-    driver = (out / "logs" / "driver.log").read_text()
-    pids = [int(p) for p in re.findall(STARTED, driver)]
-    assert pids, driver[-3000:]
-    return pids
-
-
-def group_gone(pgid: int) -> bool:
-    """No process left in the group nexrl started vLLM in (its API server, engine
-    core and worker processes)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return all(
-        p.status() == psutil.STATUS_ZOMBIE for p in psutil.process_iter() if _pgid(p.pid) == pgid
-    )
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None
 
 
 LORA = (
@@ -191,104 +149,3 @@ def test_fully_async_on_a_real_vllm_reloads_with_requests_in_flight(tmp_path: Pa
     trained = sum(r["batch/size"] for r in rows)
     assert trained == 8 * len(controller.scheduler.trained) == steps * 32
     assert group_gone(pid)
-
-
-TORN = "tests/e2e/_torn_snapshot_vllm.py:TornSnapshotVLLM"
-
-
-def train_cli(out: Path, *extra: str, steps: int) -> subprocess.CompletedProcess[str]:
-    """``nexrl train`` of the vLLM recipe as a user runs it (a process of its own)."""
-    build_vllm()
-    return subprocess.run(
-        [sys.executable, "-m", "nexrl.cli.train", RECIPE, *overrides(out, *extra, steps=steps)],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-
-
-def error_line(proc: subprocess.CompletedProcess[str]) -> str:
-    """The one ``error:`` line a failed run prints (the traceback is in its log)."""
-    assert proc.returncode != 0, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    return lines[0]
-
-
-def test_a_reload_vllm_refuses_stops_the_run_naming_it_and_the_same_command_resumes(
-    tmp_path: Path,
-) -> None:
-    """Snapshot v2 is torn on its way to vLLM (``_torn_snapshot_vllm.py``: half its
-    safetensors file gone) and vLLM refuses to load it. The run stops with one line
-    naming the snapshot, vLLM's reason and how to resume, step 2 kept (trained,
-    logged and checkpointed); the same command resumes from step 2, republishes the
-    torn snapshot from the trainer's checkpoint, starts vLLM on it and trains steps
-    3-4: each step and each group once."""
-    out = tmp_path / "run"
-    steps = 4
-    first = train_cli(out, f"service.inference_service.backend={TORN}", steps=steps)
-    assert first.returncode != 0, first.stderr[-3000:]
-    error = error_line(first)
-    assert "the vllm server refused snapshot v2 (" in error, error
-    assert "Error while deserializing header" in error, error  # vLLM's own reason
-    assert "the snapshot is damaged: " in error and "model.safetensors" in error, error
-    assert "step 2 trained and is checkpointed: run the same command again" in error, error
-    rows = train_rows(out)
-    assert [r["step"] for r in rows] == [1, 2], rows
-    assert processes_logging_to(out / "logs" / "inference.log") == []
-    again = train_cli(out, f"service.inference_service.backend={TORN}", steps=steps)
-    assert again.returncode == 0, again.stderr[-3000:]
-    rows = train_rows(out)
-    assert [r["step"] for r in rows] == list(range(1, steps + 1))
-    assert_pool_record_matches(out, rows)
-    pids = assert_real_vllm(out)
-    assert all(group_gone(p) for p in pids)
-
-
-def processes_logging_to(log: Path) -> list[int]:
-    """Pids whose stdout is ``log`` (vLLM's API server and the engine processes it
-    forked: their command lines do not name the run folder)."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if os.readlink(f"/proc/{p.pid}/fd/1") == str(log):
-                found.append(p.pid)
-        except OSError:
-            continue
-    return found
-
-
-def test_vllm_slower_to_start_than_its_timeout_stops_the_run_naming_the_setting(
-    tmp_path: Path,
-) -> None:
-    """vLLM cannot answer /health within ``startup_timeout_s=5`` (it needs ~30 s to
-    2 min here): the run stops with one line naming the setting and the log, and
-    nothing of vLLM is left running."""
-    out = tmp_path / "run"
-    proc = train_cli(out, "service.inference_service.startup_timeout_s=5", steps=2)
-    last = error_line(proc)
-    assert "was still starting after 5s" in last, last
-    assert "service.inference_service.startup_timeout_s" in last, last
-    log = out / "logs" / "inference.log"
-    assert f"(log: {log}" in last, last
-    assert processes_logging_to(log) == []
-    assert train_rows(out) == []
-
-
-def test_a_vllm_that_exits_at_start_stops_the_run_with_its_own_error(tmp_path: Path) -> None:
-    """vLLM refuses its flags (a ``--max-model-len`` past the model's positions) and
-    exits: the run stops with one line carrying vLLM's own error, found in its log
-    (not the traceback's last line), and the log's path."""
-    out = tmp_path / "run"
-    command = str(OmegaConf.load(RECIPE).service.inference_service.command)
-    assert "--max-model-len 128" in command
-    bad = command.replace("--max-model-len 128", "--max-model-len 100000")
-    proc = train_cli(out, f"service.inference_service.command='{bad}'", steps=2)
-    last = error_line(proc)
-    assert "did not start: server exited with" in last, last
-    assert "its last error: " in last and "max_model_len" in last, last
-    log = out / "logs" / "inference.log"
-    assert f"(log: {log})" in last, last
-    assert processes_logging_to(log) == []

@@ -2,7 +2,7 @@
 error, found in its log (``nexrl.inference.supervisor._start_failure``). The logs
 below are the shapes vLLM 0.32 writes (its engine process's root cause, then the API
 server's "see root cause above"; a pydantic validation error whose reason is on the
-next line); ``tests/e2e/test_vllm_run.py`` checks the same against the real engine."""
+next line); ``tests/e2e/test_vllm_faults.py`` checks the same against the real engine."""
 
 from __future__ import annotations
 

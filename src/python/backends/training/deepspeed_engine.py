@@ -34,6 +34,7 @@ import math
 import os
 import sys
 from datetime import timedelta
+from types import FrameType
 from typing import Any
 
 import torch
@@ -75,10 +76,13 @@ class _NoMlflowForTheAutotuner(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any, target: Any = None) -> None:
         if name != "mlflow":
             return None
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_globals.get("__name__") in _IMPORT_MACHINERY:
             frame = frame.f_back
-        if frame is not None and frame.f_globals.get("__name__") == "deepspeed.autotuning.autotuner":
+        if (
+            frame is not None
+            and frame.f_globals.get("__name__") == "deepspeed.autotuning.autotuner"
+        ):
             raise ImportError("mlflow is not imported for DeepSpeed's autotuner (nexrl)")
         return None
 

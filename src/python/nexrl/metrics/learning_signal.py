@@ -210,7 +210,7 @@ class LearningSignalWatch:
         self.chance = [*self.chance, (step, reward, float(dependence))][-AT_CHANCE_STEPS:]
         if len(self.chance) < AT_CHANCE_STEPS:
             return None
-        steps, rewards, dependences = zip(*self.chance)
+        steps, rewards, dependences = zip(*self.chance, strict=True)
         mean_dependence = float(np.mean(dependences))
         first, last = float(np.mean(rewards[:5])), float(np.mean(rewards[-5:]))
         if (
