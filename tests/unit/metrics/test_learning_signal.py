@@ -174,15 +174,15 @@ def at_chance(step: int, reward: float, dependence: float | None) -> dict[str, f
     return row
 
 
-def test_at_chance_warns_after_thirty_flat_steps_with_partial_credit() -> None:
+def test_at_chance_warns_after_fifty_flat_steps_with_partial_credit() -> None:
     """The case the zero-variance check misses: partial credit gives every group reward
     variance, the answers ignore the prompt and the reward stays flat."""
     watch = LearningSignalWatch()
     cols = batch([[([1], 0.0), ([2], 1.0)]] * 4)
-    said = [watch.observe(s, cols, at_chance(s, 0.26, 0.01)) for s in range(1, 41)]
-    assert [s for s, lines in enumerate(said, 1) if lines] == [30]  # then REPEAT_AFTER
-    assert said[29] == [
-        "steps 1-30: each prompt's answers are spread like the whole batch's "
+    said = [watch.observe(s, cols, at_chance(s, 0.26, 0.01)) for s in range(1, 81)]
+    assert [s for s, lines in enumerate(said, 1) if lines] == [50]  # then REPEAT_AFTER
+    assert said[49] == [
+        "steps 1-50: each prompt's answers are spread like the whole batch's "
         "(rollout/prompt_dependence 0.01 on average) and the reward stays at 0.260: "
         "the policy answers at chance, ignoring its prompt; " + ls.GUIDE
     ]
@@ -191,7 +191,7 @@ def test_at_chance_warns_after_thirty_flat_steps_with_partial_credit() -> None:
 @pytest.mark.parametrize(
     ("reward", "dependence", "why"),
     [
-        (lambda s: 0.1 + 0.01 * s, 0.01, "the reward climbs: it is learning"),
+        (lambda s: 0.1 + 0.002 * s, 0.01, "the reward climbs slowly: it is learning"),
         (lambda s: 0.3, 0.2, "the answers depend on the prompt"),
         (lambda s: 1.0, 0.0, "solved: one right answer spread like the batch's"),
         (lambda s: 0.3, None, "no metric: long free-form answers"),
@@ -200,7 +200,7 @@ def test_at_chance_warns_after_thirty_flat_steps_with_partial_credit() -> None:
 def test_at_chance_stays_quiet(reward: Any, dependence: float | None, why: str) -> None:
     watch = LearningSignalWatch()
     cols = batch([[([1], 0.0), ([2], 1.0)]] * 4)
-    lines = [watch.observe(s, cols, at_chance(s, reward(s), dependence)) for s in range(1, 41)]
+    lines = [watch.observe(s, cols, at_chance(s, reward(s), dependence)) for s in range(1, 81)]
     assert not any(lines), why
 
 

@@ -65,7 +65,7 @@ MIN_GROUPS = 4
 SOLVED_REWARD = 0.95
 REPEAT_AFTER = 50
 AT_CHANCE_DEPENDENCE = 0.05  # chance measured 0.00-0.04 (4-16 groups of 8, 10 answers)
-AT_CHANCE_STEPS = 30
+AT_CHANCE_STEPS = 50  # 30 warned on a learning run (the default task, 60-step schedule)
 FLAT_REWARD = 0.05
 SHUFFLES = 4  # random deals of the answers averaged for H_shuffled (seeded: repeatable)
 
