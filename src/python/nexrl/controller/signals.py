@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import threading
 from typing import Any
 
 __all__ = ["StopSignals"]
@@ -26,7 +27,16 @@ class StopSignals:
             if self.reason is not None and signum == signal.SIGINT:
                 raise KeyboardInterrupt  # a second Ctrl-C: stop now
             self.reason = name
-            logger.warning("%s: stopping at the next safe point (checkpoint, then exit)", name)
+            # Logged from another thread: the handler runs between two bytecodes of the
+            # main thread, which may be inside a write to stderr (a progress line); a
+            # write from here raised "reentrant call inside <_io.BufferedWriter
+            # name='<stderr>'>" and the driver died of it (seen in CI, Ctrl-C mashed).
+            threading.Thread(
+                target=logger.warning,
+                args=("%s: stopping at the next safe point (checkpoint, then exit)", name),
+                name="nexrl-stop-signal",
+                daemon=True,
+            ).start()
 
         previous: dict[int, Any] = {}
         with contextlib.suppress(ValueError):  # not the main thread: no handlers

@@ -55,6 +55,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+RENDEZVOUS_TRIES = 3  # builds of the process group when its port was taken (EADDRINUSE)
 
 
 def _host(addr: str) -> str:
@@ -116,11 +117,35 @@ class TrainerGroup(RankZeroCalls):
     ) -> TrainerGroup:
         """Place, rendezvous and build the trainers; returns when every rank is ready.
         ``silent_s``: a call ends with ``TrainerSilentError`` once a rank's worker has
-        sent no heartbeat for that long (0 = only the call's deadline)."""
+        sent no heartbeat for that long (0 = only the call's deadline). The rendezvous
+        port is free when rank 0's worker picks it, but another process may take it
+        before the process group binds it (EADDRINUSE, seen in CI with runs side by
+        side): the group is then built again on a new port, up to
+        ``RENDEZVOUS_TRIES`` times in all."""
         world = int(world_size or spec.trainer.world_size)
         addrs = list(workers) if workers else pick_workers(client, world, gpus_per_rank)
         if len(set(addrs)) != world:
             raise TrainerGroupError(f"need {world} distinct workers, got {addrs}")
+        for attempt in range(1, RENDEZVOUS_TRIES + 1):
+            try:
+                return cls._create(client, spec, addrs, gpus_per_rank, timeout_s, silent_s)
+            except TrainerGroupError as exc:
+                if "EADDRINUSE" not in str(exc) or attempt == RENDEZVOUS_TRIES:
+                    raise
+                logger.warning("trainer rendezvous port taken (%s); again on a new port", exc)
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _create(
+        cls,
+        client: Any,
+        spec: TrainerSpec,
+        addrs: list[str],
+        gpus_per_rank: float,
+        timeout_s: float,
+        silent_s: float,
+    ) -> TrainerGroup:
+        world = len(addrs)
         port = client.run(free_port, "", workers=[addrs[0]])[addrs[0]]
         hosts = [_host(a) for a in addrs]
         infos = [

@@ -1,0 +1,42 @@
+"""The stop signal's line is written off the signal handler: a handler that wrote to
+stderr while the main thread was inside a write to it raised "reentrant call inside
+<_io.BufferedWriter name='<stderr>'>" and the driver died (CI, Ctrl-C mashed)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+
+from nexrl.controller.signals import StopSignals
+
+
+class _Threads(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append((threading.current_thread().name, record.getMessage()))
+
+
+def test_the_stop_line_is_logged_from_another_thread_and_the_reason_kept() -> None:
+    handler = _Threads()
+    log = logging.getLogger("nexrl.controller.loop")
+    log.addHandler(handler)
+    signals = StopSignals()
+    signals.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while not handler.seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        signals.restore()
+        log.removeHandler(handler)
+    assert signals.reason == "SIGTERM"
+    assert handler.seen == [
+        ("nexrl-stop-signal", "SIGTERM: stopping at the next safe point (checkpoint, then exit)")
+    ]
