@@ -185,18 +185,22 @@ def test_hung_server_fails_within_the_timeout_including_retries() -> None:
         assert time.monotonic() - start < 3.0
 
 
-def test_importing_nexrl_inference_does_not_import_backends() -> None:
-    code = (
-        "import sys, nexrl, nexrl.inference, nexrl.modeling;"
-        "bad = [m for m in sys.modules if m.split('.')[0] == 'backends'];"
-        "print(bad); sys.exit(1 if bad else 0)"
-    )
-    proc = subprocess.run(
+def fresh_python(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a new interpreter (nothing imported yet) on this one's path."""
+    return subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         check=False,
+    )
+
+
+def test_importing_nexrl_inference_does_not_import_backends() -> None:
+    proc = fresh_python(
+        "import sys, nexrl, nexrl.inference, nexrl.modeling;"
+        "bad = [m for m in sys.modules if m.split('.')[0] == 'backends'];"
+        "print(bad); sys.exit(1 if bad else 0)"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -205,19 +209,12 @@ def test_the_client_module_imports_openai_only_when_a_client_is_made() -> None:
     """A driver checking a recipe of a built-in worker imports the rollout worker
     classes and this module, never a client: openai (~1-2 s of CPU at every start)
     waits for the first client."""
-    code = (
+    proc = fresh_python(
         "import sys;"
         "import nexrl.rollout_worker.registry, nexrl.rollout_worker.base, nexrl.inference.client as c;"
         "before = 'openai' in sys.modules;"
         "client = c.make_async_client('http://127.0.0.1:9');"
         "print(before, type(client).__name__); sys.exit(1 if before else 0)"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.split() == ["False", "AsyncOpenAI"]
