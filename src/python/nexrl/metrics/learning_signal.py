@@ -99,7 +99,10 @@ def answer_ids(response_ids: np.ndarray, response_lens: np.ndarray) -> np.ndarra
 
 def answer_shares(response_ids: np.ndarray, response_lens: np.ndarray) -> tuple[float, float]:
     """``(distinct responses / samples, the most common response's share)``."""
-    ids = answer_ids(response_ids, response_lens)
+    return _shares(answer_ids(response_ids, response_lens))
+
+
+def _shares(ids: np.ndarray) -> tuple[float, float]:
     if not len(ids):
         return 0.0, 0.0
     counts = np.bincount(ids)
@@ -145,12 +148,12 @@ def signal_metrics(trained: Any) -> dict[str, float]:
     ``rollout/top_answer_share`` and, where it says something,
     ``rollout/prompt_dependence`` (``trained``: the pool columns the step trained on)."""
     reward = np.asarray(trained.reward, dtype=np.float64)
-    ids = answer_ids(trained.response_ids, trained.response_lens)
-    counts = np.bincount(ids) if len(ids) else np.zeros(0, dtype=np.int64)
+    ids = answer_ids(trained.response_ids, trained.response_lens)  # once, for both
+    distinct, top = _shares(ids)
     row = {
         "rollout/zero_variance_groups": zero_variance_share(reward, trained.group_id),
-        "rollout/distinct_answers": len(counts) / len(ids) if len(ids) else 0.0,
-        "rollout/top_answer_share": float(counts.max()) / len(ids) if len(ids) else 0.0,
+        "rollout/distinct_answers": distinct,
+        "rollout/top_answer_share": top,
     }
     dependence = prompt_dependence(ids, trained.group_id)
     if dependence is not None:
