@@ -109,6 +109,41 @@ def test_a_worker_that_leaves_is_gone_and_ends_the_call_waiting_on_it(local_clus
         client.cancel(futures)
 
 
+def _peer_closed(rank: int) -> None:
+    """What gloo raises on a rank whose peer went away mid-collective."""
+    raise RuntimeError(f"[pair.cc:553] Connection closed by peer [10.77.0.12]:64668 (rank {rank})")
+
+
+def test_ranks_that_lost_their_peer_wait_for_the_scheduler_to_name_the_one_that_left(
+    local_cluster: Any,
+) -> None:
+    """Both ranks' collective failed ("Connection closed by peer") before the scheduler
+    removed rank 1's worker (as when its node's link comes back before Dask's comm
+    timeout ran out on a loaded machine): the call names rank 1 as gone, not both ranks
+    with gloo's words."""
+    import threading
+
+    client = local_cluster
+    addrs = sorted(workers_of(client))
+    beats = Heartbeats(client, addrs, silent_s=0.0, every_s=0.2)
+    assert beats.gone() == []
+    futures = [client.submit(_peer_closed, r, workers=[a], pure=False) for r, a in enumerate(addrs)]
+    pid = client.run(os.getpid, workers=[addrs[1]])[addrs[1]]
+    pending = PendingCall("save_checkpoint", futures, time.monotonic() + DEADLINE_S, beats)
+    for fut in futures:  # both ranks have failed, both workers still listed
+        with pytest.raises(RuntimeError):
+            fut.result(timeout=DEADLINE_S)
+    killer = threading.Timer(2.0, os.kill, (pid, signal.SIGKILL))
+    killer.start()
+    try:
+        with pytest.raises(TrainerLostError) as err:
+            pending.result()
+    finally:
+        killer.cancel()
+    assert err.value.ranks == (1,)
+    assert f"rank 1's worker {addrs[1]} left the Dask scheduler" in str(err.value)
+
+
 def test_the_clients_own_identity_refresh_never_makes_a_live_worker_gone(
     local_cluster: Any,
 ) -> None:

@@ -48,13 +48,13 @@ class Heartbeats:
         self._known: set[str] = set()  # workers a probe has listed
         self._gone: list[int] = []  # ranks whose worker a probe listed, and no longer does
 
-    def quiet(self) -> dict[int, float]:
+    def quiet(self, fresh: bool = False) -> dict[int, float]:
         """Seconds since each rank's worker last sent a heartbeat (as far as this
         process has seen: counted from the first probe), probing the scheduler at most
-        every ``every_s``; a worker the scheduler no longer has is not listed (it is
-        ``gone``)."""
+        every ``every_s`` (``fresh``: now); a worker the scheduler no longer has is not
+        listed (it is ``gone``)."""
         now = time.monotonic()
-        if now < self._next_probe:
+        if now < self._next_probe and not fresh:
             return self._quiet
         self._next_probe = now + self.every_s
         try:
@@ -78,10 +78,10 @@ class Heartbeats:
         self._quiet, self._gone = quiet, gone
         return quiet
 
-    def gone(self) -> list[int]:
+    def gone(self, fresh: bool = False) -> list[int]:
         """The ranks whose worker the scheduler listed once and no longer does (probing
-        it at most every ``every_s``)."""
-        self.quiet()
+        it at most every ``every_s``; ``fresh``: now)."""
+        self.quiet(fresh)
         return list(self._gone)
 
     def silent(self) -> list[tuple[int, float]]:
@@ -91,10 +91,10 @@ class Heartbeats:
         return [(r, s) for r, s in self.quiet().items() if s >= self.silent_s]
 
 
-def raise_if_gone(what: str, heartbeats: Heartbeats | None) -> None:
+def raise_if_gone(what: str, heartbeats: Heartbeats | None, fresh: bool = False) -> None:
     """``TrainerLostError`` naming the ranks whose worker the scheduler has removed
-    (``what``: the trainer call, or what the run waited for)."""
-    gone = heartbeats.gone() if heartbeats is not None else []
+    (``what``: the trainer call, or what the run waited for; ``fresh``: probe now)."""
+    gone = heartbeats.gone(fresh) if heartbeats is not None else []
     if not gone or heartbeats is None:
         return
     ranks = ", ".join(f"rank {r}'s worker {heartbeats.addrs[r]}" for r in gone)

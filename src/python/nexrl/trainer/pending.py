@@ -28,6 +28,11 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 GRACE_S = 10.0  # how long the other ranks may still answer once one has failed
+#: How long a call whose ranks lost their link to a peer waits for the scheduler to
+#: name the rank that left (its removal may lag the collective's error under load).
+LOST_PEER_WAIT_S = 15.0
+#: gloo's and the socket layer's words for a peer that went away mid-collective.
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
 
 
 class RankFuture(Protocol[T_co]):
@@ -129,8 +134,24 @@ class PendingCall(Generic[T]):
                 errors.append((rank, exc))
         if errors:
             try:
-                raise_if_gone(self.method, self.heartbeats)
+                self._raise_if_a_peer_left(errors)
             except TrainerLostError as lost:
                 raise lost from errors[0][1]
             self.failure(self.method, errors)
         return results
+
+    def _raise_if_a_peer_left(self, errors: list[tuple[int, BaseException]]) -> None:
+        """``TrainerLostError`` when a rank's worker has left the scheduler. Where the
+        errors say a peer went away (gloo: "Connection closed by peer"), the
+        scheduler is asked again for up to ``LOST_PEER_WAIT_S``: a node cut off the
+        network is removed once Dask's comm timeout passes, which can come after the
+        link is back and the others' collective failed."""
+        raise_if_gone(self.method, self.heartbeats, fresh=True)
+        if self.heartbeats is None or not any(
+            word in str(exc) for _, exc in errors for word in PEER_LOST
+        ):
+            return
+        end = min(self.deadline, time.monotonic() + LOST_PEER_WAIT_S)
+        while time.monotonic() < end:
+            time.sleep(1.0)
+            raise_if_gone(self.method, self.heartbeats, fresh=True)
