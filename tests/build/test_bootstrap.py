@@ -163,69 +163,6 @@ def test_a_pants_running_in_another_folder_is_not_reported(tmp_path: Path) -> No
     assert "note:" not in proc.stderr
 
 
-FAKE_PANTS = """#!/bin/bash
-# As Pants 2.17 does on Ctrl-C during `run`: the program it runs is stopped, and
-# Pants exits 1 ("Interrupted by user."), whatever the program returned.
-trap 'echo "Interrupted by user." >&2; exit 1' INT
-echo "pants $*" >&2
-[ "${@: -1}" = "exit3" ] && exit 3
-sleep 30 >/dev/null 2>&1 & wait $!
-"""
-
-
-def _fake_pants_home(tmp_path: Path) -> dict[str, str]:
-    """A HOME whose ``~/.cache/nexrl-pants`` holds a bootstrapped "Pants" (``FAKE_PANTS``)."""
-    cache = tmp_path / "home" / ".cache" / "nexrl-pants"
-    venv_bin = cache / "pants-2.17.1" / "bin"
-    venv_bin.mkdir(parents=True)
-    (venv_bin / "python").write_text(FAKE_PANTS)
-    (venv_bin / "python").chmod(0o755)
-    for name in ("pex-v2.1.137", "pex-v2.1.137.known"):
-        (cache / name).write_text("")
-    return {**os.environ, "HOME": str(tmp_path / "home"), "PANTS_CONCURRENT": "true"}
-
-
-def _interrupted(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """``./pants ARGS`` in a process group of its own (as a terminal starts a command),
-    Ctrl-C'd (SIGINT to the whole group) once the fake Pants runs."""
-    import signal
-    import time
-
-    proc = subprocess.Popen(
-        ["bash", str(ROOT / "pants"), *args],
-        env=env,
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stderr is not None
-        assert proc.stderr.readline().startswith("pants ")  # the fake runs
-        time.sleep(0.3)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
-
-
-def test_ctrl_c_through_pants_run_exits_130(tmp_path: Path) -> None:
-    """Pants itself exits 1 on Ctrl-C; ``./pants run`` exits 130, the shell's code for a
-    command stopped by Ctrl-C, which ``python -m nexrl.cli.train`` returns too."""
-    env = _fake_pants_home(tmp_path)
-    run = _interrupted(env, "--no-pantsd", "run", "src/python/nexrl:train", "--", "r.yaml")
-    assert run.returncode == 130, run.stderr
-    assert "Interrupted by user." in run.stderr
-    # not interrupted: Pants' own exit code; another goal: Pants' code, as before
-    done = subprocess.run(
-        ["bash", str(ROOT / "pants"), "run", "x", "exit3"], env=env, capture_output=True
-    )
-    assert done.returncode == 3
-    assert _interrupted(env, "test", "::").returncode == 1
-
-
 def test_pants_gives_an_interrupted_run_time_to_checkpoint() -> None:
     """Pants kills the program of a `run` this long after passing Ctrl-C on (its default,
     3 s, killed a training run after its checkpoint, before it had stopped)."""

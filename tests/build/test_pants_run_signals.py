@@ -38,6 +38,8 @@ def on_signal(sig, _frame):
 signal.signal(signal.SIGINT, on_signal)
 signal.signal(signal.SIGTERM, on_signal)
 record("started " + " ".join(sys.argv[1:]))
+if sys.argv[-1] == "exit3":
+    sys.exit(3)
 time.sleep(60)
 record("not stopped")
 """
@@ -117,3 +119,33 @@ def test_ctrl_c_at_a_terminal_reaches_pants_once(tmp_path: Path) -> None:
         command.kill()
         os.close(leader)
     assert (tmp_path / "pants.log").read_text().splitlines()[1:] == ["SIGINT"]
+
+
+def test_a_signal_to_the_commands_process_group_exits_130(tmp_path: Path) -> None:
+    """``kill -INT -PGID`` (a terminal's group, ``timeout``): the command exits 130, the
+    shell's code for a command stopped by Ctrl-C. Pants gets the signal from the group
+    and once more from ``./pants``; nexrl's driver takes a SIGINT repeated within
+    ``DUPLICATE_S`` as the same stop (tests/unit/controller/test_stop_signals.py)."""
+    command = subprocess.Popen(COMMAND, env=_machine(tmp_path), cwd=ROOT, start_new_session=True)
+    try:
+        _log(tmp_path, "started")
+        os.killpg(command.pid, signal.SIGINT)
+        assert command.wait(timeout=30) == 130
+    finally:
+        command.kill()
+    got = (tmp_path / "pants.log").read_text().splitlines()[1:]
+    assert got and set(got) == {"SIGINT"}, got
+
+
+def test_without_a_signal_the_command_exits_with_pants_code(tmp_path: Path) -> None:
+    env = _machine(tmp_path)
+    done = subprocess.run(["bash", "./pants", "run", "x", "exit3"], env=env, cwd=ROOT, timeout=60)
+    assert done.returncode == 3
+    # another goal: Pants itself, its own code on a signal (no launcher in between)
+    other = subprocess.Popen(["bash", "./pants", "test", "::"], env=env, cwd=ROOT)
+    try:
+        _log(tmp_path, "started test")
+        other.send_signal(signal.SIGINT)
+        assert other.wait(timeout=30) == 1
+    finally:
+        other.kill()

@@ -40,3 +40,32 @@ def test_the_stop_line_is_logged_from_another_thread_and_the_reason_kept() -> No
     assert handler.seen == [
         ("nexrl-stop-signal", "SIGTERM: stopping at the next safe point (checkpoint, then exit)")
     ]
+
+
+def test_a_sigint_delivered_twice_is_one_stop_and_a_later_one_stops_at_once() -> None:
+    """A signal to the command's process group reaches ./pants (which passes it on) and
+    Pants: the run gets it twice within milliseconds. That is one stop (checkpoint,
+    then exit); a Ctrl-C pressed again after DUPLICATE_S stops at once."""
+    import pytest
+
+    from nexrl.controller.signals import DUPLICATE_S
+
+    handler = _Threads()
+    log = logging.getLogger("nexrl.controller.loop")
+    log.addHandler(handler)
+    signals = StopSignals()
+    signals.install()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # the same stop, delivered twice
+        time.sleep(0.05)
+        assert signals.reason == "SIGINT"
+        time.sleep(DUPLICATE_S)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # pressed again: stop now
+            time.sleep(1)
+    finally:
+        signals.restore()
+        log.removeHandler(handler)
+    stops = [m for _, m in handler.seen if "stopping at the next safe point" in m]
+    assert stops == ["SIGINT: stopping at the next safe point (checkpoint, then exit)"]
