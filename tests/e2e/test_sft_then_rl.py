@@ -43,6 +43,36 @@ def greedy_accuracy(model_dir: Path) -> float:
     return hits / len(rows)
 
 
+def exact_by_hand(model_dir: Path, conversations: Path) -> float:
+    """Share of held-out conversations whose last assistant turn the model in
+    ``model_dir`` generates greedily and then stops (its end token), with HF's own
+    ``generate`` on the snapshot read from disk: what ``val/exact_match`` must equal."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok: Any = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    eos = model.generation_config.eos_token_id
+    stops = set(eos if isinstance(eos, list) else [eos])
+    rows = [json.loads(line) for line in conversations.read_text().splitlines()]
+    hits = 0
+    with torch.no_grad():
+        for r in rows:
+            *context, last = r["messages"]
+            ids = tok.apply_chat_template(
+                context, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            want = tok(last["content"], add_special_tokens=False)["input_ids"]
+            out = model.generate(
+                input_ids=torch.tensor([list(ids)]),
+                max_new_tokens=len(want) + 1,
+                do_sample=False,
+                eos_token_id=sorted(stops),
+                pad_token_id=tok.pad_token_id,
+            )[0, len(ids) :].tolist()
+            hits += out[: len(want)] == want and len(out) > len(want) and out[len(want)] in stops
+    return hits / len(rows)
+
+
 def weights(snapshot: Path) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for f in sorted(snapshot.glob("*.safetensors")):
@@ -71,6 +101,16 @@ def test_sft_from_data_then_rl_from_its_snapshot(tmp_path: Path) -> None:
 
     snapshot = sft_out / "snapshots" / "latest"
     assert snapshot.resolve().name == "v40"  # the final weights are a snapshot
+    # validation also generates: the share of held-out conversations answered exactly,
+    # as HF's generate on the final snapshot answers them; the summary and plot say so
+    exact = {r["step"]: r["val/exact_match"] for r in rows if "val/exact_match" in r}
+    assert sorted(exact) == sorted(val) and exact[0] < exact[40], exact
+    by_hand = exact_by_hand(snapshot, Path("recipes/max_digit_sft/data/val.jsonl"))
+    assert exact[40] == pytest.approx(by_hand), (exact, by_hand)
+    summary = json.loads((sft_out / "summary.json").read_text())
+    assert summary["val_exact_last"] == exact[40] and summary["val_loss_last"] == val[40]
+    assert summary["sft_loss_last5_mean"] < summary["sft_loss_first5_mean"]
+    assert (sft_out / "plots" / "sft_curve.png").stat().st_size > 10_000
     scratch = greedy_accuracy(sft_out / "model")  # the random tiny model SFT started from
     tuned = greedy_accuracy(snapshot)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nexrl.metrics import plot_reward_curve
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -124,3 +126,50 @@ def test_learning_signal_gets_the_last_panel() -> None:
         [{k: v for k, v in r.items() if k != "eval/exact"} for r in rows]
     ).axes
     assert only_signal.get_title().startswith("Learning signal")
+
+
+def test_evaluator_errors_entropy_and_legends_have_their_own_places() -> None:
+    """eval/evaluator_error (the worker's count, not the evaluator's metric) is drawn in
+    the learning-signal panel, not among the evaluator's metrics; the policy's entropy
+    has a panel of its own; every legend sits right of its panel, off the curves."""
+    from nexrl.metrics.plots import reward_figure
+
+    rows = [
+        {
+            "step": s,
+            "reward/mean": 0.1 * s,
+            "eval/exact": 0.2 * s,
+            "eval/evaluator_error": 0.0,
+            "actor/entropy": 2.3 - 0.1 * s,
+        }
+        for s in (1, 2, 3)
+    ]
+    reward_ax, eval_ax, entropy_ax, signal_ax = reward_figure(rows).axes
+    assert [line.get_label() for line in eval_ax.get_lines()] == ["exact"]
+    assert [line.get_label() for line in signal_ax.get_lines()] == [
+        "samples whose evaluator raised"
+    ]
+    assert list(entropy_ax.get_lines()[0].get_ydata()) == pytest.approx([2.2, 2.1, 2.0])
+    for ax in (reward_ax, eval_ax, entropy_ax, signal_ax):
+        legend = ax.get_legend()
+        assert legend is not None and legend.get_bbox_to_anchor().x0 > ax.bbox.x1, ax.get_title()
+
+
+def test_an_sft_run_plots_its_losses_and_exact_match() -> None:
+    """An SFT run's rows: actor/sft_loss per step (a line), val/loss at each validation
+    (markers), and val/exact_match in a panel below, with the logged values."""
+    from nexrl.metrics.plots import reward_figure, sft_figure
+
+    rows = [
+        {"step": 0, "val/loss": 4.0, "val/exact_match": 0.0},
+        *({"step": s, "actor/sft_loss": 4.0 / s} for s in (1, 2, 3, 4)),
+        {"step": 4, "val/loss": 1.5, "val/exact_match": 0.75},
+    ]
+    assert reward_figure(rows) is None  # no reward: not an RL figure
+    loss_ax, exact_ax = sft_figure(rows).axes
+    lines = {line.get_label(): line for line in loss_ax.get_lines()}
+    assert list(lines["train loss (actor/sft_loss)"].get_ydata()) == [4.0, 2.0, 4 / 3, 1.0]
+    assert list(lines["validation loss"].get_xdata()) == [0, 4]
+    assert list(lines["validation loss"].get_ydata()) == [4.0, 1.5]
+    assert list(exact_ax.get_lines()[0].get_ydata()) == [0.0, 0.75]
+    assert sft_figure([{"step": 1, "reward/mean": 0.5}]) is None

@@ -74,3 +74,35 @@ def test_validation_evaluator_metrics_are_in_the_summary(tmp_path: Path) -> None
     lines = write_summary(tmp_path, rows).splitlines()
     assert lines[3] == "validation evaluator metrics (last): exact_match 0.375, right_form 1.000"
     assert summarize(ROWS)["val_eval_last"] == {}
+
+
+def test_an_sft_run_has_its_losses_and_exact_match_in_the_summary() -> None:
+    """An SFT run's rows (no reward): the training loss over the first / last 5 steps,
+    the validation loss and exact match (first, last, best), the data pass it ended in;
+    the text says each in a line."""
+    losses = [4.0, 3.0, 2.0, 1.5, 1.0, 0.8, 0.6]
+    rows = [
+        {"step": 0, "val/loss": 4.2, "val/exact_match": 0.0},
+        *(
+            {"step": s, "actor/sft_loss": v, "sft/epoch": float(s // 3)}
+            for s, v in enumerate(losses, 1)
+        ),
+        {"step": 4, "val/loss": 1.4, "val/exact_match": 0.5},
+        {"step": 7, "val/loss": 1.6, "val/exact_match": 0.75},
+    ]
+    s = summarize(rows)
+    assert s["steps_run"] == 7
+    assert s["sft_loss_first5_mean"] == pytest.approx((4.0 + 3.0 + 2.0 + 1.5 + 1.0) / 5)  # 2.3
+    assert s["sft_loss_last5_mean"] == pytest.approx((2.0 + 1.5 + 1.0 + 0.8 + 0.6) / 5)  # 1.18
+    assert (s["val_loss_first"], s["val_loss_last"]) == (4.2, 1.6)
+    assert (s["val_loss_best"], s["val_loss_best_step"]) == (1.4, 4)
+    assert (s["val_exact_first"], s["val_exact_last"], s["val_exact_best"]) == (0.0, 0.75, 0.75)
+    assert s["sft_epoch_last"] == 2.0
+    text = format_summary(s).splitlines()
+    assert (
+        "SFT loss (mean of 5 steps): 2.300 at the start -> 1.180 at the end, ending in pass 3 over the data"
+        in text
+    )
+    assert "validation loss: 4.200 first -> 1.600 last, best 1.400 at step 4" in text
+    assert "validation exact match (greedy): 0.000 first -> 0.750 last, best 0.750" in text
+    assert not any(line.startswith("reward") for line in text)

@@ -166,3 +166,15 @@ def test_dataset_order_is_seeded_and_resumes_exactly() -> None:
     assert epoch0 == set(range(10))  # every conversation once per epoch
     with pytest.raises(ValueError, match="written for 10 conversations"):
         SftDataset(examples[:5], batch_size=2).load_state_dict(state)
+
+
+def test_the_last_turn_of_a_conversation_is_its_prompt_and_answer() -> None:
+    """(ids, mask) of a two-turn conversation: the answer is the last run of label
+    tokens (its stop token included), the prompt everything before it, the earlier
+    assistant turn included."""
+    from nexrl.trainer.sft_data import last_turn
+
+    ids = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    mask = [0, 0, 1, 1, 0, 0, 1, 1, 0]
+    assert last_turn((ids, mask)) == ([1, 2, 3, 4, 5, 6], [7, 8])
+    assert last_turn(([5, 6, 7], [0, 1, 1])) == ([5], [6, 7])

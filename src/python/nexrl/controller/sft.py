@@ -105,12 +105,12 @@ class SftRun:
         model_dir, tok_dir = prepare_model(
             cfg, out, recipe.roots, self.show_progress, self.should_stop
         )
-        tok = load_tokenizer(tok_dir, tokenizer_field(cfg))
+        tok = self.tok = load_tokenizer(tok_dir, tokenizer_field(cfg))
         why = chat_template_needed(cfg)
         if why:
             require_chat_template(tok, tok_dir, why, tokenizer_field(cfg))
         self.pad_id = pad_token_id(tok)
-        stops = _stop_ids(model_dir, tok)
+        stops = self.stop_ids = _stop_ids(model_dir, tok)
         d = cfg.data
         self.packing, self.max_length = bool(d.sft_packing), int(d.sft_max_length)
         files = [str(recipe.resolve(f)) for f in d.data_files]
@@ -183,6 +183,7 @@ class SftRun:
     # -- the loop -------------------------------------------------------------------
     def _loop(self) -> tuple[int, Path, str]:
         from nexrl.metrics import read_metrics, write_summary
+        from nexrl.metrics.plots import plot_sft_curve
 
         cfg = self.cfg
         total = int(cfg.trainer.total_train_steps)
@@ -211,9 +212,17 @@ class SftRun:
         if self.step > self._last_ckpt:
             self._checkpoint()
         self.tracker.close()
-        summary = str(write_summary(self.run_dir.root, read_metrics(self.run_dir.metrics)))
+        rows = read_metrics(self.run_dir.metrics)
+        try:  # a plot must never fail the run
+            plot_sft_curve(rows, self.run_dir.plots / "sft_curve.png", title=self._title())
+        except Exception as exc:
+            logger.warning("SFT plot failed: %s", exc)
+        summary = str(write_summary(self.run_dir.root, rows))
         self.progress.write(summary)
         return self.step, self.run_dir.root, summary
+
+    def _title(self) -> str:
+        return f"{self.cfg.experiment_name}: SFT"
 
     def _wait(self, method: str, path: Path, what: str) -> Any:
         pending = self.trainer.start(method, str(path))
@@ -278,8 +287,43 @@ class SftRun:
             out = self._wait("validation_loss", path, f"validation at step {self.step}")
             nll, tokens = nll + out["nll_sum"], tokens + out["tokens"]
         loss = nll / tokens if tokens else math.nan
-        self.progress.write(f"validation at step {self.step}: loss {loss:.4f}")
-        return {"val/loss": loss, "val/tokens": tokens, "val/time_s": time.perf_counter() - t}
+        row = {"val/loss": loss, "val/tokens": tokens}
+        line = f"validation at step {self.step}: loss {loss:.4f}"
+        if self.cfg.validate.sft_exact_match:
+            exact = self._exact_match()
+            row["val/exact_match"] = exact
+            line += f", exact match {exact:.3f} ({round(exact * len(self.val))} of {len(self.val)})"
+        self.progress.write(line)
+        return {**row, "val/time_s": time.perf_counter() - t}
+
+    def _exact_match(self) -> float:
+        """The share of held-out conversations whose last assistant turn the policy
+        generates greedily, token for token with its stop token (``val/exact_match``)."""
+        from nexrl.trainer.sft_data import last_turn
+
+        turns = [last_turn(e) for e in self.val]
+        prompts = [p for p, _ in turns]
+        answers = [a for _, a in turns]
+        longest = max(len(a) for a in answers)
+        try:
+            out = self.trainer.call("greedy_answers", prompts, longest, self.stop_ids, self.pad_id)[
+                0
+            ]
+        except Exception as exc:
+            raise ControllerError(
+                f"trainer: validation answers at step {self.step}: {exc}"
+            ) from exc
+        hits = [got == want for got, want in zip(out, answers, strict=True)]
+        misses = [(p, w, g) for (p, w), g, h in zip(turns, out, hits, strict=True) if not h]
+        for prompt, want, got in misses[:3]:  # what it answered instead, in logs/driver.log
+            logger.info(
+                "validation at step %d: %r answered %r, wanted %r",
+                self.step,
+                self.tok.decode(prompt),
+                self.tok.decode(got),
+                self.tok.decode(want),
+            )
+        return sum(hits) / len(hits)
 
     def _checkpoint(self) -> None:
         state = {STATE_KEY: self.data.state_dict(), "step": self.step}

@@ -21,6 +21,9 @@ RUNNING_KEY = "time/running_s"  # written by JsonlSink (seconds spent running)
 ZERO_VARIANCE_KEY = "rollout/zero_variance_groups"  # nexrl.metrics.learning_signal
 TOP_ANSWER_KEY = "rollout/top_answer_share"
 PROMPT_DEPENDENCE_KEY = "rollout/prompt_dependence"
+SFT_LOSS_KEY = "actor/sft_loss"  # an SFT run's (nexrl.controller.sft)
+VAL_LOSS_KEY = "val/loss"
+EXACT_KEY = "val/exact_match"
 
 
 def _number(value: Any) -> float | None:
@@ -86,6 +89,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
       ``prompt_dependence_first5`` / ``prompt_dependence_last5``: the same for how
       much the answers depend on the prompt (near 0: a policy at chance), over the
       steps that have it;
+    * an SFT run's (``mode: sft``): ``sft_loss_first5_mean`` / ``sft_loss_last5_mean``
+      (``actor/sft_loss``), ``val_loss_first`` / ``val_loss_last`` / ``val_loss_best``
+      and ``val_loss_best_step`` (``val/loss``), ``val_exact_first`` /
+      ``val_exact_last`` / ``val_exact_best`` (``val/exact_match``), ``sft_epoch_last``
+      (the last ``sft/epoch``: 0 in the first pass over the data);
     * ``wall_time_s``: the time the run spent running: the last
       ``time/running_s`` (the jsonl sink counts it, without the gap between a
       stopped run and its resume); for rows without it, last minus first ``time``.
@@ -132,7 +140,29 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "top_answer_last5": _mean(top_answer[-WINDOW:]),
         "prompt_dependence_first5": _mean(dependence[:WINDOW]),
         "prompt_dependence_last5": _mean(dependence[-WINDOW:]),
+        **_sft(rows),
         "wall_time_s": _wall_time(rows, times),
+    }
+
+
+def _sft(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The SFT fields of ``summarize`` (all None for an RL run)."""
+    loss = [v for _, v in _by_step(rows, SFT_LOSS_KEY)]
+    val = _by_step(rows, VAL_LOSS_KEY)
+    best = min(val, key=lambda p: p[1]) if val else None
+    exact = [v for _, v in _by_step(rows, EXACT_KEY)]
+    epochs = _by_step(rows, "sft/epoch")
+    return {
+        "sft_loss_first5_mean": _mean(loss[:WINDOW]),
+        "sft_loss_last5_mean": _mean(loss[-WINDOW:]),
+        "val_loss_first": val[0][1] if val else None,
+        "val_loss_last": val[-1][1] if val else None,
+        "val_loss_best": best[1] if best else None,
+        "val_loss_best_step": best[0] if best else None,
+        "val_exact_first": exact[0] if exact else None,
+        "val_exact_last": exact[-1] if exact else None,
+        "val_exact_best": max(exact) if exact else None,
+        "sft_epoch_last": epochs[-1][1] if epochs else None,
     }
 
 
@@ -194,6 +224,27 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"validation reward: {_f(s['val_reward_first'])} first -> "
             f"{_f(s['val_reward_last'])} last, best {_f(s['val_reward_best'])} "
             f"at step {s['val_reward_best_step']}"
+        )
+    if s.get("sft_loss_first5_mean") is not None:
+        lines.append(
+            f"SFT loss (mean of {_steps(min(WINDOW, s['steps_run']))}): "
+            f"{_f(s['sft_loss_first5_mean'])} at the start -> {_f(s['sft_loss_last5_mean'])} "
+            f"at the end"
+            + (
+                f", ending in pass {int(s['sft_epoch_last']) + 1} over the data"
+                if s.get("sft_epoch_last") is not None
+                else ""
+            )
+        )
+    if s.get("val_loss_first") is not None:
+        lines.append(
+            f"validation loss: {_f(s['val_loss_first'])} first -> {_f(s['val_loss_last'])} "
+            f"last, best {_f(s['val_loss_best'])} at step {s['val_loss_best_step']}"
+        )
+    if s.get("val_exact_first") is not None:
+        lines.append(
+            f"validation exact match (greedy): {_f(s['val_exact_first'])} first -> "
+            f"{_f(s['val_exact_last'])} last, best {_f(s['val_exact_best'])}"
         )
     if s.get("zero_variance_first5") is not None:
         lines.append(

@@ -377,6 +377,24 @@ class SelfHostedTrainer:
         mask = batch["response_mask"].float()
         return {"nll_sum": float(-(log_probs * mask).sum()), "tokens": float(mask.sum())}
 
+    def greedy_answers(
+        self, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int], pad_id: int
+    ) -> list[list[int]]:
+        """Greedy continuations of ``prompts`` under the current policy, each up to and
+        including its first stop token (collective under ZeRO-3: every rank generates
+        every prompt; ``nexrl.trainer.generate``)."""
+        from nexrl.trainer.generate import greedy_answers
+
+        return greedy_answers(
+            self.engine.module,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            stop_ids=stop_ids,
+            pad_id=pad_id,
+            synced=self.world_size > 1 and int(self.cfg.zero_stage) == 3,
+            device=self.device,
+        )
+
     # -- weights ----------------------------------------------------------------
     def full_state_dict(self) -> dict[str, Tensor] | None:
         """Consolidated weights on rank 0 (collective under ZeRO-3)."""

@@ -106,6 +106,14 @@ class TrainerActor:
         out: dict[str, float] = self._require().validation_loss(batch)
         return out
 
+    def greedy_answers(
+        self, prompts: list[list[int]], max_new_tokens: int, stop_ids: list[int], pad_id: int
+    ) -> list[list[int]]:
+        out: list[list[int]] = self._require().greedy_answers(
+            prompts, max_new_tokens, stop_ids, pad_id
+        )
+        return out
+
     def publish_snapshot(self) -> str | None:
         snap = self._require().publish_snapshot()
         return str(snap.path) if snap is not None else None

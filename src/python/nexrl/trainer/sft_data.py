@@ -44,7 +44,7 @@ from nexrl.data.errors import DataError
 from nexrl.modeling.warm_start import encode_demo, load_demos
 from nexrl.types.batch import Batch
 
-__all__ = ["Encoded", "SftDataError", "SftDataset", "encode_files", "sft_batch"]
+__all__ = ["Encoded", "SftDataError", "SftDataset", "encode_files", "last_turn", "sft_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,17 @@ def encode_files(
             "tokens; raise data.sft_max_length"
         )
     return out
+
+
+def last_turn(example: Encoded) -> tuple[list[int], list[int]]:
+    """``(prompt, answer)`` of an encoded conversation: the tokens before its last
+    assistant turn, and that turn's label tokens (its stop token included)."""
+    ids, mask = example
+    end = max(i for i, m in enumerate(mask) if m) + 1
+    start = end
+    while start > 0 and mask[start - 1]:
+        start -= 1
+    return list(ids[:start]), list(ids[start:end])
 
 
 def _pack(examples: Sequence[Encoded], max_length: int) -> list[list[int]]:

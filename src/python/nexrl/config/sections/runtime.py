@@ -23,6 +23,12 @@ class ValidateConfig:
         path=True,
     )
     temperature: float = cfg_field(0.0, help="Sampling temperature for validation.", minimum=0.0)
+    sft_exact_match: bool = cfg_field(
+        True,
+        help="mode: sft: each validation also generates the last assistant turn of every "
+        "held-out conversation greedily with the trainer's weights and logs the share "
+        "equal to the reference, token for token, stop token included (val/exact_match).",
+    )
 
 
 @dataclass
