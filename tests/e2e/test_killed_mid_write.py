@@ -140,6 +140,9 @@ def test_killed_mid_write_resumes_from_the_last_complete_one(tmp_path: Path, cas
         assert second.returncode == 0, second.stderr[-3000:]
         driver_log = (out / "logs" / "driver.log").read_text()
         assert "resumed from" in driver_log and "at step 2" in driver_log
+        # ... and the terminal says so, not only the log
+        resumed = f"nexrl: resumed at step 2 from {out / 'checkpoints' / 'step_2'}"
+        assert resumed in second.stderr, second.stderr[-3000:]
     elif victim == "driver":
         assert first.returncode == -9, first.stderr[-3000:]  # the driver itself, SIGKILL
         # its workers and inference server notice and exit by themselves

@@ -117,6 +117,7 @@ def test_sample_rows_from_pool_columns() -> None:
         (9, 2, 0.0, -0.5),
     ]
     assert rows[0]["prompt"] == "1 2" and rows[1]["prompt"] == "3 4"
+    assert rows[0]["response"] == "5" and rows[1]["response"] == "6 7"  # plain text too
     assert "&lt;5&gt;" in rows[0]["response_html"]  # escaped
     assert rows[1]["response_html"].count("<span") == 2
     assert "rgba(255,140,0,0.70)" in rows[1]["response_html"]  # logprob -5: most unsure

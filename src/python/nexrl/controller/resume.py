@@ -107,6 +107,7 @@ def say_resumed(
     if info.get("schedule_note"):  # the resumed recipe moved the LR schedule's end
         parts.progress.warn(info["schedule_note"])
     _record_changes(parts, parts.run.record_config(cfg))
+    parts.progress.write(f"nexrl: resumed at step {step} from {info['resumed_from']}")
     logger.info(
         "resumed from %s at step %d (policy v%d); %d groups were in flight, %d groups "
         "already in the pool are not rolled out again",

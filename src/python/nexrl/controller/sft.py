@@ -72,6 +72,7 @@ class SftRun:
         self.should_stop = should_stop or (lambda: False)
         self.step = 0
         self._closers: list[Any] = []
+        self._resumed_line = ""
 
     def run(self) -> tuple[int, Path, str]:
         """Train; ``(steps done, run folder, summary text)``."""
@@ -155,6 +156,7 @@ class SftRun:
                 )
             self.data.load_state_dict(state)
             logger.info("resumed from %s at step %d", info["resumed_from"], self.step)
+            self._resumed_line = f"nexrl: resumed at step {self.step} from {info['resumed_from']}"
             if info.get("resume_note"):  # a corrupted checkpoint or snapshot was passed over
                 logger.warning("%s", info["resume_note"])
             for change in self.run_dir.record_config(cfg):
@@ -189,6 +191,8 @@ class SftRun:
         total = int(cfg.trainer.total_train_steps)
         every = int(cfg.validate.every)
         self.progress.write(f"nexrl: run folder {self.run_dir.root}")
+        if self._resumed_line:
+            self.progress.write(self._resumed_line)
         self.progress.write(f"nexrl: Dask dashboard {self.cluster.dashboard_link}")
         if self.step == 0 and cfg.validate.validate_before_train and self.val:
             self.tracker.log(0, self._validate())

@@ -124,6 +124,7 @@ def sample_rows(
                 "reward": float(reward[i]),
                 "advantage": float(adv[i]),
                 "prompt": decode(p_ids),
+                "response": decode(r_ids),
                 "response_html": token_html(decode_tokens(r_ids), lps),
                 "color": advantage_color(float(adv[i]), scale),
                 "trace_html": trace_html(_trace_of_row(cols, i)),

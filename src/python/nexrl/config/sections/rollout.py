@@ -120,7 +120,11 @@ class RolloutWorkerConfig:
     )
     top_p: float = cfg_field(1.0, help="Nucleus sampling probability mass (0, 1].", minimum=0.0)
     max_response_length: int = cfg_field(
-        64, help="max_tokens per model call (response tokens).", minimum=1
+        64,
+        help="max_tokens per model call: the response's tokens, its end token included "
+        "(an answer of 3 tokens needs 4 to end by itself; at the limit it ends with "
+        "finish_reason 'length' and is scored as it is).",
+        minimum=1,
     )
     request_timeout_s: float = cfg_field(
         60.0, help="Timeout of one inference request, seconds.", minimum=0.001

@@ -301,9 +301,10 @@ class TinyModelConfig:
     byte_fallback: bool = cfg_field(
         True,
         help="Keep all 256 byte tokens so any text encodes; false = only the characters of "
-        "vocab and the chat roles (a far smaller output space, so a tiny policy starts "
-        "with a fair chance of a right answer; other characters are dropped: plain-text "
-        "tasks only, not tool calling).",
+        "vocab and the chat roles, plus the space and the newline (a far smaller output "
+        "space, so a tiny policy starts with a fair chance of a right answer; '2 5 7' "
+        "encodes, other characters such as ',' are dropped: plain-text tasks only, not "
+        "tool calling).",
     )
     added_tokens: list[str] = cfg_field(
         default_factory=list,
