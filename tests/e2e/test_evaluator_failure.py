@@ -131,6 +131,9 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
     ]
     assert len(rows_lines) == 4, proc.stderr[-3000:]
     assert "recipes/max_digit/data/train.jsonl, line " in rows_lines[0]
+    # nothing was ever scored: each line says the evaluator is the first suspect
+    assert all("as on every row so far: look at the evaluator first" in x for x in rows_lines[:3])
+    assert "validation evaluator metrics" not in proc.stderr  # only evaluator_error: not one
     assert "more data rows could not be evaluated" in rows_lines[3]
     assert "data rows that could not be evaluated (every sample an evaluator error): " in (
         proc.stderr

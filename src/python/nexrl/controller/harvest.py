@@ -42,14 +42,19 @@ class HarvestRecorder:
         self.val_failed_prompts = 0  # prompts of validation tasks that failed (likewise)
         self._replaced_server_failures = 0  # failed groups sent to a server replaced since
         self.not_evaluated: set[int] = set()  # data rows named as not evaluable (indices)
+        self.evaluated = False  # a training group had a sample the evaluator scored
 
     def not_evaluable(self, g: Any, summary: Any, parts: Components) -> None:
         """A training group whose every sample had an evaluator error: its data row could
         not be evaluated at all (its samples score 0 and teach nothing). One ERROR line
         per row, naming its file and line (on the terminal for the first ``SHOWN_ROWS``,
         then one line saying the rest are in logs/driver.log: an evaluator that fails on
-        every row is not a line per row); counted in ``rows_not_evaluated``."""
+        every row is not a line per row); counted in ``rows_not_evaluated``. While no
+        sample of any row has been scored, the line says so: the evaluator, not the
+        data, is then the first suspect."""
         n = len(summary.rewards)
+        if n and summary.evaluator_errors < n:
+            self.evaluated = True
         if not n or summary.evaluator_errors < n:
             return
         index = int(g.items[0]["index"])
@@ -65,13 +70,18 @@ class HarvestRecorder:
             )
         (logger if shown else logging.getLogger(DETAILS_LOGGER)).error(
             "data row %s could not be evaluated: the evaluator failed on all %d samples "
-            "(%s); they score 0 (details: logs/dask-worker-*.log)",
+            "(%s); they score 0%s (details: logs/dask-worker-*.log)",
             parts.loader.source(index),
             n,
             summary.first_error or "unknown error",
+            "" if self.evaluated else ", as on every row so far: look at the evaluator first",
         )
 
     def record(self, h: Harvest, parts: Components) -> None:
+        if any(
+            g.tag == "train" and s.evaluator_errors < len(s.rewards) for g, s in h.done
+        ):  # a row of this harvest was scored: the others' lines need not blame the evaluator
+            self.evaluated = True
         for g, summary in h.done:
             if g.tag == "train":
                 self.scheduler.record_done(summary)

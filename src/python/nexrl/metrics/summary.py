@@ -259,8 +259,9 @@ def format_summary(summary: dict[str, Any]) -> str:
             )
             + (' (see "When it does not learn" in docs/user-guide.md)' if _stuck(s) else "")
         )
-    if s.get("val_eval_last"):
-        shown = ", ".join(f"{k} {_f(v)}" for k, v in s["val_eval_last"].items())
+    own = {k: v for k, v in (s.get("val_eval_last") or {}).items() if k != "evaluator_error"}
+    if own:  # the evaluator's own metrics (evaluator_error is the worker's count)
+        shown = ", ".join(f"{k} {_f(v)}" for k, v in own.items())
         lines.append(f"validation evaluator metrics (last): {shown}")
     if s.get("evaluator_errors"):
         share = s.get("evaluator_error_share")
