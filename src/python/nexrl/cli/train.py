@@ -182,6 +182,8 @@ def _main(argv: list[str] | None) -> int:
     if args.print_config or args.check:
         return 0
     if args.dry_run and not args.sbatch and str(recipe.cfg.cluster.type) == "kubernetes":
+        from nexrl.cli.submit import kubernetes_manifests
+
         return kubernetes_manifests(recipe)
     if args.dry_run and not args.sbatch and str(recipe.cfg.cluster.type) == "local":
         print(
@@ -192,73 +194,13 @@ def _main(argv: list[str] | None) -> int:
         )
         return 2
     if args.sbatch or args.dry_run:
+        from nexrl.cli.submit import sbatch
+
         return sbatch(recipe, args.overrides, dry_run=args.dry_run)
     try:
         return run(recipe)
     finally:
         stop_warm_parent()  # its processes are closed by now (main may run in-process)
-
-
-def sbatch(recipe: Recipe, overrides: list[str], *, dry_run: bool) -> int:
-    """``--sbatch``: the driver as a batch job, so no login shell has to stay open."""
-    from pathlib import Path
-
-    from nexrl.controller.setup import absolute_output_dir
-    from nexrl.runtime.slurm import driver_script
-    from nexrl.runtime.slurm import sbatch as submit
-
-    cfg = recipe.cfg
-    if str(cfg.cluster.type) != "slurm":
-        print(
-            f"error: {recipe.path}: --sbatch runs the driver as a Slurm job: set cluster.type=slurm",
-            file=sys.stderr,
-        )
-        return 2
-    log_dir = Path(absolute_output_dir(cfg)) / "logs" / "slurm"
-    script = driver_script(
-        cfg.cluster.slurm,
-        experiment=str(cfg.experiment_name),
-        recipe=str(Path(recipe.path).resolve()),
-        overrides=overrides,
-        log_dir=log_dir,
-    )
-    if dry_run:
-        print(script, end="")
-        return 0
-    log_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        job = submit(script, f"nexrl-{cfg.experiment_name}-driver")
-    except NexrlError as exc:
-        print(f"error: {one_line(exc)}", file=sys.stderr)
-        return 1
-    print(f"nexrl: submitted the driver as Slurm job {job}; output: {log_dir}/driver-{job}.out")
-    print(
-        f"nexrl: follow it with: tail -f {log_dir}/driver-{job}.out   stop it with: scancel {job}"
-    )
-    return 0
-
-
-def kubernetes_manifests(recipe: Recipe) -> int:
-    """``--dry-run`` of a Kubernetes run: its DaskCluster and DaskWorkerGroups as YAML
-    (``kubectl apply -f`` accepts them), after checking them against the CRDs."""
-    import yaml
-
-    from nexrl.runtime.kubernetes import manifests, validate_manifests
-
-    cfg = recipe.cfg
-    docs = manifests(
-        cfg.cluster.kubernetes,
-        str(cfg.experiment_name),
-        trainer_gpus=max(1, int(cfg.resource.trainer_gpus)),
-        trainer_ranks=int(cfg.trainer.world_size),
-        inference=not cfg.service.inference_service.base_urls,
-    )
-    problems = validate_manifests(docs)
-    if problems:
-        print(f"error: {recipe.path}: cluster.kubernetes: {'; '.join(problems)}", file=sys.stderr)
-        return 2
-    print(yaml.safe_dump_all(docs, sort_keys=False), end="")
-    return 0
 
 
 def scaffold(folder: str) -> int:
