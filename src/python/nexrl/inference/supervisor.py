@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +44,7 @@ from typing import Any
 
 from nexrl.config.sections.runtime import InferenceServiceConfig
 from nexrl.errors import NexrlError
+from nexrl.inference.start_failure import log_since, start_failure
 from nexrl.util.adapters import adapter_base_model, is_adapter_snapshot
 from nexrl.util.auth import token_of
 from nexrl.util.logfile import DETAILS_LOGGER, NO_ROTATION, LogRotation, rotate_copytruncate
@@ -183,7 +183,7 @@ class InferenceSupervisor:
             server.start()
         except Exception as exc:
             if getattr(exc, "timed_out", False):  # still starting: slow, not broken
-                lines = [line for line in _log_since(log, written).splitlines() if line.strip()]
+                lines = [line for line in log_since(log, written).splitlines() if line.strip()]
                 last = lines[-1].strip() if lines else ""
                 raise ServiceError(
                     f"{what} was still starting after {cfg.startup_timeout_s:g}s "
@@ -194,7 +194,7 @@ class InferenceSupervisor:
             # the log's tail for logs/driver.log; the terminal gets one line
             logging.getLogger(DETAILS_LOGGER).error("inference: %s did not start: %s", what, exc)
             raise ServiceError(
-                f"{what} did not start: {_start_failure(exc, log, written)} (log: {log})"
+                f"{what} did not start: {start_failure(exc, log, written)} (log: {log})"
             ) from exc
         self.server = server
         self._urls = [server.base_url]
@@ -445,40 +445,3 @@ def _reason(exc: BaseException) -> str:
     failures = getattr(exc, "failures", None)
     text = "; ".join(failures.values()) if isinstance(failures, dict) and failures else str(exc)
     return text if len(text) <= 400 else text[:400] + "..."
-
-
-LOG_SCAN_BYTES = 64 * 1024  # how far back a failed start's log is searched for its error
-_ERROR_LINE = re.compile(r"\b([\w.]*(?:Error|Exception): \S.*)$")
-
-
-def _log_since(log: Path, since: int) -> str:
-    """What ``log`` holds past byte ``since``: at most its last ``LOG_SCAN_BYTES``."""
-    try:
-        with open(log, "rb") as f:
-            f.seek(max(since, f.seek(0, os.SEEK_END) - LOG_SCAN_BYTES))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _start_failure(exc: BaseException, log: Path, since: int = 0) -> str:
-    """A start failure in one line: the first line of ``exc`` and the last error the
-    server's ``log`` shows past byte ``since`` (where this start began writing; at most
-    its last ``LOG_SCAN_BYTES``). ``logs/driver.log`` gets ``exc`` in full, with the
-    log's tail. An error that points at a "root cause above" (vLLM's engine start-up)
-    is passed over for the one before it."""
-    first = str(exc).partition("\n")[0]
-    lines = _log_since(log, since).splitlines()
-    errors = []
-    for i, line in enumerate(lines):
-        if m := _ERROR_LINE.search(line):
-            error = m.group(1).strip()
-            after = lines[i + 1] if i + 1 < len(lines) else ""
-            if after[:1].isspace() and not after.strip().startswith(('File "', "^")):
-                error = f"{error}: {after.strip()}"  # e.g. pydantic's "1 validation error" + why
-            errors.append(error)
-    errors = [e for e in errors if "root cause" not in e.lower()] or errors
-    last = errors[-1] if errors else ""
-    if len(last) > 300:
-        last = last[:300] + "..."
-    return f"{first.rstrip(':')}; its last error: {last}" if last else first.rstrip(":")
