@@ -124,6 +124,7 @@ def test_ranks_that_lost_their_peer_wait_for_the_scheduler_to_name_the_one_that_
     import threading
 
     client = local_cluster
+    client.wait_for_workers(2, timeout=DEADLINE_S)  # a test before may have killed one
     addrs = sorted(workers_of(client))
     beats = Heartbeats(client, addrs, silent_s=0.0, every_s=0.2)
     assert beats.gone() == []
