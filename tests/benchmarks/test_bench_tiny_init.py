@@ -150,7 +150,7 @@ def greedy_exact(model_dir: Path, rows: list[dict[str, str]], max_tokens: int) -
                 max_new_tokens=max_tokens,
                 do_sample=False,  # (the folder's generation_config: its end tokens)
             )
-            reply = tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True).strip()
+            reply = str(tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)).strip()
             right += reply == row["answer"]
     return right / len(rows)
 
