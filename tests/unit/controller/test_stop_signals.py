@@ -4,11 +4,13 @@ stderr while the main thread was inside a write to it raised "reentrant call ins
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 from nexrl.controller.signals import StopSignals
 
@@ -22,20 +24,27 @@ class _Threads(logging.Handler):
         self.seen.append((threading.current_thread().name, record.getMessage()))
 
 
-def test_the_stop_line_is_logged_from_another_thread_and_the_reason_kept() -> None:
+@contextlib.contextmanager
+def _installed() -> Iterator[tuple[StopSignals, _Threads]]:
+    """``StopSignals`` installed, the controller's log lines recorded with their thread."""
     handler = _Threads()
     log = logging.getLogger("nexrl.controller.loop")
     log.addHandler(handler)
     signals = StopSignals()
     signals.install()
     try:
+        yield signals, handler
+    finally:
+        signals.restore()
+        log.removeHandler(handler)
+
+
+def test_the_stop_line_is_logged_from_another_thread_and_the_reason_kept() -> None:
+    with _installed() as (signals, handler):
         os.kill(os.getpid(), signal.SIGTERM)
         deadline = time.monotonic() + 10
         while not handler.seen and time.monotonic() < deadline:
             time.sleep(0.01)
-    finally:
-        signals.restore()
-        log.removeHandler(handler)
     assert signals.reason == "SIGTERM"
     assert handler.seen == [
         ("nexrl-stop-signal", "SIGTERM: stopping at the next safe point (checkpoint, then exit)")
@@ -50,12 +59,7 @@ def test_a_sigint_delivered_twice_is_one_stop_and_a_later_one_stops_at_once() ->
 
     from nexrl.controller.signals import DUPLICATE_S
 
-    handler = _Threads()
-    log = logging.getLogger("nexrl.controller.loop")
-    log.addHandler(handler)
-    signals = StopSignals()
-    signals.install()
-    try:
+    with _installed() as (signals, handler):
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)  # the same stop, delivered twice
         time.sleep(0.05)
@@ -64,8 +68,5 @@ def test_a_sigint_delivered_twice_is_one_stop_and_a_later_one_stops_at_once() ->
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)  # pressed again: stop now
             time.sleep(1)
-    finally:
-        signals.restore()
-        log.removeHandler(handler)
     stops = [m for _, m in handler.seen if "stopping at the next safe point" in m]
     assert stops == ["SIGINT: stopping at the next safe point (checkpoint, then exit)"]
