@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     )
     reward = [v for _, v in _by_step(rows, TRAIN_KEY)]
     val = _by_step(rows, VAL_KEY)
-    best = max(val, key=lambda p: p[1]) if val else None
     val_eval = sorted({k for r in rows for k in r if k.startswith(VAL_EVAL_PREFIX)})
     val_eval_last: dict[str, float] = {}
     for key in val_eval:
@@ -125,10 +125,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "reward_window": min(WINDOW, len(reward)),  # steps each of the two means covers
         "reward_first5_mean": _mean(reward[:WINDOW]),
         "reward_last5_mean": _mean(reward[-WINDOW:]),
-        "val_reward_first": val[0][1] if val else None,
-        "val_reward_last": val[-1][1] if val else None,
-        "val_reward_best": best[1] if best else None,
-        "val_reward_best_step": best[0] if best else None,
+        **_validated(val, "val_reward", max),
         "val_eval_last": val_eval_last,
         "evaluator_errors": int(max(errors)) if errors else None,
         "evaluator_error_share": _mean(error_share),
@@ -145,20 +142,29 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _validated(
+    points: list[tuple[int, float]], name: str, better: Callable[..., tuple[int, float]]
+) -> dict[str, Any]:
+    """``<name>_first`` / ``_last`` / ``_best`` / ``_best_step`` of ``(step, value)``
+    points; ``better`` (``max`` or ``min``) picks the best."""
+    best = better(points, key=lambda p: p[1]) if points else None
+    return {
+        f"{name}_first": points[0][1] if points else None,
+        f"{name}_last": points[-1][1] if points else None,
+        f"{name}_best": best[1] if best else None,
+        f"{name}_best_step": best[0] if best else None,
+    }
+
+
 def _sft(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The SFT fields of ``summarize`` (all None for an RL run)."""
     loss = [v for _, v in _by_step(rows, SFT_LOSS_KEY)]
-    val = _by_step(rows, VAL_LOSS_KEY)
-    best = min(val, key=lambda p: p[1]) if val else None
     exact = [v for _, v in _by_step(rows, EXACT_KEY)]
     epochs = _by_step(rows, "sft/epoch")
     return {
         "sft_loss_first5_mean": _mean(loss[:WINDOW]),
         "sft_loss_last5_mean": _mean(loss[-WINDOW:]),
-        "val_loss_first": val[0][1] if val else None,
-        "val_loss_last": val[-1][1] if val else None,
-        "val_loss_best": best[1] if best else None,
-        "val_loss_best_step": best[0] if best else None,
+        **_validated(_by_step(rows, VAL_LOSS_KEY), "val_loss", min),
         "val_exact_first": exact[0] if exact else None,
         "val_exact_last": exact[-1] if exact else None,
         "val_exact_best": max(exact) if exact else None,
