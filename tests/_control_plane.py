@@ -40,12 +40,12 @@ from typing import Any
 
 import psutil
 
-from nexrl.controller.dispatch import RolloutDispatcher
-from nexrl.controller.scheduler import RolloutScheduler
-from nexrl.data.loader import DataLoader, LoaderConfig
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
-from nexrl.rollout_worker.spec import RolloutSpec
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.driver.controller.dispatch import RolloutDispatcher
+from nexrl.driver.controller.scheduler import RolloutScheduler
+from nexrl.driver.data.loader import DataLoader, LoaderConfig
+from nexrl.rollout.worker.spec import RolloutSpec
 
 __all__ = ["PlaneRun", "PlaneSettings", "drive_plane", "plane_cluster", "plane_spec"]
 
@@ -53,11 +53,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "recipes/max_digit/data/train.jsonl"
 EVALUATOR = ("recipes/max_digit/evaluator.py", "MaxDigitEvaluator")
 WORKER_IMPORTS = (
-    "nexrl.rollout_worker.tasks",
-    "nexrl.rollout_worker.simple",
-    "nexrl.inference.client",
-    "nexrl.pool.writer",
-    "nexrl.evaluators.registry",
+    "nexrl.rollout.worker.tasks",
+    "nexrl.rollout.worker.simple",
+    "nexrl.core.chat.client",
+    "nexrl.core.pool.writer",
+    "nexrl.rollout.evaluators.registry",
 )
 PHASES = ("harvest", "top_up", "get_batch", "batch_file", "wait")
 
@@ -133,8 +133,8 @@ def plane_cluster(workers: int, threads_per_worker: int = 4) -> Iterator[Any]:
     makes its local cluster (``cluster.n_workers``, ``cluster.threads_per_worker``)."""
     from distributed import Client, LocalCluster
 
-    from nexrl.config.sections.cluster import ClusterConfig
-    from nexrl.runtime.cluster import local_cluster_kwargs
+    from nexrl.core.config.sections.cluster import ClusterConfig
+    from nexrl.driver.cluster.cluster import local_cluster_kwargs
 
     cfg = ClusterConfig(
         n_workers=workers, threads_per_worker=threads_per_worker, dashboard_address=":0"
@@ -231,8 +231,8 @@ def drive_plane(
     """Run the controller's loop (module doc) until ``warmup_groups`` and then
     ``measured_groups`` more groups were delivered in batches; then cancel what is in
     flight. Returns the window's figures."""
+    from nexrl.core.types.batch import Batch
     from nexrl.trainer.batch_io import save_batch
-    from nexrl.types.batch import Batch
 
     counters: dict[str, float] = {
         "groups_rolled_out": 0,

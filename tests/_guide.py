@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.cli.train import main
+from nexrl.driver.cli.train import main
 
 __all__ = ["GUIDE", "TRAIN", "commands", "guide_blocks", "task", "train_cli"]
 

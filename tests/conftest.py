@@ -41,11 +41,11 @@ ServerFactory = Callable[..., "EmbeddedServer"]
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModelFactory:
     """Save a tiny random Qwen2 (tokenizer + safetensors) in a fresh folder; returns the folder.
 
-    Takes ``nexrl.modeling.save_tiny_model``'s settings: ``tiny_model(vocab=WORDS, seed=3)``.
+    Takes ``nexrl.driver.modeling.save_tiny_model``'s settings: ``tiny_model(vocab=WORDS, seed=3)``.
     """
 
     def make(**settings: Any) -> Path:
-        from nexrl.modeling import save_tiny_model
+        from nexrl.driver.modeling import save_tiny_model
 
         return save_tiny_model(tmp_path_factory.mktemp("tiny_model") / "model", **settings)
 

@@ -62,7 +62,7 @@ step() {
 
 train() {  # train NAME LIMIT_S OVERRIDES...: the default recipe through the CLI
   local name=$1 limit=$2; shift 2
-  step "$name" "$limit" $PY -m nexrl.cli.train recipes/max_digit/max_digit_tiny.yaml \
+  step "$name" "$limit" $PY -m nexrl.driver.cli.train recipes/max_digit/max_digit_tiny.yaml \
     "output_dir=$RUNS/$name" "experiment_name=$name" "$@"
 }
 

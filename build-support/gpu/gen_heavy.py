@@ -24,8 +24,8 @@ from typing import Any
 
 from bench.generation_heavy import RESPONSE, n_params, run_ours, run_trl
 from bench.side_by_side import RECIPE, ratio
-from nexrl.modeling.prepare import prepare_model
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.modeling.prepare import prepare_model
+from nexrl.driver.recipe import load_recipe_checked
 
 # Qwen2.5-0.5B's shape with the task's vocabulary (build-support/gpu/check.sh)
 QWEN05 = {"hidden_size": 896, "num_layers": 24, "num_heads": 14, "intermediate_size": 4864}

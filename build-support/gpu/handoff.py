@@ -37,8 +37,8 @@ import torch
 from gen_heavy import prepared_model  # (this folder: the same model as the gen-heavy runs)
 
 from backends.inference.embedded.weights import all_finite, load_snapshot
-from nexrl.util.files import fsync_tree
-from nexrl.weights.snapshot import SnapshotPublisher, prepare_state_dict, write_safetensors
+from nexrl.core.util.files import fsync_tree
+from nexrl.core.weights.snapshot import SnapshotPublisher, prepare_state_dict, write_safetensors
 
 
 def _sync() -> None:
@@ -108,7 +108,7 @@ def main(out: Path, small: bool, repeats: int) -> None:
     r["publish_one_file_s"], _ = timed(
         lambda: one_file.publish(state, trainer.config, next(versions)), repeats
     )
-    import nexrl.util.checksums as checksums
+    import nexrl.core.util.checksums as checksums
 
     real = checksums.start_writeback
     checksums.start_writeback = lambda fd, offset, nbytes: None  # the fsync at the end only
@@ -205,7 +205,7 @@ def _memory_vs_files(
     import httpx
 
     from backends.inference.embedded import EmbeddedServer
-    from nexrl.weights.handoff import WeightChannel, transport_for
+    from nexrl.core.weights.handoff import WeightChannel, transport_for
 
     tied = bool(getattr(trainer.config, "tie_word_embeddings", False))
     tensors = prepare_state_dict(trainer.state_dict(), tie_word_embeddings=tied)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nexrl.evaluators.regex import last_boxed
+from nexrl.rollout.evaluators.regex import last_boxed
 from nexrl.rollout_worker import BaseEvaluationTarget, EvaluationRunResult, Evaluator
 
 # A number as written in text: optional sign and $, digits with or without

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from nexrl.pool import Chunking, PoolWriter, TrajectoryColumns
+from nexrl.core.pool import Chunking, PoolWriter, TrajectoryColumns
 from tests.unit.pool._data import random_columns
 
 

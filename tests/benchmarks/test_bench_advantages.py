@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from nexrl.algorithms.advantages import grpo
+from nexrl.trainer.algorithms.advantages import grpo
 
 NUM_TRAJ = 100_000
 GROUP_SIZE = 8

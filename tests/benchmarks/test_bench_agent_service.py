@@ -30,8 +30,8 @@ import psutil
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.pool import read_pool
-from nexrl.util.net import free_port
+from nexrl.core.pool import read_pool
+from nexrl.core.util.net import free_port
 from tests.integration.inference._helpers import SERVED_NAME
 
 N_CALLS = 16
@@ -50,7 +50,7 @@ def server(
 
 @pytest.fixture(scope="module")
 def service(server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The service as users run it: its own process (``python -m nexrl.agent_service``).
+    """The service as users run it: its own process (``python -m nexrl.rollout.agent_service``).
 
     In-process (``AgentService`` on a thread next to this client) it measured several
     times slower per call: client and server then share one interpreter.
@@ -58,7 +58,7 @@ def service(server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory) ->
     port = free_port()
     pool = Path(tmp_path_factory.mktemp("pool")) / "pool.zarr"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    cmd = [sys.executable, "-m", "nexrl.agent_service", "--pool", str(pool),
+    cmd = [sys.executable, "-m", "nexrl.rollout.agent_service", "--pool", str(pool),
            "--upstream", server.base_url, "--port", str(port)]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -148,7 +148,7 @@ def test_proxied_calls(benchmark: Any, server: EmbeddedServer, service: str) -> 
 # proxy, side by side with the same load sent straight to the inference server.
 #
 # One embedded server (tiny Qwen2, CPU) and the service as users run it (its own
-# process, ``python -m nexrl.agent_service``). A stand-in agent: ``CALLS`` chat calls
+# process, ``python -m nexrl.rollout.agent_service``). A stand-in agent: ``CALLS`` chat calls
 # in one conversation (each reply appended to the next call's messages) of
 # ``LOAD_MAX_TOKENS`` sampled tokens, then its reward reported
 # (``POST /v1/sessions/{id}/reward``). ``SESSIONS`` such agents run at once, as one
@@ -231,7 +231,7 @@ def _percentiles(latencies: list[float]) -> dict[str, float]:
 def _service_pid(root: str) -> int:
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "nexrl.agent_service" in cmd and any(root.rsplit(":", 1)[1] == c for c in cmd):
+        if "nexrl.rollout.agent_service" in cmd and any(root.rsplit(":", 1)[1] == c for c in cmd):
             return proc.pid
     raise AssertionError(f"no agent service process for {root}")
 

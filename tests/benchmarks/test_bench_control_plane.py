@@ -104,7 +104,7 @@ def _measure(
 def test_direct_requests_baseline(benchmark: Any, engine: Any) -> None:
     """The same group requests (n=8, one token) from one process, 256 at once: what
     sending them costs without futures, pool or scheduler."""
-    from nexrl.inference import InferenceClient
+    from nexrl.core.chat import InferenceClient
 
     groups = 512
     me = psutil.Process()

@@ -51,8 +51,8 @@ def test_engine_alone_vs_hf_generate(benchmark: Any, tmp_path: Path, shape: str)
     from backends.inference.embedded.slot_decode import SlotDecoder
     from bench.engine import chat_prompts, compare, ours
     from bench.side_by_side import RECIPE
-    from nexrl.modeling.prepare import prepare_model
-    from nexrl.recipe import load_recipe_checked
+    from nexrl.driver.modeling.prepare import prepare_model
+    from nexrl.driver.recipe import load_recipe_checked
     from tests.e2e._recipe import DATA
 
     overrides = [f"model.tiny.{k}={v}" for k, v in SHAPES[shape].items()]

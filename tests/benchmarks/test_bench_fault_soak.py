@@ -1,7 +1,7 @@
 """Fault soak: the default recipe with a fault injected about every 20 steps, next to
 the same run left alone.
 
-Both runs are ``python -m nexrl.cli.train`` of the default recipe with the e2e
+Both runs are ``python -m nexrl.driver.cli.train`` of the default recipe with the e2e
 settings (4 prompt groups x 8 samples per step, 2 worker processes), a
 checkpoint every 10 steps, a 1 s health timeout (2 misses = hung) and an
 evaluator that is the recipe's own but raises while a flag file exists (the
@@ -90,7 +90,7 @@ def _args(out: Path, evaluator: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "nexrl.cli.train",
+        "nexrl.driver.cli.train",
         RECIPE,
         *overrides(
             out,
@@ -126,7 +126,7 @@ def _trainer_pid(out: Path) -> int:
 
 def _worker_pids(driver: psutil.Process, exclude: set[int]) -> list[int]:
     """The Dask worker processes: spawned by the driver (``spawn_main``), or forked by its
-    warm parent (``nexrl.runtime.forkserver``: the warm parent, the driver's child, runs
+    warm parent (``nexrl.core.process.forkserver``: the warm parent, the driver's child, runs
     ``multiprocessing.forkserver``, and so do the processes it forks)."""
     pids = []
     for child in driver.children(recursive=True):

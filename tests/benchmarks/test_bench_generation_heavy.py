@@ -48,8 +48,8 @@ import pytest
 
 from bench.generation_heavy import RESPONSE, STEPS, n_params, run_ours, run_trl
 from bench.side_by_side import RECIPE, ratio
-from nexrl.modeling.prepare import prepare_model
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.modeling.prepare import prepare_model
+from nexrl.driver.recipe import load_recipe_checked
 from tests.benchmarks.test_bench_vs_trl import artifacts
 
 HIDDEN, LAYERS = 192, 4

@@ -38,7 +38,7 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.inference import Generation, InferenceClient
+from nexrl.core.chat import Generation, InferenceClient
 from tests.integration.inference._helpers import SERVED_NAME
 
 # Long (~2 min on the 2-core CI machine, inside CI's 90-minute budget): it runs only

@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from backends.inference.embedded.weights import load_adapter_snapshot, load_snapshot
-from nexrl.config.sections.trainer import LoraConfig
-from nexrl.modeling.tiny import save_tiny_model
+from nexrl.core.config.sections.trainer import LoraConfig
+from nexrl.driver.modeling.tiny import save_tiny_model
 from nexrl.trainer import create_trainer
 from tests.unit.trainer._helpers import spec
 

@@ -29,8 +29,8 @@ from typing import Any
 import psutil
 import pytest
 
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
 from tests.benchmarks._pool_bench import appender, build_pool
 
 TOKENS = (64, 512)  # response length range; prompts are 1/4 of that

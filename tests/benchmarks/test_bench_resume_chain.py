@@ -42,7 +42,7 @@ DEADLINE_S = 600
 
 def _command(out: Path) -> list[str]:
     return [
-        sys.executable, "-m", "nexrl.cli.train", RECIPE,
+        sys.executable, "-m", "nexrl.driver.cli.train", RECIPE,
         *overrides(out, "trainer.save_every=1", "trainer.lr_scheduler=cosine", steps=STEPS),
     ]  # fmt: skip
 

@@ -32,10 +32,10 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.controller.dispatch import RolloutDispatcher
-from nexrl.inference import InferenceClient
-from nexrl.pool.config import PoolConfig
-from nexrl.rollout_worker.tasks import RolloutSpec, evaluator
+from nexrl.core.chat import InferenceClient
+from nexrl.core.pool.config import PoolConfig
+from nexrl.driver.controller.dispatch import RolloutDispatcher
+from nexrl.rollout.worker.tasks import RolloutSpec, evaluator
 from tests.integration.inference._helpers import SERVED_NAME
 
 # Long (~2.5 min on the 2-core CI machine, inside CI's 90-minute budget): it runs only
@@ -166,7 +166,7 @@ def test_dask_futures_and_pool(
     (the default: a task's 8 group requests in one HTTP request)."""
     from distributed import Client, LocalCluster
 
-    from nexrl.pool import TrajectoryPool
+    from nexrl.core.pool import TrajectoryPool
 
     name = ("dask-n" if group_requests else "dask") + ("8" if groups_per_task > 1 else "")
     name += "-batched" if batch else ""

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 from tests.integration.slurm._slurm import SLURM_RUN, require_slurm
 

@@ -113,7 +113,7 @@ def command(case: Case, std: float, seed: int, out: Path, data: Path) -> list[st
                 f"rollout_worker.max_response_length={make_data.ANSWER_TOKENS[case.task]}",
                 f"trainer.total_train_steps={RL_STEPS}",
             ]
-    return [sys.executable, "-m", "nexrl.cli.train", recipe, *common]
+    return [sys.executable, "-m", "nexrl.driver.cli.train", recipe, *common]
 
 
 def prompt_rows(case: Case, data: Path, split: str = "val") -> list[dict[str, str]]:

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nexrl.config.sections.cluster import ClusterConfig, TlsConfig
-from nexrl.runtime.cluster import ClusterHandle, start_cluster
-from nexrl.util.dask_workers import workers_of
+from nexrl.core.config.sections.cluster import ClusterConfig, TlsConfig
+from nexrl.core.util.dask_workers import workers_of
+from nexrl.driver.cluster.cluster import ClusterHandle, start_cluster
 
 N_TASKS = 200
 MB = 32

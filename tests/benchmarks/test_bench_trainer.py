@@ -29,10 +29,10 @@ from typing import Any, cast
 import pytest
 import torch
 
-from nexrl.algorithms import ADVANTAGE_ESTIMATORS, entropy_from_logits
-from nexrl.algorithms.advantages import token_level_from_scalar
-from nexrl.algorithms.policy_loss import ppo_clip
 from nexrl.trainer import create_trainer
+from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS, entropy_from_logits
+from nexrl.trainer.algorithms.advantages import token_level_from_scalar
+from nexrl.trainer.algorithms.policy_loss import ppo_clip
 from nexrl.trainer.ops import model_inputs, response_log_probs
 from tests.unit.trainer._helpers import make_batch, spec
 
@@ -48,7 +48,7 @@ _results: dict[str, Any] = {}
 
 
 def _save(path: Path, **model: Any) -> Path:
-    from nexrl.modeling.tiny import save_tiny_model
+    from nexrl.driver.modeling.tiny import save_tiny_model
 
     return save_tiny_model(path, seed=0, init_std=0.05, **model)
 
@@ -219,8 +219,8 @@ def test_snapshot_checksums(benchmark: Any, publish_setup: dict[str, Any]) -> No
     """What checking a snapshot's sha256 manifest costs (``verify_snapshot``, on resume):
     the files read back and hashed. A publish no longer does this: it hashes the
     weights while writing them (the two benchmarks below)."""
-    from nexrl.util.checksums import tree_checksums
-    from nexrl.weights.snapshot import CHECKSUMS_FILE, VERSION_FILE, latest_snapshot
+    from nexrl.core.util.checksums import tree_checksums
+    from nexrl.core.weights.snapshot import CHECKSUMS_FILE, VERSION_FILE, latest_snapshot
 
     found = latest_snapshot(publish_setup["root"] / "snaps")
     assert found is not None
@@ -267,7 +267,7 @@ def test_write_then_read_back_and_hash(
     benchmark: Any, hash_payload: list[memoryview], tmp_path: Path
 ) -> None:
     """Baseline: write the bytes, then sha256 the file (a publish before write_hashed)."""
-    from nexrl.util.checksums import file_sha256
+    from nexrl.core.util.checksums import file_sha256
 
     path = tmp_path / "w.bin"
 
@@ -285,7 +285,7 @@ def test_write_then_read_back_and_hash(
 @pytest.mark.benchmark(group="snapshot-hash")
 def test_write_hashed(benchmark: Any, hash_payload: list[memoryview], tmp_path: Path) -> None:
     """``write_hashed``: the same bytes hashed on a second thread while they are written."""
-    from nexrl.util.checksums import write_hashed
+    from nexrl.core.util.checksums import write_hashed
 
     path = tmp_path / "w.bin"
 
@@ -313,7 +313,7 @@ def shard_state() -> dict[str, torch.Tensor]:
 def _publish_rounds(benchmark: Any, state: dict[str, torch.Tensor], root: Path, shard: int) -> Any:
     from transformers import Qwen2Config
 
-    from nexrl.weights.snapshot import SnapshotPublisher
+    from nexrl.core.weights.snapshot import SnapshotPublisher
 
     publisher = SnapshotPublisher(root, keep=1, max_shard_bytes=shard)
     versions = iter(range(1, 1000))
@@ -343,7 +343,7 @@ def test_publish_parallel_shards(
     ``MAX_SHARD_WRITERS`` threads (one per core); every shard verifies."""
     from safetensors.torch import load_file
 
-    from nexrl.weights.snapshot import verify_snapshot
+    from nexrl.core.weights.snapshot import verify_snapshot
 
     snap = _publish_rounds(benchmark, shard_state, tmp_path, shard=64 << 20)
     shards = sorted(snap.path.glob("model-*-of-*.safetensors"))
@@ -357,7 +357,7 @@ def test_publish_parallel_shards(
 
 
 def _write_and_fsync(path: Path, payload: list[memoryview], writeback: bool) -> str:
-    from nexrl.util.checksums import write_hashed
+    from nexrl.core.util.checksums import write_hashed
 
     with open(path, "wb") as fh:
         digest = write_hashed(fh, payload, writeback=writeback)
@@ -449,7 +449,7 @@ def test_small_snapshot_publish(benchmark: Any, small_publish: dict[str, Any]) -
     floor's (1.0 = at the floor)."""
     from safetensors.torch import load_file
 
-    from nexrl.weights.snapshot import verify_snapshot
+    from nexrl.core.weights.snapshot import verify_snapshot
 
     trainer = small_publish["trainer"]
 

@@ -59,8 +59,8 @@ from bench.side_by_side import (
     summarize,
 )
 from bench.trl_grpo import param_checksum
-from nexrl.modeling.prepare import prepare_model
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.modeling.prepare import prepare_model
+from nexrl.driver.recipe import load_recipe_checked
 
 
 def artifacts() -> Path:

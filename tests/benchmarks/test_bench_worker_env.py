@@ -1,5 +1,5 @@
 """A trainer step inside a Dask worker process: the run's worker environment vs Dask's
-default (``nexrl.runtime.worker_env``), side by side in the same run.
+default (``nexrl.core.process.worker_env``), side by side in the same run.
 
 Dask's nanny exports ``MALLOC_TRIM_THRESHOLD_=65536`` into each worker process it
 spawns; glibc then mmaps and unmaps every allocation above 128 KiB. ``start_cluster``
@@ -23,9 +23,9 @@ from typing import Any
 import dask.config
 import pytest
 
-from nexrl.config.sections.cluster import ClusterConfig
-from nexrl.runtime.cluster import local_cluster_kwargs
-from nexrl.runtime.worker_env import apply_in_driver
+from nexrl.core.config.sections.cluster import ClusterConfig
+from nexrl.core.process.worker_env import apply_in_driver
+from nexrl.driver.cluster.cluster import local_cluster_kwargs
 
 # Long (~2 min on the 2-core CI machine): it runs only with NEXRL_BENCH_LONG=1, like the
 # other long benchmarks; its numbers are in docs/benchmarks.md.
@@ -94,7 +94,7 @@ def _round(model_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.benchmark(group="worker-env")
 def test_trainer_step_in_a_worker_ours_vs_dask_default(benchmark: Any, tmp_path: Path) -> None:
-    from nexrl.modeling.tiny import save_tiny_model
+    from nexrl.driver.modeling.tiny import save_tiny_model
 
     model_dir = save_tiny_model(tmp_path / "model", seed=0, init_std=0.05, **MODEL)
     apply_in_driver()  # what start_cluster does: "ours" is this process's config as is

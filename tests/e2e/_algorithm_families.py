@@ -100,8 +100,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
 def run_family(name: str, out: Path, *extra: str) -> list[dict[str, Any]]:
     """Run family ``name`` into ``out`` (``extra``: more overrides, e.g. a seed); its
     training rows."""
-    from nexrl.controller import Controller
-    from nexrl.recipe import load_recipe_checked
+    from nexrl.driver.controller import Controller
+    from nexrl.driver.recipe import load_recipe_checked
 
     args = overrides(out, *SHORT, *FAMILIES[name], *extra, steps=STEPS)
     Controller(load_recipe_checked(RECIPE, args), progress=False).run()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nexrl.plugins.specs import load_spec
+from nexrl.core.plugins.specs import load_spec
 
 MaxDigitEvaluator = load_spec(
     "recipes/max_digit/evaluator.py:MaxDigitEvaluator", [Path.cwd()], "rollout_worker.evaluator"

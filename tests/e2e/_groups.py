@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from nexrl.controller.setup import data_config
-from nexrl.controller.state import ControllerState, committed_group_ids
-from nexrl.data import DataLoader
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller.setup import data_config
+from nexrl.driver.controller.state import ControllerState, committed_group_ids
+from nexrl.driver.data import DataLoader
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 from tests.e2e.test_train_run import delivered_pairs, pool_of
 

@@ -59,7 +59,7 @@ def train_recipe(recipe: str, out: Path) -> subprocess.CompletedProcess[str]:
         [
             sys.executable,
             "-m",
-            "nexrl.cli.train",
+            "nexrl.driver.cli.train",
             recipe,
             f"output_dir={out}",
             "cluster.dashboard_address=:0",

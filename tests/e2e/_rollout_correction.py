@@ -47,8 +47,8 @@ def folder(name: str) -> str:
 
 
 def run_setting(name: str, out: Path, *extra: str) -> list[dict[str, Any]]:
-    from nexrl.controller import Controller
-    from nexrl.recipe import load_recipe_checked
+    from nexrl.driver.controller import Controller
+    from nexrl.driver.recipe import load_recipe_checked
 
     given = {e.split("=")[0] for e in extra}  # an override of ASYNC's (trainer.lr=3e-3) wins
     mine = [a for a in (*SHORT, *ASYNC) if a.split("=")[0] not in given]

@@ -62,7 +62,13 @@ def train_cli(out: Path, *extra: str, steps: int) -> subprocess.CompletedProcess
     """``nexrl train`` of the vLLM recipe as a user runs it (a process of its own)."""
     build_vllm()
     return subprocess.run(
-        [sys.executable, "-m", "nexrl.cli.train", RECIPE, *overrides(out, *extra, steps=steps)],
+        [
+            sys.executable,
+            "-m",
+            "nexrl.driver.cli.train",
+            RECIPE,
+            *overrides(out, *extra, steps=steps),
+        ],
         env=subprocess_env(),
         capture_output=True,
         text=True,

@@ -11,9 +11,9 @@ import json
 import math
 from pathlib import Path
 
-from nexrl.controller import Controller
-from nexrl.pool import read_pool, read_traces
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.pool import read_pool, read_traces
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import train_rows
 from tests.integration.inference._known_model import save_bigram_model
 

@@ -9,8 +9,8 @@ import os
 import secrets
 from pathlib import Path
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, read_rows, train_rows
 
 

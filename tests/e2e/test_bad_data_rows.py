@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import DATA, RECIPE, overrides, subprocess_env, train_rows
 
 NOT_DECLARED = """
@@ -46,7 +46,7 @@ def _data(path: Path, n: int, bad: dict[int, str]) -> Path:
 
 def _train(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "nexrl.cli.train", RECIPE, *args],
+        [sys.executable, "-m", "nexrl.driver.cli.train", RECIPE, *args],
         env=subprocess_env(),
         capture_output=True,
         text=True,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from nexrl.controller import Controller
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import train_rows
 
 RECIPE = "recipes/calculator/calculator_agent_tiny.yaml"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from nexrl.trainer.actor import TrainerGroupError
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 

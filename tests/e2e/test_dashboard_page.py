@@ -1,6 +1,6 @@
 """End-to-end, in a real browser (Debian's chromium, driven by selenium): the run's
 ``/nexrl`` page on its Dask dashboard shows the run's real values while it runs, on
-the finished run folder (``nexrl.cli.dashboard``), and after a resume (history
+the finished run folder (``nexrl.driver.cli.dashboard``), and after a resume (history
 intact). The page's data are read from the Bokeh document in the page
 (``Bokeh.documents[0]``) and compared with metrics.jsonl / samples.jsonl.
 
@@ -82,7 +82,14 @@ class Run:
         extra, env = [], subprocess_env()
         if gate is not None:  # held while the file exists (tests/e2e/_gated_evaluator.py)
             extra, env[GATE_ENV] = [f"rollout_worker.evaluator={GATED}"], str(gate)
-        cmd = [sys.executable, "-m", "nexrl.cli.train", RECIPE, *run_overrides(out, steps), *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "nexrl.driver.cli.train",
+            RECIPE,
+            *run_overrides(out, steps),
+            *extra,
+        ]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
@@ -189,7 +196,7 @@ def test_the_page_on_a_finished_run_folder(browser: Any, first_run: tuple[Run, P
     run, out = first_run
     run.finish()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nexrl.cli.dashboard", str(out)],
+        [sys.executable, "-m", "nexrl.driver.cli.dashboard", str(out)],
         stdout=subprocess.PIPE,
         text=True,
         env=subprocess_env(),

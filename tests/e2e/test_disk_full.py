@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from nexrl.pool import read_pool
-from nexrl.weights.checkpoint import verify_checkpoint
+from nexrl.core.pool import read_pool
+from nexrl.core.weights.checkpoint import verify_checkpoint
 from tests._tmpfs import mounted_tmpfs
 from tests.e2e._groups import assert_each_step_and_group_once
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env
@@ -92,7 +92,7 @@ def fill_after_step_3(
     args = [
         sys.executable,
         "-m",
-        "nexrl.cli.train",
+        "nexrl.driver.cli.train",
         RECIPE,
         *overrides(out, "trainer.save_every=2", steps=STEPS),
         *extra,

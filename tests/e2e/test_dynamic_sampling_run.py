@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nexrl.controller import Controller
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 
 
@@ -67,7 +67,7 @@ def test_an_evaluator_that_scores_every_answer_alike_stops_the_run(tmp_path: Pat
     """Every group has zero variance, so dynamic sampling never finds a group to train:
     the run stops with one line naming the evaluator's likely fault and the field to
     raise (it rolled out forever before, with nothing on the terminal)."""
-    from nexrl.controller import ControllerError
+    from nexrl.driver.controller import ControllerError
 
     evaluator = tmp_path / "constant.py"
     evaluator.write_text(

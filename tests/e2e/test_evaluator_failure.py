@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.controller import Controller, ControllerError
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller, ControllerError
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, read_rows, subprocess_env, train_rows
 
 EVALUATOR = """
@@ -96,7 +96,7 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
     command = [
         sys.executable,
         "-m",
-        "nexrl.cli.train",
+        "nexrl.driver.cli.train",
         RECIPE,
         *overrides(out, _evaluator_of_a_missing_field(tmp_path), steps=2),  # shorter than N=3
         "validate.validate_before_train=true",  # the validation's errors are seen too
@@ -112,7 +112,7 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
     warned = [
         line
         for line in proc.stderr.splitlines()
-        if line.startswith("nexrl.rollout_worker.base - WARNING - evaluator SolutionEvaluator")
+        if line.startswith("nexrl.rollout.worker.base - WARNING - evaluator SolutionEvaluator")
     ]
     per_worker = [p.read_text() for p in sorted((out / "logs").glob("dask-worker-*.log"))]
     # one line for each worker that logged any (its log file says which), then that

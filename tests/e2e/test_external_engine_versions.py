@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.controller import Controller
-from nexrl.modeling.prepare import prepare_model
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.modeling.prepare import prepare_model
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 from tests.e2e.test_train_run import pool_of
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import psutil
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 
 # A command runs in the driver's environment as it is (no nexrl import path added):

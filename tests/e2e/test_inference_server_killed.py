@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 from tests.e2e.test_kill_and_resume import assert_pool_record_matches, wait_for_step
 

@@ -16,11 +16,11 @@ from typing import Any
 import psutil
 import pytest
 
-from nexrl.controller import Controller
-from nexrl.controller.setup import data_config
-from nexrl.data import DataLoader
-from nexrl.recipe import load_recipe_checked
-from nexrl.weights.checkpoint import is_complete
+from nexrl.core.weights.checkpoint import is_complete
+from nexrl.driver.controller import Controller
+from nexrl.driver.controller.setup import data_config
+from nexrl.driver.data import DataLoader
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 from tests.e2e.test_train_run import delivered_pairs, pool_of, processes_using
 
@@ -105,7 +105,7 @@ def test_killing_a_rollout_worker_mid_run_loses_nothing(tmp_path: Path) -> None:
 
 def test_driver_killed_then_resumed_trains_every_group_once(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "nexrl.cli.train", RECIPE]
+    args = [sys.executable, "-m", "nexrl.driver.cli.train", RECIPE]
     first = subprocess.Popen(
         [*args, *overrides(out, "trainer.save_every=2", steps=6)],
         env=subprocess_env(),
@@ -199,7 +199,7 @@ def test_ctrl_c_checkpoints_and_exits_cleanly(
     args = [
         sys.executable,
         "-m",
-        "nexrl.cli.train",
+        "nexrl.driver.cli.train",
         RECIPE,
         *overrides(out, f"cluster.warm_parent={warm_parent}", steps=50),
     ]
@@ -266,7 +266,7 @@ def test_ctrl_c_with_groups_in_flight_then_resume_of_whole_loaded_batches(
         return [
             sys.executable,
             "-m",
-            "nexrl.cli.train",
+            "nexrl.driver.cli.train",
             "recipes/openai_agent/openai_agent_tiny.yaml",
             *overrides(out, "weight.sync_mode=fully-async", steps=steps),
         ]

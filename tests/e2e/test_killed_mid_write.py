@@ -28,10 +28,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from backends.inference.embedded.weights import check_snapshot_files
-from nexrl.pool.commits import CommitLog
-from nexrl.pool.kv import LocalKV
-from nexrl.weights.checkpoint import CheckpointManager, verify_checkpoint
-from nexrl.weights.snapshot import latest_snapshot, list_snapshots, verify_snapshot
+from nexrl.core.pool.commits import CommitLog
+from nexrl.core.pool.kv import LocalKV
+from nexrl.core.weights.checkpoint import CheckpointManager, verify_checkpoint
+from nexrl.core.weights.snapshot import latest_snapshot, list_snapshots, verify_snapshot
 from tests.e2e._groups import group_record
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 from tests.e2e.test_kill_and_resume import DEADLINE_S, expected_group_ids
@@ -82,7 +82,7 @@ RUN = list(CASES) if os.environ.get("NEXRL_BENCH_LONG") == "1" else IN_CI
 
 
 def _run(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    args = [sys.executable, "-m", "nexrl.cli.train", RECIPE]
+    args = [sys.executable, "-m", "nexrl.driver.cli.train", RECIPE]
     return subprocess.run(
         [*args, *overrides(out, "trainer.save_every=2", steps=STEPS)],
         env=env,

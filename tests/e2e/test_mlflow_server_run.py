@@ -79,7 +79,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def train(out: Path, server: Server, steps: int) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
-            sys.executable, "-m", "nexrl.cli.train", RECIPE,
+            sys.executable, "-m", "nexrl.driver.cli.train", RECIPE,
             *overrides(out, "logger.backends=[jsonl,mlflow]", "project_name=nexrl_e2e",
                        f"logger.mlflow_tracking_uri={server.url}", steps=steps),
         ],

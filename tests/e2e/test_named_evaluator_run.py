@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.controller import Controller, ControllerError
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller, ControllerError
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 
 TRAINER = """

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.controller import Controller
-from nexrl.inference import Generation, parse_chat_completion
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
-from nexrl.recipe import load_recipe_checked
-from nexrl.types import Trajectory
+from nexrl.core.chat import Generation, parse_chat_completion
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.core.types import Trajectory
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import overrides, subprocess_env, train_rows
 
 RECIPE = "recipes/openai_agent/openai_agent_tiny.yaml"
@@ -101,7 +101,7 @@ def test_a_failed_group_is_retried_while_the_pool_holds_the_rest_of_its_batch(
         "weight.sync_mode=sync",
     ]
     proc = subprocess.run(
-        [sys.executable, "-m", "nexrl.cli.train", RECIPE, *args],
+        [sys.executable, "-m", "nexrl.driver.cli.train", RECIPE, *args],
         env=env,
         capture_output=True,
         text=True,

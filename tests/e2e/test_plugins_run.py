@@ -9,8 +9,8 @@ import os
 import textwrap
 from pathlib import Path
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import DATA, RECIPE, overrides, train_rows
 
 
@@ -24,7 +24,7 @@ def test_the_trainer_actor_trains_with_the_plugins_estimator(tmp_path: Path) -> 
             import os
             import uuid
 
-            from nexrl.algorithms import ADVANTAGE_ESTIMATORS
+            from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS
 
 
             @ADVANTAGE_ESTIMATORS.register("marked_grpo")
@@ -62,7 +62,7 @@ MARKS = """
 import os
 import uuid
 
-from nexrl.rollout_worker.registry import ROLLOUT_WORKERS
+from nexrl.rollout.worker.registry import ROLLOUT_WORKERS
 from nexrl.trainer.engine import TRAINING_ENGINES
 from nexrl.trainer.registry import TRAINERS
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nexrl.controller import Controller
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 
 Sample = tuple[tuple[int, ...], tuple[int, ...], float]

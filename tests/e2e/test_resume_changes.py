@@ -22,7 +22,13 @@ DEADLINE_S = 600
 
 def train(out: Path, *extra: str, steps: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "nexrl.cli.train", RECIPE, *overrides(out, *extra, steps=steps)],
+        [
+            sys.executable,
+            "-m",
+            "nexrl.driver.cli.train",
+            RECIPE,
+            *overrides(out, *extra, steps=steps),
+        ],
         env=subprocess_env(),
         capture_output=True,
         text=True,

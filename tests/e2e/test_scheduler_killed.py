@@ -93,7 +93,7 @@ def _train(out: Path, address: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "nexrl.cli.train",
+        "nexrl.driver.cli.train",
         RECIPE,
         *overrides(
             out,

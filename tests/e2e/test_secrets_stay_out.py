@@ -11,8 +11,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides
 
 

@@ -39,8 +39,8 @@ from typing import Any
 
 import pytest
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._groups import group_record
 from tests.e2e._recipe import RECIPE, subprocess_env, train_rows
 from tests.e2e.test_kill_and_resume import DEADLINE_S, assert_pool_record_matches, wait_for_step
@@ -232,7 +232,7 @@ def stop_and_resume(
     cmd = [
         sys.executable,
         "-m",
-        "nexrl.cli.train",
+        "nexrl.driver.cli.train",
         RECIPE,
         *multinode_overrides(out, steps=steps, save_every=2, inference_gpus=0),
     ]

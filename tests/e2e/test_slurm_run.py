@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 from statistics import mean
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, train_rows
 from tests.e2e.test_kill_and_resume import assert_pool_record_matches, wait_for_step
 from tests.integration.slurm._slurm import SLURM_RUN, require_slurm, squeue, wait_gone

@@ -22,7 +22,7 @@ def command(out: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "nexrl.cli.train",
+        "nexrl.driver.cli.train",
         RECIPE,
         f"output_dir={out}",
         f"trainer.total_train_steps={STEPS}",

@@ -17,7 +17,9 @@ from tests.e2e._recipe import RECIPE, overrides, subprocess_env
 
 
 def _run_on_a_terminal(args: list[str]) -> tuple[int, str]:
-    return run_on_a_terminal([sys.executable, "-m", "nexrl.cli.train", *args], subprocess_env())
+    return run_on_a_terminal(
+        [sys.executable, "-m", "nexrl.driver.cli.train", *args], subprocess_env()
+    )
 
 
 def test_a_bar_with_eta_and_the_summary_last(tmp_path: Path) -> None:

@@ -10,12 +10,12 @@ import numpy as np
 import psutil
 import pytest
 
-from nexrl.controller import Controller
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
-from nexrl.recipe import load_recipe_checked
-from nexrl.weights.checkpoint import CheckpointManager
-from nexrl.weights.snapshot import latest_snapshot
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.core.weights.checkpoint import CheckpointManager
+from nexrl.core.weights.snapshot import latest_snapshot
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import DATA, RECIPE, overrides, read_rows, train_rows
 
 
@@ -170,7 +170,7 @@ def test_hung_evaluator_is_cancelled_and_named(tmp_path: Path) -> None:
         "        time.sleep(3600)\n"
         "        return EvaluationRunResult(reward=0.0)\n"
     )
-    from nexrl.controller import ControllerError
+    from nexrl.driver.controller import ControllerError
 
     out = tmp_path / "run"
     recipe = load_recipe_checked(

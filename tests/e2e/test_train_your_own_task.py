@@ -1,5 +1,5 @@
 """docs/train-your-own-task.md's training run, as the guide writes it: the scaffold,
-the data script, the training command (run as ``python -m nexrl.cli.train``, which
+the data script, the training command (run as ``python -m nexrl.driver.cli.train``, which
 is what the ``./pants run`` target runs, with a free dashboard port so parallel
 tests do not collide) and the guide's Python block that reads the results.
 
@@ -33,7 +33,7 @@ def test_the_guides_run_learns_and_its_python_reads_the_results(task: Path) -> N
     args = shlex.split(run[len(TRAIN) :])
     env = {**subprocess_env(), "PYTHONPATH": IMPORT_PATH}
     proc = subprocess.run(
-        [sys.executable, "-m", "nexrl.cli.train", *args, "cluster.dashboard_address=:0"],
+        [sys.executable, "-m", "nexrl.driver.cli.train", *args, "cluster.dashboard_address=:0"],
         env=env,
         capture_output=True,
         text=True,
@@ -83,7 +83,7 @@ def test_the_guides_custom_worker_trains_full_batches(task: Path) -> None:
         [
             sys.executable,
             "-m",
-            "nexrl.cli.train",
+            "nexrl.driver.cli.train",
             *args,
             "trainer.total_train_steps=3",
             "validate.validate_before_train=false",

@@ -23,7 +23,7 @@ from tests.e2e.test_train_run import delivered_pairs
 
 def test_a_stopped_trainer_is_named_and_the_run_resumes(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "nexrl.cli.train", RECIPE]
+    args = [sys.executable, "-m", "nexrl.driver.cli.train", RECIPE]
     watch = ["runtime_monitor.trainer_silent_s=15", "runtime_monitor.wait_notice_s=5"]
     proc = subprocess.Popen(
         [*args, *overrides(out, "trainer.save_every=2", *watch, steps=200)],

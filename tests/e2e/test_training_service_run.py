@@ -1,5 +1,5 @@
 """End-to-end: the default recipe with ``trainer.mode=training-service``, the service
-started by the run (a Dask actor) and by its command (``python -m nexrl.training_service``)."""
+started by the run (a Dask actor) and by its command (``python -m nexrl training-service``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
-from nexrl.weights.checkpoint import CheckpointManager
-from nexrl.weights.snapshot import latest_snapshot
+from nexrl.core.weights.checkpoint import CheckpointManager
+from nexrl.core.weights.snapshot import latest_snapshot
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 
 
@@ -52,7 +52,7 @@ def test_a_run_in_training_service_mode_trains_writes_metrics_and_resumes(tmp_pa
 def test_a_run_against_a_service_started_by_its_command(tmp_path: Path) -> None:
     out = tmp_path / "run"
     settings = overrides(out, "trainer.mode=training-service", steps=2)
-    command = [sys.executable, "-m", "nexrl.training_service", RECIPE, *settings, "--port=0"]
+    command = [sys.executable, "-m", "nexrl", "training-service", RECIPE, *settings, "--port=0"]
     log = tmp_path / "service.log"
     with log.open("w") as sink:
         service = subprocess.Popen(

@@ -24,8 +24,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import overrides, train_rows
 from tests.e2e._vllm import RECIPE, assert_real_vllm, build_vllm, group_gone
 from tests.e2e.test_kill_and_resume import wait_for_step

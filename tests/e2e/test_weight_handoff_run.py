@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
-from nexrl.weights.snapshot import latest_snapshot, list_snapshots, verify_snapshot
+from nexrl.core.weights.snapshot import latest_snapshot, list_snapshots, verify_snapshot
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 
 

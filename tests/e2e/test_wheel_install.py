@@ -71,7 +71,7 @@ def test_pip_install_the_wheel_and_train_with_the_nexrl_command(tmp_path: Path) 
         names = set(z.namelist())
         meta = z.read(f"nexrl-{nexrl.__version__}.dist-info/METADATA").decode()
     assert "Provides-Extra: mlflow" in meta and "Provides-Extra: wandb" in meta  # trackers
-    assert "nexrl/configs/nexrl_base.yaml" in names  # what every recipe inherits
+    assert "nexrl/driver/recipe/configs/nexrl_base.yaml" in names  # what every recipe inherits
     assert "backends/inference/embedded/__main__.py" in names  # the server it starts
 
     venv = tmp_path / "venv"

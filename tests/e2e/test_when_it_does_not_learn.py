@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import read_rows
 
 SCRATCH = "recipes/top_two/top_two_tiny.yaml"

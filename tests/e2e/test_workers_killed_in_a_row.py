@@ -14,8 +14,8 @@ from pathlib import Path
 
 import dask
 
-from nexrl.controller import Controller
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller import Controller
+from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import RECIPE, overrides, train_rows
 from tests.e2e.test_kill_and_resume import DEADLINE_S, assert_pool_record_matches, wait_for_step
 from tests.e2e.test_train_run import processes_using

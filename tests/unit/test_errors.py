@@ -13,45 +13,45 @@ import nexrl
 from backends.inference.adapters import ReloadError
 from backends.inference.embedded.handle import ServerStartError
 from backends.inference.embedded.weights import SnapshotError as EmbeddedSnapshotError
-from nexrl.agent_service.client import AgentServiceError
-from nexrl.agent_service.errors import ServiceError as AgentServiceHTTPError
-from nexrl.agent_service.server import AgentServiceStartError
-from nexrl.algorithms.registry import UnknownNameError
-from nexrl.cli.flags import FlagError
-from nexrl.cli.new_task import NewTaskError
-from nexrl.config.errors import RecipeError
-from nexrl.controller import ControllerError
-from nexrl.controller.reload import WeightSyncError
-from nexrl.controller.rundir import RunDirError
-from nexrl.data.errors import DataError
-from nexrl.errors import NexrlError
-from nexrl.evaluators.sandbox import SandboxUnavailable
-from nexrl.inference.client import InferenceError
+from nexrl.core.chat.client import InferenceError
+from nexrl.core.config.errors import RecipeError
+from nexrl.core.conversations import WarmStartError
+from nexrl.core.data.errors import DataError
+from nexrl.core.errors import NexrlError
+from nexrl.core.pool.columns import PoolDataError
+from nexrl.core.pool.cursor import ConsumerConflictError
+from nexrl.core.pool.layout import PoolStoreError
+from nexrl.core.pool.pool import PoolConfigError
+from nexrl.core.types.batch import BatchError
+from nexrl.core.types.trajectory import TrajectoryError
+from nexrl.core.weights.checkpoint import CheckpointError
+from nexrl.core.weights.handoff.layout import LayoutError
+from nexrl.core.weights.handoff.transport import TransportError
+from nexrl.core.weights.snapshot import SnapshotError
+from nexrl.driver.cli.flags import FlagError
+from nexrl.driver.cli.new_task import NewTaskError
+from nexrl.driver.cluster.kubernetes import KubernetesError
+from nexrl.driver.cluster.remote_server import InferenceJobLost
+from nexrl.driver.cluster.slurm import SlurmError
+from nexrl.driver.controller import ControllerError
+from nexrl.driver.controller.reload import WeightSyncError
+from nexrl.driver.controller.rundir import RunDirError
+from nexrl.driver.metrics.sinks import MetricSinkError
+from nexrl.driver.modeling.prepare import ModelSetupError
 from nexrl.inference.supervisor import ServiceError
-from nexrl.metrics.sinks import MetricSinkError
-from nexrl.modeling.prepare import ModelSetupError
-from nexrl.modeling.warm_start import WarmStartError
-from nexrl.pool.columns import PoolDataError
-from nexrl.pool.cursor import ConsumerConflictError
-from nexrl.pool.layout import PoolStoreError
-from nexrl.pool.pool import PoolConfigError
-from nexrl.rollout_worker.agent.config import AgentConfigError
-from nexrl.rollout_worker.openai_agent.entrypoint import AgentError
-from nexrl.runtime.kubernetes import KubernetesError
-from nexrl.runtime.remote_server import InferenceJobLost
-from nexrl.runtime.slurm import SlurmError
+from nexrl.rollout.agent_service.client import AgentServiceError
+from nexrl.rollout.agent_service.errors import ServiceError as AgentServiceHTTPError
+from nexrl.rollout.agent_service.server import AgentServiceStartError
+from nexrl.rollout.evaluators.sandbox import SandboxUnavailable
+from nexrl.rollout.worker.agent.config import AgentConfigError
+from nexrl.rollout.worker.openai_agent.entrypoint import AgentError
 from nexrl.trainer.actor import TrainerGroupError, TrainerLostError, TrainerSilentError
+from nexrl.trainer.algorithms.registry import UnknownNameError
 from nexrl.trainer.base import TrainerError
+from nexrl.trainer.service.client import TrainingClientError
+from nexrl.trainer.service.core import TrainingServiceError
+from nexrl.trainer.service.server import TrainingServiceStartError
 from nexrl.trainer.sft_data import SftDataError
-from nexrl.training_service.client import TrainingClientError
-from nexrl.training_service.core import TrainingServiceError
-from nexrl.training_service.server import TrainingServiceStartError
-from nexrl.types.batch import BatchError
-from nexrl.types.trajectory import TrajectoryError
-from nexrl.weights.checkpoint import CheckpointError
-from nexrl.weights.handoff.layout import LayoutError
-from nexrl.weights.handoff.transport import TransportError
-from nexrl.weights.snapshot import SnapshotError
 
 # class -> the bases it had before NexrlError (existing `except` clauses rely on them)
 USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
@@ -101,7 +101,10 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
 }
 
 # Raised and caught inside one module, never shown to a user as such.
-INTERNAL = {"_FieldProblem", "Rewritten"}  # Rewritten: nexrl.dashboard.history re-reads a file
+INTERNAL = {
+    "_FieldProblem",
+    "Rewritten",
+}  # Rewritten: nexrl.driver.dashboard.history re-reads a file
 
 
 @pytest.mark.parametrize("cls", list(USER_FACING), ids=lambda c: c.__qualname__)

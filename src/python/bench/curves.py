@@ -15,9 +15,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from nexrl.metrics import read_metrics
-from nexrl.metrics.plots import _series
-from nexrl.util.files import atomic_path
+from nexrl.core.util.files import atomic_path
+from nexrl.driver.metrics import read_metrics
+from nexrl.driver.metrics.plots import _series
 
 __all__ = ["plot_curves", "val_curve"]
 

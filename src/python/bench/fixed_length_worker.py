@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexrl.rollout_worker.simple import SimpleRolloutWorker
+from nexrl.rollout.worker.simple import SimpleRolloutWorker
 
 
 class FixedLengthWorker(SimpleRolloutWorker):

@@ -4,7 +4,7 @@ memory, open files and threads, the run folder's disk use and the step time (iss
     PYTHONPATH=src/python python -m bench.long_haul runs/long_haul --steps 10000 --every 100
     PYTHONPATH=src/python python -m bench.long_haul runs/long_haul --plot-only
 
-The run is ``python -m nexrl.cli.train`` on recipes/max_digit/max_digit_tiny.yaml with
+The run is ``python -m nexrl.driver.cli.train`` on recipes/max_digit/max_digit_tiny.yaml with
 4 prompts x 8 samples per step and 2 worker processes (the e2e tests' size), a
 checkpoint every ``--save-every`` steps. Every ``--every`` steps (read from
 metrics.jsonl) one sample: per process (driver, warm parent, each Dask worker, the
@@ -147,7 +147,13 @@ def run_long_haul(
     out.parent.mkdir(parents=True, exist_ok=True)
     samples_file = out.parent / f"{out.name}.samples.jsonl"
     console = out.parent / f"{out.name}.console.log"
-    args = [sys.executable, "-m", "nexrl.cli.train", RECIPE, *overrides(out, steps, save_every)]
+    args = [
+        sys.executable,
+        "-m",
+        "nexrl.driver.cli.train",
+        RECIPE,
+        *overrides(out, steps, save_every),
+    ]
     samples: list[dict] = []
     with open(console, "ab") as log, open(samples_file, "a") as record:
         proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -216,7 +222,7 @@ def plot_samples(samples: list[dict], path: Path, title: str = "") -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from nexrl.util.files import atomic_path
+    from nexrl.core.util.files import atomic_path
 
     fig, axes = plt.subplots(1, 5, figsize=(22, 4))
     steps = [s["step"] for s in samples]

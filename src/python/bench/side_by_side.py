@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nexrl.metrics.sinks import parse_metric_lines
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.driver.metrics.sinks import parse_metric_lines
 
 RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
 DATA = "recipes/max_digit/data/train.jsonl"
@@ -104,7 +104,7 @@ def ours_command(out: Path, model_dir: Path, steps: int, *extra: str) -> list[st
     return [
         sys.executable,
         "-m",
-        "nexrl.cli.train",
+        "nexrl.driver.cli.train",
         RECIPE,
         f"output_dir={out}",
         f"model.path={model_dir}",

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoTokenizer, PreTrainedTokenizerBase, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from nexrl.plugins import load_spec
+    from nexrl.core.plugins import load_spec
     from nexrl.rollout_worker import BaseEvaluationTarget
 
     if args.threads > 0:

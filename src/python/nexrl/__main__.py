@@ -1,8 +1,8 @@
-"""``python -m nexrl``: the ``nexrl`` command (``nexrl.cli.main``)."""
+"""``python -m nexrl``: the ``nexrl`` command (``nexrl.driver.cli.main``)."""
 
 import sys
 
-from nexrl.cli.main import main
+from nexrl.driver.cli.main import main
 
 if __name__ == "__main__":  # (a spawned worker re-imports the parent's main module)
     sys.exit(main())

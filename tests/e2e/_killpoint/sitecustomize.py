@@ -85,7 +85,7 @@ def _install(call: str, needle: str, nth: int, fired: str, skip: str) -> None:
 
             module.JsonlSink.log = wrapped_log
 
-        sys.meta_path.insert(0, _AfterImport("nexrl.metrics.sinks", patch_sink))
+        sys.meta_path.insert(0, _AfterImport("nexrl.driver.metrics.sinks", patch_sink))
     elif call == "open":
         original_open = builtins.open
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.inference import InferenceClient
+from nexrl.core.chat import InferenceClient
+from nexrl.rollout.worker.agent import AgentRolloutWorker, load_agent_config
 from nexrl.rollout_worker import EvaluationRunResult, Evaluator
-from nexrl.rollout_worker.agent import AgentRolloutWorker, load_agent_config
 from tests.integration.inference._helpers import SERVED_NAME
 
 CALL = '<tool_call>{"name": "f"}</tool_call>'
@@ -162,7 +162,7 @@ def test_hung_tool_calls_never_starve_later_calls(
     # calls, every later call of every episode queued behind them and timed out unrun (the
     # run went on with reward 0 and nothing said why).
     config = agent_yaml(tmp_path, "hangs_first", max_turns=1, tool_timeout_s=1)
-    caplog.set_level(logging.INFO, logger="nexrl.rollout_worker.agent.worker")
+    caplog.set_level(logging.INFO, logger="nexrl.rollout.worker.agent.worker")
 
     async def go() -> tuple[list[Any], Any]:
         async with InferenceClient(bigram_server.base_url, SERVED_NAME, timeout_s=60) as client:

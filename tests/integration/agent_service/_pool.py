@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
-from nexrl.types import Trajectory
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.core.types import Trajectory
 
 
 def read_pool(store: str | None) -> list[Trajectory]:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from nexrl.agent_service import ServiceConfig, SessionLimits
-from nexrl.agent_service.server import AgentService
+from nexrl.rollout.agent_service import ServiceConfig, SessionLimits
+from nexrl.rollout.agent_service.server import AgentService
 
 ServiceFactory = Callable[..., AgentService]
 

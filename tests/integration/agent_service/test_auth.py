@@ -15,11 +15,16 @@ import openai
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.agent_service import AgentServiceError, ServiceConfig, push_trajectories, report_reward
-from nexrl.agent_service.cli import main
-from nexrl.agent_service.server import AgentService, AgentServiceStartError
-from nexrl.inference import Generation, InferenceClient
-from nexrl.util.auth import AGENT_SERVICE_TOKEN_ENV
+from nexrl.core.chat import Generation, InferenceClient
+from nexrl.core.util.auth import AGENT_SERVICE_TOKEN_ENV
+from nexrl.rollout.agent_service import (
+    AgentServiceError,
+    ServiceConfig,
+    push_trajectories,
+    report_reward,
+)
+from nexrl.rollout.agent_service.cli import main
+from nexrl.rollout.agent_service.server import AgentService, AgentServiceStartError
 from tests.integration.agent_service._pool import read_pool
 from tests.integration.agent_service.conftest import ServiceFactory
 from tests.integration.inference._helpers import MESSAGES, SERVED_NAME

@@ -1,4 +1,4 @@
-"""``python -m nexrl.agent_service`` as a separate process, as a user runs it."""
+"""``python -m nexrl.rollout.agent_service`` as a separate process, as a user runs it."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.agent_service import report_reward
-from nexrl.util.net import free_port
+from nexrl.core.util.net import free_port
+from nexrl.rollout.agent_service import report_reward
 from tests.integration.agent_service._plain_agent import run_agent
 from tests.integration.agent_service._pool import read_pool
 from tests.integration.inference._helpers import SERVED_NAME
@@ -26,7 +26,7 @@ def _env() -> dict[str, str]:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "nexrl.agent_service", *args],
+        [sys.executable, "-m", "nexrl.rollout.agent_service", *args],
         capture_output=True,
         text=True,
         env=_env(),
@@ -39,7 +39,7 @@ def service_process(embedded_server: EmbeddedServer, tmp_path: Path) -> Iterator
     port = free_port()
     pool = tmp_path / "pool"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nexrl.agent_service", "--pool", str(pool),
+        [sys.executable, "-m", "nexrl.rollout.agent_service", "--pool", str(pool),
          "--upstream", embedded_server.openai_base_url, "--port", str(port)],
         env=_env(),
         stdout=subprocess.PIPE,

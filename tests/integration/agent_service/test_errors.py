@@ -9,8 +9,8 @@ import openai
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.agent_service import AgentServiceError, SessionLimits, report_reward
-from nexrl.util.net import free_port
+from nexrl.core.util.net import free_port
+from nexrl.rollout.agent_service import AgentServiceError, SessionLimits, report_reward
 from tests.integration.agent_service._plain_agent import run_agent
 from tests.integration.agent_service._pool import read_pool
 from tests.integration.agent_service.conftest import ServiceFactory

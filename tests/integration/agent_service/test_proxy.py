@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.agent_service import AgentServiceError, report_reward
-from nexrl.agent_service.rewards import stable_id
-from nexrl.algorithms.advantages import grpo, token_level_from_scalar
-from nexrl.inference import Generation, InferenceClient
+from nexrl.core.chat import Generation, InferenceClient
+from nexrl.rollout.agent_service import AgentServiceError, report_reward
+from nexrl.rollout.agent_service.rewards import stable_id
+from nexrl.trainer.algorithms.advantages import grpo, token_level_from_scalar
 from tests.integration.agent_service._plain_agent import conversation, run_agent
 from tests.integration.agent_service._pool import read_pool
 from tests.integration.agent_service.conftest import ServiceFactory

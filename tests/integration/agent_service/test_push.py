@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.agent_service import AgentServiceError, push_trajectories
-from nexrl.inference import Generation, InferenceClient
-from nexrl.types import Trajectory
+from nexrl.core.chat import Generation, InferenceClient
+from nexrl.core.types import Trajectory
+from nexrl.rollout.agent_service import AgentServiceError, push_trajectories
 from tests.integration.agent_service._pool import read_pool
 from tests.integration.agent_service.conftest import ServiceFactory
 from tests.integration.inference._helpers import MESSAGES, SERVED_NAME

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.agent_service import AgentServiceError
+from nexrl.rollout.agent_service import AgentServiceError
 from tests.integration.agent_service._pool import read_pool
 from tests.integration.agent_service.conftest import ServiceFactory
 from tests.integration.inference._helpers import BIGRAM_REPLY, SERVED_NAME
@@ -69,7 +69,7 @@ def test_the_guides_push_example_writes_its_record(
 
 
 def test_the_guides_command_line_flags_are_the_clis() -> None:
-    from nexrl.agent_service.cli import parse_args
+    from nexrl.rollout.agent_service.cli import parse_args
 
     (command,) = section_blocks("bash")
     config, args = parse_args(command.replace("\\\n", " ").split()[3:])

@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from nexrl.dashboard.plugin import install, page_url
+from nexrl.driver.dashboard.plugin import install, page_url
 
 
 def get(url: str) -> str:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.evaluators import build
-from nexrl.evaluators.sandbox import SandboxUnavailable, sandbox_python
-from nexrl.types.episode import BaseEvaluationTarget
+from nexrl.core.types.episode import BaseEvaluationTarget
+from nexrl.rollout.evaluators import build
+from nexrl.rollout.evaluators.sandbox import SandboxUnavailable, sandbox_python
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 TESTS = [{"input": "1 2", "output": "3"}, {"input": "10 -4", "output": "6"}]
@@ -140,7 +140,7 @@ def test_an_output_flood_is_cut_at_the_file_size_limit() -> None:
 def test_without_util_linux_the_evaluator_refuses_to_run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from nexrl.evaluators import sandbox
+    from nexrl.rollout.evaluators import sandbox
 
     monkeypatch.setattr(sandbox, "SAFE_PATH", str(tmp_path))  # a PATH with no tools
     sandbox_python.cache_clear()

@@ -21,8 +21,8 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from nexrl.evaluators import EvaluatorContext, build
-from nexrl.types.episode import BaseEvaluationTarget
+from nexrl.core.types.episode import BaseEvaluationTarget
+from nexrl.rollout.evaluators import EvaluatorContext, build
 from tests.integration.inference._helpers import SERVED_NAME
 
 ROW = {"prompt": "What is 6 * 7?", "answer": "42"}

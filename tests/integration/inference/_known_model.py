@@ -15,7 +15,7 @@ from typing import cast
 import torch
 from transformers import GenerationConfig
 
-from nexrl.modeling import build_tiny_model, build_tokenizer
+from nexrl.driver.modeling import build_tiny_model, build_tokenizer
 
 LOGIT = 1.0  # times sqrt(hidden) after the final RMSNorm: logits ~21 vs 0
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.inference import InferenceClient, InferenceError
+from nexrl.core.chat import InferenceClient, InferenceError
 from tests.integration.inference._helpers import SERVED_NAME
 
 GROUPS = 8

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer, ServerStartError
-from nexrl.inference import InferenceClient, InferenceError
+from nexrl.core.chat import InferenceClient, InferenceError
 from tests.integration.inference._helpers import SERVED_NAME
 
 LONG: dict[str, Any] = {"max_tokens": 480, "n": 8, "temperature": 1.0, "ignore_eos": True}
@@ -112,7 +112,7 @@ def test_replicas_that_never_get_healthy_are_named_with_why_and_the_setting(
     """``--inference-url`` with a mistyped port (nothing listens) beside a server that
     answers 503: a line while it waits, then one error naming each replica's problem
     and ``startup_timeout_s``."""
-    from nexrl.config.sections.runtime import InferenceServiceConfig
+    from nexrl.core.config.sections.runtime import InferenceServiceConfig
     from nexrl.inference.supervisor import InferenceSupervisor, ServiceError
 
     unready = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unready)

@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM
 
 from backends.inference.adapters import make_reload_adapter
 from backends.inference.embedded import EmbeddedServer
-from nexrl.inference import Generation, InferenceClient
+from nexrl.core.chat import Generation, InferenceClient
 from tests.integration.inference._helpers import SERVED_NAME
 
 PROMPT = [40, 41, 42, 43]

@@ -19,10 +19,10 @@ import pytest
 
 from backends.inference.adapters import make_reload_adapter
 from backends.inference.embedded import EmbeddedServer, ServerStartError
-from nexrl.config.sections.runtime import InferenceServiceConfig
-from nexrl.inference import Generation, InferenceClient
+from nexrl.core.chat import Generation, InferenceClient
+from nexrl.core.config.sections.runtime import InferenceServiceConfig
+from nexrl.core.util.auth import INFERENCE_TOKEN_ENV
 from nexrl.inference.supervisor import InferenceSupervisor
-from nexrl.util.auth import INFERENCE_TOKEN_ENV
 from tests.integration.inference._helpers import SERVED_NAME
 
 TOKEN = "tok-3f9a1c"
@@ -193,7 +193,7 @@ def test_the_supervisor_gives_the_server_its_cpu_threads(
     /health reports torch's threads); 0 gives the automatic half of the cores."""
     import torch
 
-    from nexrl.util.cpu import cpu_threads
+    from nexrl.core.util.cpu import cpu_threads
 
     assert not torch.cuda.is_available()  # the CPU path: a GPU server gets no thread flag
     for configured, expected in ((3, 3), (0, cpu_threads(1))):

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.inference import InferenceClient
+from nexrl.core.chat import InferenceClient
 from tests.integration.inference._helpers import MESSAGES, SERVED_NAME
 
 TOOLS = [

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.inference import InferenceClient
+from nexrl.core.chat import InferenceClient
 from tests.integration.inference._helpers import MESSAGES, SERVED_NAME
 
 CALL = '<tool_call>{"name": "f"}</tool_call>'

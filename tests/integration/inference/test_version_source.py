@@ -15,7 +15,7 @@ import pytest
 
 from backends.inference.adapters import VLLMReloadAdapter
 from backends.inference.embedded import EmbeddedServer
-from nexrl.inference import InferenceClient
+from nexrl.core.chat import InferenceClient
 from tests.integration.inference._helpers import SERVED_NAME
 
 

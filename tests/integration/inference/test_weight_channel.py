@@ -18,9 +18,9 @@ from safetensors.torch import load_file
 
 from backends.inference.adapters import EmbeddedReloadAdapter
 from backends.inference.embedded import EmbeddedServer
-from nexrl.inference import Generation, InferenceClient
-from nexrl.weights.handoff import WeightChannel
-from nexrl.weights.handoff.layout import write_stamp
+from nexrl.core.chat import Generation, InferenceClient
+from nexrl.core.weights.handoff import WeightChannel
+from nexrl.core.weights.handoff.layout import write_stamp
 from tests.integration.inference._helpers import SERVED_NAME
 
 PROMPT = [40, 41, 42, 43]

@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 
-from nexrl.pool import PoolWriter, TrajectoryPool, get_writer
-from nexrl.pool.config import PoolConfig
+from nexrl.core.pool import PoolWriter, TrajectoryPool, get_writer
+from nexrl.core.pool.config import PoolConfig
 from tests.unit.pool._data import check_columns, fast_columns, make_columns
 
 

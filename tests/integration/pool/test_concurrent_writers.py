@@ -7,8 +7,8 @@ import multiprocessing as mp
 import os
 import time
 
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
 from tests.integration.pool._workers import write_uids
 from tests.unit.pool._data import check_columns
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
-from nexrl.util.dask_workers import workers_of
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.core.util.dask_workers import workers_of
 from tests.integration.pool._workers import write_uids
 from tests.unit.pool._data import check_columns, must
 

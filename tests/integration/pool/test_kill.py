@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import zarr
 
-from nexrl.pool import PoolWriter, TrajectoryPool
-from nexrl.pool.commits import CommitLog
-from nexrl.pool.config import PoolConfig
-from nexrl.pool.kv import LocalKV
+from nexrl.core.pool import PoolWriter, TrajectoryPool
+from nexrl.core.pool.commits import CommitLog
+from nexrl.core.pool.config import PoolConfig
+from nexrl.core.pool.kv import LocalKV
 from tests.unit.pool._data import fast_check, fast_columns, make_columns, must
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.controller.dispatch import RolloutDispatcher
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
-from nexrl.rollout_worker.tasks import RolloutSpec
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.driver.controller.dispatch import RolloutDispatcher
+from nexrl.rollout.worker.tasks import RolloutSpec
 from tests.integration.inference._helpers import SERVED_NAME
 
 GROUP_SIZE = 4
 WORKER = '''
 from pathlib import Path
-from nexrl.rollout_worker.simple import SimpleRolloutWorker
+from nexrl.rollout.worker.simple import SimpleRolloutWorker
 
 TRIES = Path({tries!r})
 
@@ -146,7 +146,7 @@ def _scheduler_keys_of(client: Any, part: str, wait_s: float = 30.0) -> list[str
 
 
 BAD_WORKER = """
-from nexrl.rollout_worker.simple import SimpleRolloutWorker
+from nexrl.rollout.worker.simple import SimpleRolloutWorker
 
 
 class Bad(SimpleRolloutWorker):

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from nexrl.pool import TrajectoryPool
+from nexrl.core.pool import TrajectoryPool
 from tests._control_plane import PlaneSettings, drive_plane, plane_cluster, plane_pool, plane_spec
 from tests._standin_engine import StandinSettings, start_standin_engine
 

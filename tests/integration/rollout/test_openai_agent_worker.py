@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.inference import parse_chat_completion
-from nexrl.plugins import load_object
-from nexrl.pool.config import PoolConfig
-from nexrl.rollout_worker.base import Episode
-from nexrl.rollout_worker.tasks import (
+from nexrl.core.chat import parse_chat_completion
+from nexrl.core.plugins import load_object
+from nexrl.core.pool.config import PoolConfig
+from nexrl.rollout.worker.base import Episode
+from nexrl.rollout.worker.tasks import (
     GroupError,
     GroupSummary,
     RolloutSpec,

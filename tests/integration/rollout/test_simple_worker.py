@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.inference import InferenceClient
-from nexrl.plugins import load_object
+from nexrl.core.chat import InferenceClient
+from nexrl.core.plugins import load_object
+from nexrl.rollout.worker.simple import SimpleRolloutWorker
 from nexrl.rollout_worker import BaseEvaluationTarget, EvaluationRunResult, Evaluator
-from nexrl.rollout_worker.simple import SimpleRolloutWorker
 from tests.integration.inference._helpers import SERVED_NAME
 
 WORDS = ["max", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]
@@ -201,8 +201,8 @@ def test_the_user_guides_custom_worker_runs_as_written(
 
     import yaml
 
-    from nexrl.recipe import load_recipe_checked
-    from nexrl.rollout_worker.registry import ROLLOUT_WORKERS
+    from nexrl.driver.recipe import load_recipe_checked
+    from nexrl.rollout.worker.registry import ROLLOUT_WORKERS
 
     text = Path("docs/user-guide.md").read_text()
     (code,) = [

@@ -18,17 +18,17 @@ SCRIPT = textwrap.dedent(
     import sys
     from distributed import Client, LocalCluster, wait
 
-    from nexrl.runtime.task_logs import install_task_logs, route_logs
+    from nexrl.core.process.task_logs import install_task_logs, route_logs
 
     logs = sys.argv[1]
 
     def scored(i):  # an evaluator that raised is logged and scored 0 (the task succeeds)
         import logging
 
-        logging.getLogger("nexrl.rollout_worker.base").warning(
+        logging.getLogger("nexrl.rollout.worker.base").warning(
             "evaluator NoAnswer failed: KeyError: 'answer'"
         )
-        logging.getLogger("backends.training.deepspeed_engine").info("deepspeed: op built")
+        logging.getLogger("backends.trainer.deepspeed_engine").info("deepspeed: op built")
         return 0.0
 
     def evaluate(i):
@@ -90,7 +90,7 @@ def test_a_failing_task_is_one_line_per_failure_on_the_terminal(tmp_path: Path) 
     assert len(warned) == sum("evaluator NoAnswer failed" in t for t in per_worker) >= 1, (
         proc.stderr
     )
-    assert warned[0].startswith("nexrl.rollout_worker.base - WARNING - evaluator NoAnswer")
+    assert warned[0].startswith("nexrl.rollout.worker.base - WARNING - evaluator NoAnswer")
     for line in failures:
         assert line.startswith("distributed.worker - ERROR - Compute Failed evaluate-g")
         assert "details and repeats: logs/dask-worker-" in line
@@ -108,7 +108,7 @@ CLOSING = textwrap.dedent(
     import sys, time
     from distributed import Client, LocalCluster
 
-    from nexrl.runtime.task_logs import install_task_logs
+    from nexrl.core.process.task_logs import install_task_logs
 
     logs = sys.argv[1]
 
@@ -119,7 +119,7 @@ CLOSING = textwrap.dedent(
         try:
             raise ConnectionError("cannot reach inference server")
         except ConnectionError:
-            logging.getLogger("nexrl.rollout_worker.base").warning(
+            logging.getLogger("nexrl.rollout.worker.base").warning(
                 "rollout of group %d raised", i, exc_info=True
             )
         return i
@@ -156,14 +156,14 @@ PER_OUTPUT = textwrap.dedent(
     import sys
     from distributed import Client, LocalCluster
 
-    from nexrl.runtime.task_logs import install_task_logs
+    from nexrl.core.process.task_logs import install_task_logs
 
     logs = sys.argv[1]
 
     def scored(i):  # as BaseRolloutWorker.evaluate logs an evaluator that raised
         import logging
 
-        log = logging.getLogger("nexrl.rollout_worker.base")
+        log = logging.getLogger("nexrl.rollout.worker.base")
         row = '{"prompt": "max of %d %d %d", "answer": "%d"}' % (i, i + 1, i + 2, i + 2)
         try:  # each sample a different model output, so each message differs
             int(f"answer {i}")

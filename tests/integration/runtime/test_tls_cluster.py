@@ -10,9 +10,9 @@ import pytest
 from distributed import Client, Security
 from distributed.comm.core import CommClosedError, FatalCommClosedError
 
-from nexrl.config.sections.cluster import ClusterConfig, TlsConfig
-from nexrl.runtime.cluster import start_cluster
-from nexrl.util.dask_workers import workers_of
+from nexrl.core.config.sections.cluster import ClusterConfig, TlsConfig
+from nexrl.core.util.dask_workers import workers_of
+from nexrl.driver.cluster.cluster import start_cluster
 
 
 def local(tls: TlsConfig) -> ClusterConfig:

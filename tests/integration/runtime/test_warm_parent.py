@@ -1,6 +1,6 @@
 """A local run's workers and embedded server fork from the warm parent.
 
-``nexrl.runtime.forkserver``: a driver script (its own process, so that it can be
+``nexrl.core.process.forkserver``: a driver script (its own process, so that it can be
 killed) starts the warm parent, a real ``LocalCluster`` through ``start_cluster``
 and the embedded server through ``EmbeddedServer`` on a tiny model, and reports
 what each process has; the test then talks to the server with the real ``openai``
@@ -22,15 +22,15 @@ import pytest
 
 # what the driver script (a string) imports, for dependency inference
 import backends.inference.embedded  # noqa: F401
-import nexrl.runtime.cluster  # noqa: F401
-from nexrl.cli.train import main
-from nexrl.runtime.forkserver import PRELOAD
+import nexrl.driver.cluster.cluster  # noqa: F401
+from nexrl.core.process.forkserver import PRELOAD
+from nexrl.driver.cli.train import main
 
 DRIVER = r"""
 import json, os, sys, time
-from nexrl.cli.train import warm_parent_for
-from nexrl.runtime.forkserver import PRELOAD
-from nexrl.config.sections.cluster import ClusterConfig
+from nexrl.driver.cli.train import warm_parent_for
+from nexrl.core.process.forkserver import PRELOAD
+from nexrl.core.config.sections.cluster import ClusterConfig
 
 def what_i_have():
     return {
@@ -44,7 +44,7 @@ def what_i_have():
 if __name__ == "__main__":  # a worker imports this file again (as spawn does)
     # what `nexrl train RECIPE OVERRIDES...` does first
     warm = warm_parent_for("recipes/max_digit/max_digit_tiny.yaml", sys.argv[3:])
-    from nexrl.runtime.cluster import start_cluster
+    from nexrl.driver.cluster.cluster import start_cluster
     from backends.inference.embedded import EmbeddedServer
 
     handle = start_cluster(ClusterConfig(n_workers=2, dashboard_address=":0"), "t")
@@ -156,7 +156,7 @@ def forkservers() -> list[psutil.Process]:
 def test_a_recipe_that_fails_its_check_leaves_no_warm_parent(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from nexrl.runtime.forkserver import warm_context
+    from nexrl.core.process.forkserver import warm_context
 
     assert forkservers() == []
     code = main(["recipes/max_digit/max_digit_tiny.yaml", "trainer.lr=-1"])
@@ -169,7 +169,7 @@ def test_a_recipe_that_fails_its_check_leaves_no_warm_parent(
 def test_a_recipe_without_a_cluster_section_gets_the_warm_parent(tmp_path: Path) -> None:
     """The schema's defaults (a local cluster, ``warm_parent`` on) hold for a recipe that
     never names ``cluster``, as a new task's recipe often does."""
-    from nexrl.cli.train import stop_warm_parent, warm_parent_for
+    from nexrl.driver.cli.train import stop_warm_parent, warm_parent_for
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text("defaults: [nexrl_base, _self_]\nexperiment_name: no_cluster_section\n")
@@ -185,7 +185,7 @@ def test_a_recipe_without_a_cluster_section_gets_the_warm_parent(tmp_path: Path)
 
 LOST = r"""
 import os, signal, time
-from nexrl.runtime.forkserver import start_warm_parent, warm_parent_lost
+from nexrl.core.process.forkserver import start_warm_parent, warm_parent_lost
 from multiprocessing import forkserver
 
 if __name__ == "__main__":

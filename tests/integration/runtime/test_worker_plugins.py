@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.algorithms import ADVANTAGE_ESTIMATORS
-from nexrl.config.errors import RecipeError
-from nexrl.config.sections.cluster import ClusterConfig
-from nexrl.plugins import resolve_plugins
-from nexrl.runtime.cluster import start_cluster
+from nexrl.core.config.errors import RecipeError
+from nexrl.core.config.sections.cluster import ClusterConfig
+from nexrl.core.plugins import resolve_plugins
+from nexrl.driver.cluster.cluster import start_cluster
+from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS
 
 logging.getLogger("distributed").setLevel(logging.ERROR)
 
 
 def knows(name: str) -> tuple[int, bool]:
-    from nexrl.algorithms import ADVANTAGE_ESTIMATORS
+    from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS
 
     return os.getpid(), name in ADVANTAGE_ESTIMATORS.names()
 
@@ -35,7 +35,7 @@ def write_plugin(folder: Path, name: str) -> Path:
     path.write_text(
         textwrap.dedent(
             f"""
-            from nexrl.algorithms import ADVANTAGE_ESTIMATORS
+            from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS
 
 
             @ADVANTAGE_ESTIMATORS.register("{name}")

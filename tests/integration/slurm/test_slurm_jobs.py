@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.config.sections.cluster import (
+from nexrl.core.config.sections.cluster import (
     ClusterConfig,
     SlurmConfig,
     SlurmJobSize,
     SlurmRolloutJobs,
 )
-from nexrl.runtime.cluster import start_cluster
-from nexrl.runtime.slurm import SlurmError
-from nexrl.util.dask_workers import workers_of
+from nexrl.core.util.dask_workers import workers_of
+from nexrl.driver.cluster.cluster import start_cluster
+from nexrl.driver.cluster.slurm import SlurmError
 
 from ._slurm import SLURM_TOKEN, require_slurm, squeue, wait_gone
 
@@ -101,7 +101,7 @@ def test_sbatch_dry_run_prints_a_driver_script_slurm_accepts(tmp_path: Path) -> 
     cmd = [
         sys.executable,
         "-m",
-        "nexrl.cli.train",
+        "nexrl.driver.cli.train",
         "recipes/max_digit/max_digit_tiny.yaml",
         "--sbatch",
         "--dry-run",
@@ -119,9 +119,9 @@ def test_sbatch_dry_run_prints_a_driver_script_slurm_accepts(tmp_path: Path) -> 
     assert "#SBATCH -J nexrl-max_digit_tiny-driver" in shown
     assert "#SBATCH -p debug" in shown and "#SBATCH -t 00:30:00" in shown
     assert f"#SBATCH -o {out}/logs/slurm/driver-%j.out" in shown
-    assert shown.index("export NEXRL_X=1") < shown.index("nexrl.cli.train")
+    assert shown.index("export NEXRL_X=1") < shown.index("nexrl.driver.cli.train")
     last = shown.strip().splitlines()[-1]
-    assert last.startswith(f"exec {sys.executable} -m nexrl.cli.train ")
+    assert last.startswith(f"exec {sys.executable} -m nexrl.driver.cli.train ")
     assert "seed=3" in last and "--sbatch" not in last
     script = tmp_path / "driver.sh"
     script.write_text(shown)
@@ -140,7 +140,7 @@ def test_the_embedded_server_runs_in_the_inference_job_and_moves_to_a_new_one_wh
     require_slurm()
     import openai
 
-    from nexrl.config.sections.runtime import InferenceServiceConfig
+    from nexrl.core.config.sections.runtime import InferenceServiceConfig
     from nexrl.inference.supervisor import InferenceSupervisor
 
     slurm = SlurmConfig(

@@ -12,15 +12,15 @@ import pytest
 from distributed import Client
 from distributed.comm.core import CommClosedError
 
-from nexrl.config.sections.cluster import (
+from nexrl.core.config.sections.cluster import (
     ClusterConfig,
     SlurmConfig,
     SlurmJobSize,
     SlurmRolloutJobs,
     TlsConfig,
 )
-from nexrl.runtime.cluster import start_cluster
-from nexrl.util.dask_workers import workers_of
+from nexrl.core.util.dask_workers import workers_of
+from nexrl.driver.cluster.cluster import start_cluster
 
 from ._slurm import require_slurm, wait_gone
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from nexrl.modeling.tiny import build_tiny_model
-from nexrl.weights.checkpoint import CheckpointManager
-from nexrl.weights.snapshot import SnapshotPublisher
+from nexrl.core.weights.checkpoint import CheckpointManager
+from nexrl.core.weights.snapshot import SnapshotPublisher
+from nexrl.driver.modeling.tiny import build_tiny_model
 
 BIG: dict[str, Any] = {
     "hidden_size": 512,

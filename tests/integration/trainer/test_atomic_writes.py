@@ -19,8 +19,13 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from backends.inference.embedded.weights import check_snapshot_files
-from nexrl.weights.checkpoint import CheckpointManager
-from nexrl.weights.snapshot import SnapshotPublisher, latest_snapshot, list_snapshots, read_version
+from nexrl.core.weights.checkpoint import CheckpointManager
+from nexrl.core.weights.snapshot import (
+    SnapshotPublisher,
+    latest_snapshot,
+    list_snapshots,
+    read_version,
+)
 from tests.integration.trainer._writers import FileEngine, big_model, versioned_state
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import torch
 
+from nexrl.core.weights.checkpoint import CheckpointError, verify_checkpoint
+from nexrl.core.weights.snapshot import CHECKSUMS_FILE, list_snapshots, verify_snapshot
 from nexrl.trainer import create_trainer
-from nexrl.weights.checkpoint import CheckpointError, verify_checkpoint
-from nexrl.weights.snapshot import CHECKSUMS_FILE, list_snapshots, verify_snapshot
 from tests.unit.trainer._helpers import make_batch, spec
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")

@@ -14,7 +14,7 @@ SCRIPT = """
 import logging, os, sys
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
 logging.getLogger("backends").setLevel(logging.INFO)
-from backends.training.deepspeed_engine import init_distributed
+from backends.trainer.deepspeed_engine import init_distributed
 print(init_distributed())
 print("TORCH_EXTENSIONS_DIR=" + os.environ["TORCH_EXTENSIONS_DIR"], file=sys.stderr)
 """

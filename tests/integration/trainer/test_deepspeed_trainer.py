@@ -12,10 +12,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from backends.inference.embedded.weights import load_snapshot
+from nexrl.core.types.batch import Batch
+from nexrl.core.weights.snapshot import latest_snapshot
 from nexrl.trainer import create_trainer
 from nexrl.trainer.ops import model_inputs
-from nexrl.types.batch import Batch
-from nexrl.weights.snapshot import latest_snapshot
 from tests.unit.trainer._helpers import make_batch, spec
 from tests.unit.trainer._plain_engine import plain_trainer
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
+from nexrl.core.weights.snapshot import latest_snapshot
 from nexrl.trainer import TrainerGroup, TrainerGroupError, create_trainer, save_batch
-from nexrl.weights.snapshot import latest_snapshot
 from tests.unit.trainer._helpers import make_batch, spec
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -130,8 +130,8 @@ def test_ppo_with_a_value_model_on_two_ranks_equals_one(
 
 def test_trainer_cpu_threads_sets_the_ranks_torch_threads(tiny_model_dir: Path) -> None:
     """``trainer.cpu_threads`` is the rank's torch thread count on CPU (0: automatic)."""
+    from nexrl.core.util.cpu import cpu_threads
     from nexrl.trainer.actor import TrainerActor
-    from nexrl.util.cpu import cpu_threads
 
     before = torch.get_num_threads()
     try:

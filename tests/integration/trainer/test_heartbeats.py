@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from nexrl.core.util.dask_workers import workers_of
 from nexrl.trainer.errors import TrainerLostError
 from nexrl.trainer.heartbeats import Heartbeats, QuietNotice
 from nexrl.trainer.pending import PendingCall
-from nexrl.util.dask_workers import workers_of
 
 DEADLINE_S = 120.0
 

@@ -18,10 +18,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.inference import InferenceClient
+from nexrl.core.chat import InferenceClient
+from nexrl.core.weights.snapshot import latest_snapshot
 from nexrl.trainer import create_trainer
 from nexrl.trainer.base import SelfHostedTrainer
-from nexrl.weights.snapshot import latest_snapshot
 from tests.integration.inference._helpers import SERVED_NAME
 from tests.unit.trainer._helpers import make_batch, spec
 
@@ -39,7 +39,7 @@ PROMPT = [40, 41, 42, 43, 44]
 def _lora_trainer(model_dir: Path, snaps: Path, **lora: Any) -> SelfHostedTrainer:
     from dataclasses import replace
 
-    from nexrl.config.sections.trainer import LoraConfig
+    from nexrl.core.config.sections.trainer import LoraConfig
 
     s = spec(model_dir, snapshot_dir=str(snaps), keep_snapshots=2)
     s.trainer = replace(s.trainer, lora=LoraConfig(**{**LORA, **lora}))
@@ -259,7 +259,7 @@ def test_a_lora_run_resumed_from_a_checkpoint_continues_as_if_uninterrupted(
     """3 steps straight == 1 step, checkpoint, a new LoRA trainer resuming, 2 more."""
     from dataclasses import replace
 
-    from nexrl.config.sections.trainer import LoraConfig
+    from nexrl.core.config.sections.trainer import LoraConfig
 
     batches = [make_batch(vocab_size, groups=2, group_size=4, seed=i) for i in range(3)]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from nexrl.core.types.batch import Batch
 from nexrl.trainer import create_trainer
 from nexrl.trainer.batch_io import load_batch, save_batch
 from nexrl.trainer.errors import TrainerError
-from nexrl.types.batch import Batch
 from tests.unit.trainer._helpers import make_batch, spec
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")

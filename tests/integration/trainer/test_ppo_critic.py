@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from nexrl.algorithms import ADVANTAGE_ESTIMATORS, token_level_from_scalar
+from nexrl.core.weights.snapshot import latest_snapshot
 from nexrl.trainer import TrainerError, create_trainer
+from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS, token_level_from_scalar
 from nexrl.trainer.critic import load_value_model
 from nexrl.trainer.ops import model_inputs
-from nexrl.weights.snapshot import latest_snapshot
 from tests.unit.trainer._helpers import make_batch, spec
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -23,7 +23,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 def ppo_spec(model_dir: Path, tmp_path: Path, **algorithm: object):
     from dataclasses import replace
 
-    from nexrl.config.sections.trainer import CriticConfig
+    from nexrl.core.config.sections.trainer import CriticConfig
 
     s = spec(
         model_dir,

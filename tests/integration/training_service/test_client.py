@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from nexrl.training_service import TrainingClient, TrainingClientError
+from nexrl.trainer.service import TrainingClient, TrainingClientError
 
 COUNTS: dict[str, int] = {}  # requests per path
 FAIL = 2

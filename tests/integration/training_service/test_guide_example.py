@@ -12,7 +12,7 @@ import pytest
 from safetensors.torch import load_file
 
 from backends.inference.embedded import EmbeddedServer
-from nexrl.training_service.server import TrainingService
+from nexrl.trainer.service.server import TrainingService
 from tests.integration.inference._helpers import SERVED_NAME
 from tests.unit.trainer._helpers import spec
 

@@ -12,10 +12,10 @@ import pytest
 from safetensors.torch import load_file
 
 from nexrl.trainer import TrainerGroup, save_batch
-from nexrl.training_service import TrainingClient
-from nexrl.training_service.actor import start_service_on_cluster
-from nexrl.training_service.group import ServiceTrainerGroup
-from nexrl.training_service.wire import Datum, batch_from_data
+from nexrl.trainer.service import TrainingClient
+from nexrl.trainer.service.actor import start_service_on_cluster
+from nexrl.trainer.service.group import ServiceTrainerGroup
+from nexrl.trainer.service.wire import Datum, batch_from_data
 from tests.integration.training_service._data import rows
 from tests.unit.trainer._helpers import spec
 

@@ -1,6 +1,6 @@
 """The training service over real HTTP (uvicorn on 127.0.0.1) on real DeepSpeed (CPU, gloo).
 
-Accumulation semantics checked here (nexrl.training_service.core): the
+Accumulation semantics checked here (nexrl.trainer.service.core): the
 gradients of ``forward_backward`` calls add up, each call's loss is the mean
 over its loss units times ``weight``; so two calls weighted by their share of
 the loss units, then ``optim_step``, is the fused step on the concatenation.
@@ -19,9 +19,9 @@ import torch
 from safetensors.torch import load_file
 
 from nexrl.trainer import create_trainer
-from nexrl.training_service import TrainingClient, TrainingClientError
-from nexrl.training_service.server import TrainingService, TrainingServiceStartError
-from nexrl.training_service.wire import Datum, batch_from_data
+from nexrl.trainer.service import TrainingClient, TrainingClientError
+from nexrl.trainer.service.server import TrainingService, TrainingServiceStartError
+from nexrl.trainer.service.wire import Datum, batch_from_data
 from tests.integration.training_service._data import rows
 from tests.unit.trainer._helpers import spec
 

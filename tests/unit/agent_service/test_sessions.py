@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nexrl.agent_service.errors import ServiceError
-from nexrl.agent_service.sessions import Call, SessionLimits, SessionStore
-from nexrl.inference import Generation
+from nexrl.core.chat import Generation
+from nexrl.rollout.agent_service.errors import ServiceError
+from nexrl.rollout.agent_service.sessions import Call, SessionLimits, SessionStore
 
 
 class Clock:
@@ -100,7 +100,7 @@ def test_a_failed_report_reopens_and_ended_ids_are_remembered_boundedly() -> Non
 
 @pytest.mark.parametrize("bad", ["", "a b", "x" * 300, "tab\there"])
 def test_bad_session_ids_are_refused(bad: str) -> None:
-    from nexrl.agent_service.sessions import check_session_id
+    from nexrl.rollout.agent_service.sessions import check_session_id
 
     with pytest.raises(ServiceError, match="session id"):
         check_session_id(bad, "X-NexRL-Session")

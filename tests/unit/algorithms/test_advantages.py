@@ -7,14 +7,18 @@ import math
 import pytest
 import torch
 
-from nexrl.algorithms import ADVANTAGE_ESTIMATORS, group_ids_from_keys, token_level_from_scalar
-from nexrl.algorithms.advantages import (
+from nexrl.trainer.algorithms import (
+    ADVANTAGE_ESTIMATORS,
+    group_ids_from_keys,
+    token_level_from_scalar,
+)
+from nexrl.trainer.algorithms.advantages import (
     grpo,
     reinforce_plus_plus,
     reinforce_plus_plus_baseline,
     rloo,
 )
-from nexrl.algorithms.value import estimator_takes_values
+from nexrl.trainer.algorithms.value import estimator_takes_values
 
 SQRT_HALF = math.sqrt(0.5)  # 0.70710678
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nexrl.algorithms import ADVANTAGE_ESTIMATORS, zero_variance_group_mask
+from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS, zero_variance_group_mask
 
 
 def test_drops_groups_with_equal_rewards() -> None:

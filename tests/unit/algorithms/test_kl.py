@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from nexrl.algorithms import KL_CONTROLLERS, KL_PENALTIES, entropy_from_logits
-from nexrl.algorithms.kl import AdaptiveKLController, FixedKLController
+from nexrl.trainer.algorithms import KL_CONTROLLERS, KL_PENALTIES, entropy_from_logits
+from nexrl.trainer.algorithms.kl import AdaptiveKLController, FixedKLController
 
 # log_prob = [-1, -2, -0.5], ref = [-1.5, -1, -0.5] -> diff = log_prob - ref = [0.5, -1, 0]
 LOG_PROB = torch.tensor([[-1.0, -2.0, -0.5]], dtype=torch.float64)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from nexrl.algorithms import LOSS_AGG_MODES, POLICY_LOSSES, UnknownNameError, agg_loss
-from nexrl.algorithms.policy_loss import gspo, importance_sampling, ppo_clip
+from nexrl.trainer.algorithms import LOSS_AGG_MODES, POLICY_LOSSES, UnknownNameError, agg_loss
+from nexrl.trainer.algorithms.policy_loss import gspo, importance_sampling, ppo_clip
 
 LN = math.log
 

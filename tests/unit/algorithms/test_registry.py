@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from nexrl.algorithms import (
+from nexrl.trainer.algorithms import (
     ADVANTAGE_ESTIMATORS,
     KL_CONTROLLERS,
     KL_PENALTIES,

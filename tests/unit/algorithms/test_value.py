@@ -1,5 +1,5 @@
 """GAE, n-step returns, the clipped value loss and explained variance
-(nexrl.algorithms.value): hand-computed fixtures, verl's GAE on random batches, and the
+(nexrl.trainer.algorithms.value): hand-computed fixtures, verl's GAE on random batches, and the
 identities between the two estimators."""
 
 from __future__ import annotations
@@ -9,11 +9,15 @@ import math
 import pytest
 import torch
 
-from nexrl.algorithms import ADVANTAGE_ESTIMATORS
-from nexrl.algorithms.advantages import masked_whiten
-from nexrl.algorithms.calls import call_advantage_estimator
-from nexrl.algorithms.value import clipped_value_loss, estimator_takes_values, explained_variance
-from nexrl.config.sections.algorithm import AlgorithmConfig
+from nexrl.core.config.sections.algorithm import AlgorithmConfig
+from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS
+from nexrl.trainer.algorithms.advantages import masked_whiten
+from nexrl.trainer.algorithms.calls import call_advantage_estimator
+from nexrl.trainer.algorithms.value import (
+    clipped_value_loss,
+    estimator_takes_values,
+    explained_variance,
+)
 
 gae = ADVANTAGE_ESTIMATORS.get("gae")
 nstep = ADVANTAGE_ESTIMATORS.get("nstep")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.cli.dashboard import main
+from nexrl.driver.cli.dashboard import main
 
 
 def test_a_folder_without_metrics_is_refused(
@@ -42,7 +42,7 @@ def test_the_pages_websocket_refuses_another_sites_origin(tmp_path: Path) -> Non
     from tornado.httpclient import HTTPClientError, HTTPRequest
     from tornado.websocket import websocket_connect
 
-    from nexrl.dashboard.serve import start_server
+    from nexrl.driver.dashboard.serve import start_server
 
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward/mean": 0.5}\n')
     server, url = start_server(tmp_path)

@@ -1,5 +1,5 @@
-"""The ``nexrl`` command (``nexrl.cli.main``) and NexRL's own flags on ``nexrl train``
-(``nexrl.cli.flags``), through ``main`` with ``--print-config`` (the recipe as the run
+"""The ``nexrl`` command (``nexrl.driver.cli.main``) and NexRL's own flags on ``nexrl train``
+(``nexrl.driver.cli.flags``), through ``main`` with ``--print-config`` (the recipe as the run
 would use it)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import nexrl
-from nexrl.cli.main import main
+from nexrl.driver.cli.main import main
 
 RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
 
@@ -65,7 +65,7 @@ def test_an_explicit_override_wins_over_a_flag_and_the_tag_follows_a_renamed_run
     [
         (
             ["trian", RECIPE],
-            "'trian' is neither a command (train, dashboard, new-task) nor a recipe",
+            "'trian' is neither a command (train, dashboard, new-task, training-service) nor a recipe",
         ),
         ([RECIPE, "-c", RECIPE], "two recipes"),
         (["-c", RECIPE, "--inference-url", "127.0.0.1:8000"], "starts with http:// or https://"),

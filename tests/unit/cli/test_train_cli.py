@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.cli.train import main
+from nexrl.driver.cli.train import main
 
 RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
 
@@ -114,8 +114,8 @@ def test_a_trainer_world_size_the_cluster_cannot_place_is_one_error_line(
 
 
 def test_one_line_joins_a_message_that_spans_lines() -> None:
-    from nexrl.cli.train import one_line
-    from nexrl.pool import PoolStoreError
+    from nexrl.core.pool import PoolStoreError
+    from nexrl.driver.cli.train import one_line
 
     assert one_line(PoolStoreError("pool.zarr: not a pool\n  fix: point at a pool")) == (
         "pool.zarr: not a pool | fix: point at a pool"
@@ -146,14 +146,14 @@ def test_shortening_a_decaying_schedule_warns_once_with_the_fix(
 
 def test_the_entry_module_imports_nothing_heavy() -> None:
     # A LocalCluster's worker processes are spawned, and a spawned process imports the
-    # parent's main module again (`python -m nexrl.cli.train`): torch or the recipe
+    # parent's main module again (`python -m nexrl.driver.cli.train`): torch or the recipe
     # machinery here cost every worker ~5 s of start-up on 2 cores.
     import os
     import subprocess
     import sys
 
     probe = (
-        "import sys, nexrl.cli.train; "
+        "import sys, nexrl.driver.cli.train; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
         "{'torch', 'transformers', 'numpy', 'hydra', 'distributed'}))"
     )

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.config.errors import RecipeError
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.errors import RecipeError
+from nexrl.driver.recipe import load_recipe_checked
 
 
 def rows(path: Path, items: list[dict[str, object]]) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.cli.train import main
-from nexrl.config.errors import RecipeError
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.errors import RecipeError
+from nexrl.driver.cli.train import main
+from nexrl.driver.recipe import load_recipe_checked
 
 TASK = """
 from nexrl.rollout_worker import EvaluationRunResult, Evaluator, SimpleRolloutWorker
@@ -265,7 +265,7 @@ def test_all_rows_reads_every_row(
     try:
         assert main([str(recipe), "--check", "--all-rows"]) == 2
     finally:
-        from nexrl.rollout_worker.dry_run import check_all_rows
+        from nexrl.rollout.worker.dry_run import check_all_rows
 
         check_all_rows(False)
     (line,) = [x for x in capsys.readouterr().err.splitlines() if "no 'answer'" in x]

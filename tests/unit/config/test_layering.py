@@ -1,4 +1,4 @@
-"""``nexrl.config`` is the bottom: it imports only itself, ``nexrl.errors`` and third-party
+"""``nexrl.core.config`` is the bottom: it imports only itself, ``nexrl.core.errors`` and third-party
 libraries (inside functions too), and every component's checks are registered."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import nexrl.config
+import nexrl.core.config
 
-CONFIG = Path(nexrl.config.__file__).parent
-ALLOWED = ("nexrl.config", "nexrl.errors")
+CONFIG = Path(nexrl.core.config.__file__).parent
+ALLOWED = ("nexrl.core.config", "nexrl.core.errors")
 
 
 def _nexrl_imports(path: Path) -> list[str]:
@@ -35,9 +35,17 @@ def test_config_imports_nothing_above_it() -> None:
 
 
 def test_every_component_registers_its_checks() -> None:
-    from nexrl.config.checks import CHECKS
-    from nexrl.recipe.load import CHECK_MODULES
+    from nexrl.core.config.checks import CHECKS
+    from nexrl.driver.recipe.load import CHECK_MODULES
 
-    components = {name.split(".", 1)[0] for name in CHECKS}
-    assert {"pool", "trainer", "rollout_worker", "metrics", "algorithms", "modeling"} <= components
+    components = {name.rpartition(".")[0] for name in CHECKS}
+    assert {
+        "core.pool",
+        "trainer",
+        "trainer.algorithms",
+        "rollout.worker",
+        "inference",
+        "driver.metrics",
+        "driver.modeling",
+    } <= components
     assert {m.__name__ for m in CHECK_MODULES} >= {f"nexrl.{c}.checks" for c in components}

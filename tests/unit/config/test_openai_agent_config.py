@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.config.errors import RecipeError
-from nexrl.recipe import load_recipe_checked
-from nexrl.rollout_worker.openai_agent import load_entrypoint
+from nexrl.core.config.errors import RecipeError
+from nexrl.driver.recipe import load_recipe_checked
+from nexrl.rollout.worker.openai_agent import load_entrypoint
 
 AGENT = """
 import openai

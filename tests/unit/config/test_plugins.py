@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from nexrl.algorithms import ADVANTAGE_ESTIMATORS
-from nexrl.cli.train import main
-from nexrl.config.errors import RecipeError
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.errors import RecipeError
+from nexrl.driver.cli.train import main
+from nexrl.driver.recipe import load_recipe_checked
+from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS
 
 DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
 
@@ -29,7 +29,7 @@ def write_plugin(folder: Path, name: str, file: str = "my_algorithms.py") -> Pat
     path.write_text(
         textwrap.dedent(
             f"""
-            from nexrl.algorithms import ADVANTAGE_ESTIMATORS
+            from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS
 
 
             @ADVANTAGE_ESTIMATORS.register("{name}")
@@ -146,7 +146,7 @@ def test_a_plugin_registering_a_taken_name_says_so(tmp_path: Path) -> None:
 def test_a_plugin_registers_a_metric_sink_that_the_check_accepts_and_the_tracker_uses(
     tmp_path: Path,
 ) -> None:
-    from nexrl.metrics import METRIC_SINKS, MetricsTracker
+    from nexrl.driver.metrics import METRIC_SINKS, MetricsTracker
 
     name = unique("sink")
     plugin = tmp_path / "my_sink.py"
@@ -155,8 +155,8 @@ def test_a_plugin_registers_a_metric_sink_that_the_check_accepts_and_the_tracker
             f"""
             import json
 
-            from nexrl.metrics import METRIC_SINKS
-            from nexrl.metrics.sinks import MetricSink
+            from nexrl.driver.metrics import METRIC_SINKS
+            from nexrl.driver.metrics.sinks import MetricSink
 
 
             @METRIC_SINKS.register("{name}")
@@ -207,7 +207,7 @@ def test_a_plugin_estimator_that_cannot_train_is_one_line_before_the_run(
     name = unique("broken_estimator")
     plugin = tmp_path / "broken.py"
     plugin.write_text(
-        f"from nexrl.algorithms import ADVANTAGE_ESTIMATORS\n\n\n"
+        f"from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS\n\n\n"
         f'@ADVANTAGE_ESTIMATORS.register("{name}")\n{body}\n'
     )
     (line,) = problems_of(f"plugins=[{plugin}]", f"algorithm.advantage_estimator={name}")
@@ -222,7 +222,7 @@ def test_a_plugin_policy_loss_returning_per_token_losses_is_one_line(tmp_path: P
     plugin.write_text(
         textwrap.dedent(
             f"""
-            from nexrl.algorithms import POLICY_LOSSES
+            from nexrl.trainer.algorithms import POLICY_LOSSES
 
 
             @POLICY_LOSSES.register("{name}")
@@ -239,12 +239,12 @@ def test_a_plugin_policy_loss_returning_per_token_losses_is_one_line(tmp_path: P
 
 
 def test_every_built_in_estimator_and_loss_pass_the_dry_run() -> None:
-    from nexrl.algorithms import LOSS_AGGREGATIONS, POLICY_LOSSES
+    from nexrl.trainer.algorithms import LOSS_AGGREGATIONS, POLICY_LOSSES
 
     def built_in(registry: Any) -> list[str]:  # not the other tests' plugins
         return [n for n in registry.names() if registry.get(n).__module__.startswith("nexrl.")]
 
-    from nexrl.algorithms.value import estimator_takes_values
+    from nexrl.trainer.algorithms.value import estimator_takes_values
 
     for estimator in built_in(ADVANTAGE_ESTIMATORS):
         # gae, nstep: on the trainer with a value model

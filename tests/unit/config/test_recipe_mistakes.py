@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from nexrl.cli.train import main
-from nexrl.config.errors import RecipeError
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.errors import RecipeError
+from nexrl.driver.cli.train import main
+from nexrl.driver.recipe import load_recipe_checked
 
 DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
 
@@ -81,8 +81,8 @@ def test_a_data_file_pattern_is_its_files_sorted_and_the_run_reads_them(
 ) -> None:
     """``data.data_files: [data/*.jsonl]``: the files, sorted, in what the run reads and
     records; a pattern that names nothing is one line saying so."""
-    from nexrl.controller.setup import data_config
-    from nexrl.data import DataLoader
+    from nexrl.driver.controller.setup import data_config
+    from nexrl.driver.data import DataLoader
 
     recipe = write_recipe(tmp_path, "")
     (tmp_path / "data").mkdir()
@@ -102,7 +102,7 @@ def test_the_advice_for_a_new_run_names_the_field_that_moves_the_folder(
 ) -> None:
     """ "start a new run with another experiment_name" did nothing for a recipe that sets
     output_dir outright."""
-    from nexrl.config.record import another_run
+    from nexrl.core.config.record import another_run
 
     recipe = write_recipe(tmp_path, "")
     default = load_recipe_checked(recipe).cfg  # output_dir: runs/${experiment_name}
@@ -379,7 +379,7 @@ def test_cli_reports_mistakes_with_exit_2_and_no_traceback(
 def test_custom_worker_that_cannot_run_an_episode(tmp_path: Path) -> None:
     path = write_recipe(tmp_path, "")
     (tmp_path / "workers.py").write_text(
-        "from nexrl.rollout_worker.base import BaseRolloutWorker\n"
+        "from nexrl.rollout.worker.base import BaseRolloutWorker\n"
         "class Empty(BaseRolloutWorker):\n    pass\n"
         "class NotAWorker:\n    async def rollout(self, item):\n        return []\n"
         "class SyncAgent(BaseRolloutWorker):\n    def run_agent(self, item):\n        pass\n"

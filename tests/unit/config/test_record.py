@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from nexrl.config.record import changed_fields, recorded_yaml
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.record import changed_fields, recorded_yaml
+from nexrl.driver.recipe import load_recipe_checked
 
 RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nexrl.config.reference import render
-from nexrl.config.schema import RecipeConfig
-from nexrl.config.structure import schema_leaves
+from nexrl.core.config.reference import render
+from nexrl.core.config.schema import RecipeConfig
+from nexrl.core.config.structure import schema_leaves
 
 
 def test_committed_reference_matches_schema() -> None:
     committed = Path("docs/config-reference.md").read_text()
     assert committed == render(), (
         "docs/config-reference.md is stale: regenerate it with "
-        "./pants run src/python/nexrl/config/reference.py > docs/config-reference.md"
+        "./pants run src/python/nexrl/core/config/reference.py > docs/config-reference.md"
     )
 
 

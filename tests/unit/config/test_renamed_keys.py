@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.cli.train import main
-from nexrl.config.errors import RecipeError
-from nexrl.config.renames import MERGED, RENAMED
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.errors import RecipeError
+from nexrl.core.config.renames import MERGED, RENAMED
+from nexrl.driver.cli.train import main
+from nexrl.driver.recipe import load_recipe_checked
 
 DEFAULT = Path("recipes/max_digit/max_digit_tiny.yaml")
 
@@ -75,7 +75,7 @@ def problems_of(recipe: str, *overrides: str) -> list[str]:
 def test_an_old_style_recipe_loads_with_the_new_keys(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="nexrl.recipe"):
+    with caplog.at_level(logging.WARNING, logger="nexrl.driver.recipe"):
         recipe = load_recipe_checked(old_style(tmp_path))
     cfg = recipe.cfg
     # rollout_repeat_n: ${trajectory_pool.group_size} was read before either old key went.
@@ -86,9 +86,11 @@ def test_an_old_style_recipe_loads_with_the_new_keys(
     assert cfg.validate.every == 5
     assert "rollout_repeat_n" not in cfg.data and "group_size" not in cfg.trajectory_pool
     assert list(recipe.deprecations) == DEPRECATED
-    logged = [r.getMessage() for r in caplog.records if r.name == "nexrl.recipe"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "nexrl.driver.recipe"]
     assert logged == [f"{tmp_path / 'old.yaml'}: {line}" for line in DEPRECATED]
-    assert all(r.levelno == logging.WARNING for r in caplog.records if r.name == "nexrl.recipe")
+    assert all(
+        r.levelno == logging.WARNING for r in caplog.records if r.name == "nexrl.driver.recipe"
+    )
 
 
 def test_a_recipe_with_the_new_names_has_no_deprecations() -> None:
@@ -176,7 +178,7 @@ def test_an_old_key_that_does_not_resolve_is_a_problem(tmp_path: Path) -> None:
 
 
 WORKER = """
-from nexrl.rollout_worker.base import BaseRolloutWorker
+from nexrl.rollout.worker.base import BaseRolloutWorker
 
 class Mine(BaseRolloutWorker):
     async def rollout(self, item):
@@ -213,8 +215,8 @@ def test_an_old_pair_becomes_one_file_and_class_value(
 
 
 def test_every_old_key_is_a_key_of_no_schema_field_and_every_new_key_is_one() -> None:
-    from nexrl.config.schema import RecipeConfig
-    from nexrl.config.structure import schema_leaves
+    from nexrl.core.config.schema import RecipeConfig
+    from nexrl.core.config.structure import schema_leaves
 
     fields = {path for path, _ in schema_leaves(RecipeConfig)}
     olds = [*RENAMED, *(k for pair in MERGED.values() for k in pair)]

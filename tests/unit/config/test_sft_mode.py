@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.cli.train import main
-from nexrl.config.errors import RecipeError
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.errors import RecipeError
+from nexrl.driver.cli.train import main
+from nexrl.driver.recipe import load_recipe_checked
 
 SFT = "recipes/max_digit_sft/sft_tiny.yaml"
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from nexrl.config.errors import RecipeError
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.errors import RecipeError
+from nexrl.driver.recipe import load_recipe_checked
 
 DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
 
@@ -51,7 +51,7 @@ def test_mistakes_name_the_field(overrides: list[str], message: str) -> None:
 
 def test_the_client_imports_without_torch_or_a_web_framework() -> None:
     code = (
-        "import sys, nexrl.training_service as s; s.TrainingClient; "
+        "import sys, nexrl.trainer.service as s; s.TrainingClient; "
         "bad = {'torch', 'fastapi', 'uvicorn', 'deepspeed'} & set(sys.modules); "
         "assert not bad, bad"
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.controller.disk_watch import DiskWatch
+from nexrl.driver.controller.disk_watch import DiskWatch
 from tests._tmpfs import mounted_tmpfs
 
 MIB = 1 << 20

@@ -7,16 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from nexrl.controller.evaluator_stats import (
+from nexrl.core.pool.columns import TrajectoryColumns
+from nexrl.core.types.trajectory import Trajectory
+from nexrl.driver.controller.evaluator_stats import (
     EvaluatorFailurePolicy,
     evaluator_metrics,
     first_error,
 )
-from nexrl.metrics import summarize
-from nexrl.metrics.progress import _fields
-from nexrl.metrics.summary import format_summary
-from nexrl.pool.columns import TrajectoryColumns
-from nexrl.types.trajectory import Trajectory
+from nexrl.driver.metrics import summarize
+from nexrl.driver.metrics.progress import _fields
+from nexrl.driver.metrics.summary import format_summary
 
 
 def _traj(i: int, metrics: dict[str, float], error: str | None = None) -> Trajectory:

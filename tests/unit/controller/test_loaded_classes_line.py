@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.controller.setup import loaded_classes_line
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.controller.setup import loaded_classes_line
+from nexrl.driver.recipe import load_recipe_checked
 
 MAX_DIGIT = Path("recipes/max_digit/max_digit_tiny.yaml").resolve()
 

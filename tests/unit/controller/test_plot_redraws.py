@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nexrl.controller.components import Components
-from nexrl.controller.rundir import RunDir
-from nexrl.metrics import MetricsTracker
+from nexrl.driver.controller.components import Components
+from nexrl.driver.controller.rundir import RunDir
+from nexrl.driver.metrics import MetricsTracker
 
 
 def _parts(root: Path, interval_s: float) -> Components:

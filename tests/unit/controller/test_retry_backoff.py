@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from nexrl.controller.dispatch import InFlight, TaskFailure
-from nexrl.controller.scheduler import RolloutScheduler
+from nexrl.driver.controller.dispatch import InFlight, TaskFailure
+from nexrl.driver.controller.scheduler import RolloutScheduler
 
 
 class Clock:

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from nexrl.controller.rundir import RunDir, RunDirError
-from nexrl.controller.state import ControllerState, committed_group_ids
-from nexrl.modeling.prepare import ModelSetupError, prepare_model
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
-from nexrl.recipe import load_recipe_checked
-from nexrl.types import Trajectory
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.core.types import Trajectory
+from nexrl.driver.controller.rundir import RunDir, RunDirError
+from nexrl.driver.controller.state import ControllerState, committed_group_ids
+from nexrl.driver.modeling.prepare import ModelSetupError, prepare_model
+from nexrl.driver.recipe import load_recipe_checked
 
 RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
 
@@ -124,7 +124,7 @@ def test_model_path_without_config_json_is_a_clear_error(tmp_path: Path) -> None
 def test_a_group_committed_twice_is_trained_from_one_copy(tmp_path: Path) -> None:
     # Dask runs futures at least once: an evaluator future re-run after its worker
     # died commits its group a second time. Both copies reach the pool.
-    from nexrl.controller import Controller
+    from nexrl.driver.controller import Controller
 
     cfg = PoolConfig(
         store=str(tmp_path / "pool.zarr"), key_list=["group_id"], group_size=2, batch_size=4

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from nexrl.controller.signals import StopSignals
+from nexrl.driver.controller.signals import StopSignals
 
 
 class _Threads(logging.Handler):
@@ -28,7 +28,7 @@ class _Threads(logging.Handler):
 def _installed() -> Iterator[tuple[StopSignals, _Threads]]:
     """``StopSignals`` installed, the controller's log lines recorded with their thread."""
     handler = _Threads()
-    log = logging.getLogger("nexrl.controller.loop")
+    log = logging.getLogger("nexrl.driver.controller.loop")
     log.addHandler(handler)
     signals = StopSignals()
     signals.install()
@@ -57,7 +57,7 @@ def test_a_sigint_delivered_twice_is_one_stop_and_a_later_one_stops_at_once() ->
     then exit); a Ctrl-C pressed again after DUPLICATE_S stops at once."""
     import pytest
 
-    from nexrl.controller.signals import DUPLICATE_S
+    from nexrl.driver.controller.signals import DUPLICATE_S
 
     with _installed() as (signals, handler):
         os.kill(os.getpid(), signal.SIGINT)

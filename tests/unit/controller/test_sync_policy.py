@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nexrl.controller.sync import SyncPolicy
+from nexrl.driver.controller.sync import SyncPolicy
 
 
 def test_sync_never_runs_ahead_and_never_drains() -> None:

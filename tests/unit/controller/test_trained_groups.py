@@ -1,15 +1,15 @@
-"""The record of trained groups (``nexrl.controller.trained.TrainedGroups``): dedup as
+"""The record of trained groups (``nexrl.driver.controller.trained.TrainedGroups``): dedup as
 before (each group trained from its first commit, later copies dropped), in memory
 bounded by its window plus one range per gap, through a checkpoint and back, and
 through the scheduler's dedup of real pool batches."""
 
 from __future__ import annotations
 
-from nexrl.controller.scheduler import RolloutScheduler
-from nexrl.controller.state import ControllerState
-from nexrl.controller.trained import TrainedGroups
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
+from nexrl.driver.controller.scheduler import RolloutScheduler
+from nexrl.driver.controller.state import ControllerState
+from nexrl.driver.controller.trained import TrainedGroups
 from tests.unit.pool._data import make_columns, must
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nexrl.dashboard.history import RunHistory, metric_columns, validation_columns
-from nexrl.dashboard.samples import advantage_color, group_advantages, sample_rows
-from nexrl.pool.columns import TrajectoryColumns
+from nexrl.core.pool.columns import TrajectoryColumns
+from nexrl.driver.dashboard.history import RunHistory, metric_columns, validation_columns
+from nexrl.driver.dashboard.samples import advantage_color, group_advantages, sample_rows
 
 
 def write(path: Path, rows: list[dict[str, object]], mode: str = "a") -> None:

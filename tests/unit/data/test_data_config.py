@@ -8,8 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from nexrl.config.sections.data import DataConfig
-from nexrl.config.sections.rollout import RolloutWorkerConfig
+from nexrl.core.config.sections.data import DataConfig
+from nexrl.core.config.sections.rollout import RolloutWorkerConfig
 
 
 def test_every_field_has_help_text() -> None:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from nexrl.data import DataError, DataLoader, LoaderConfig, render_prompt, word_count_length
+from nexrl.core.data import DataError
+from nexrl.driver.data import DataLoader, LoaderConfig, render_prompt, word_count_length
 from tests.unit.data._datafiles import numbered_prompts, write_jsonl, write_parquet
 
 
@@ -95,7 +96,7 @@ def test_overlong_prompts_are_filtered_counted_and_logged(
         {"prompt": "x y"},
     ]
     path = write_jsonl(tmp_path / "p.jsonl", rows)
-    with caplog.at_level(logging.INFO, logger="nexrl.data"):
+    with caplog.at_level(logging.INFO, logger="nexrl.driver.data"):
         loader = DataLoader(_config([path], max_prompt_length=2, shuffle=False))
     assert len(loader) == 2
     assert [g[0]["prompt"] for g in loader.next_batch(10)] == ["one", "x y"]
@@ -124,7 +125,7 @@ def test_most_prompts_too_long_is_a_warning_naming_the_longest(
 ) -> None:
     rows = [{"prompt": "a b c"}, {"prompt": "a b c d e"}, {"prompt": "a"}]
     path = write_jsonl(tmp_path / "p.jsonl", rows)
-    with caplog.at_level(logging.WARNING, logger="nexrl.data"):
+    with caplog.at_level(logging.WARNING, logger="nexrl.driver.data"):
         assert len(DataLoader(_config([path], max_prompt_length=2))) == 1
     assert (
         "data: 2 of 3 prompts in data.data_files are longer than data.max_prompt_length=2 "
@@ -132,7 +133,7 @@ def test_most_prompts_too_long_is_a_warning_naming_the_longest(
         "on them"
     ) in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="nexrl.data"):
+    with caplog.at_level(logging.WARNING, logger="nexrl.driver.data"):
         DataLoader(_config([path], max_prompt_length=3))  # one of three: no warning
     assert "left out" not in caplog.text
 
@@ -152,7 +153,7 @@ def test_default_length_counts_words_of_the_rendered_prompt() -> None:
 
 def test_skipped_bad_rows_are_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "ok"}, "{broken", {"text": "no prompt"}])
-    with caplog.at_level(logging.WARNING, logger="nexrl.data"):
+    with caplog.at_level(logging.WARNING, logger="nexrl.driver.data"):
         loader = DataLoader(_config([path], bad_rows="skip"))
     assert loader.stats()["bad_rows_skipped"] == 2 and len(loader) == 1
     assert "skipped 2 bad rows" in caplog.text and "line 2" in caplog.text
@@ -174,8 +175,8 @@ def test_no_usable_prompts_is_an_error(tmp_path: Path) -> None:
 
 def test_errors_about_validation_files_name_validate_data_files(tmp_path: Path) -> None:
     """Through the path a run takes (``validation_groups``): the field to fix is named."""
-    from nexrl.controller.setup import validation_groups
-    from nexrl.recipe import load_recipe_checked
+    from nexrl.driver.controller.setup import validation_groups
+    from nexrl.driver.recipe import load_recipe_checked
 
     too_long = tmp_path / "too_long.jsonl"  # rows --check passes: only the loader drops them
     too_long.write_text(json.dumps({"prompt": "word " * 100, "answer": "1"}) + "\n")
@@ -353,8 +354,8 @@ def test_prompts_past_the_models_context_are_left_out_with_a_warning(
     rollout of its group with the server's 400 until max_task_failures stopped the run,
     neither setting named. Through the run's path: ``data_config`` with the model's
     folder (its config.json)."""
-    from nexrl.controller.setup import data_config
-    from nexrl.recipe import load_recipe_checked
+    from nexrl.driver.controller.setup import data_config
+    from nexrl.driver.recipe import load_recipe_checked
 
     model = tmp_path / "model"
     model.mkdir()
@@ -370,7 +371,7 @@ def test_prompts_past_the_models_context_are_left_out_with_a_warning(
         7,
         "the model's context of 8 tokens less rollout_worker.max_response_length=1",
     )
-    with caplog.at_level(logging.WARNING, logger="nexrl.data"):
+    with caplog.at_level(logging.WARNING, logger="nexrl.driver.data"):
         loader = DataLoader(cfg)  # (the word count: 3 and 8 "tokens")
     assert [g[0]["prompt"] for g in loader.next_batch(1)] == ["max 1 2"]
     assert (

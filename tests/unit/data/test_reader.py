@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.data import DataError, read_rows
+from nexrl.core.data import DataError, read_rows
 from tests.unit.data._datafiles import numbered_prompts, write_jsonl, write_parquet
 
 CHAT = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]
@@ -170,7 +170,7 @@ def test_head_rows_reads_every_row_with_n_none(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from nexrl.data.reader import head_rows
+    from nexrl.core.data.reader import head_rows
 
     path = tmp_path / "p.parquet"
     pq.write_table(pa.Table.from_pylist(numbered_prompts(0, 7)), path, row_group_size=3)

@@ -12,10 +12,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from nexrl.algorithms import ADVANTAGE_ESTIMATORS
-from nexrl.config.errors import RecipeError
-from nexrl.modeling.tiny import save_tiny_model
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.errors import RecipeError
+from nexrl.driver.modeling.tiny import save_tiny_model
+from nexrl.driver.recipe import load_recipe_checked
+from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS
 
 
 def python_blocks(doc: str) -> list[str]:
@@ -84,7 +84,7 @@ def test_user_guide_shows_the_openai_agent_recipe_and_function_verbatim() -> Non
 
 
 def test_developer_guide_adds_a_recipe_check_in_a_plugin(tmp_path: Path) -> None:
-    from nexrl.config.checks import CHECKS
+    from nexrl.core.config.checks import CHECKS
 
     (block,) = [b for b in python_blocks("docs/developer-guide.md") if "@register_check" in b]
     plugin = tmp_path / "my_checks.py"
@@ -128,7 +128,7 @@ def test_user_guide_algorithm_examples_resolve_as_described(tmp_path: Path) -> N
 def test_user_guide_print_config_shows_the_resolved_algorithm(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from nexrl.cli.train import main
+    from nexrl.driver.cli.train import main
 
     (command,) = [
         b
@@ -146,8 +146,8 @@ def test_user_guide_print_config_shows_the_resolved_algorithm(
 
 
 def test_user_guide_defaults_table_matches_the_registered_functions() -> None:
-    from nexrl.algorithms import POLICY_LOSSES
-    from nexrl.algorithms.defaults import keyword_defaults
+    from nexrl.trainer.algorithms import POLICY_LOSSES
+    from nexrl.trainer.algorithms.defaults import keyword_defaults
 
     rows = re.findall(
         r"^\| `policy_loss: (\w+)` \| ([^|]*) \| `([^`]*)` \|", _algorithms_section(), re.M
@@ -191,7 +191,7 @@ def test_user_guide_sft_blocks_are_the_shipped_recipes_and_they_check(
 
 
 def test_user_guide_sft_data_line_and_its_label_mask(tmp_path: Path) -> None:
-    from nexrl.modeling import build_tokenizer
+    from nexrl.driver.modeling import build_tokenizer
     from nexrl.trainer.sft_data import encode_files
 
     (line,) = re.findall(r"```json\n(.*?)\n```", _sft_section(), re.S)
@@ -314,8 +314,8 @@ def test_user_guide_staged_training_shows_the_shipped_recipe_its_refusal_and_par
     """The section's recipe lines are stage 2's; in a checkout where stage 1 has no
     snapshot yet, stage 2's ``--check`` refuses with the section's line; the parent
     record shown has the fields a run records."""
-    from nexrl.modeling.parent import resolve_model_source
-    from nexrl.weights.snapshot import SnapshotPublisher
+    from nexrl.core.weights.snapshot import SnapshotPublisher
+    from nexrl.driver.modeling.parent import resolve_model_source
 
     section = _staged_section()
     (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)

@@ -10,8 +10,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from nexrl.evaluators import EVALUATORS
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.recipe import load_recipe_checked
+from nexrl.rollout.evaluators import EVALUATORS
 
 GUIDE = Path("docs/user-guide.md")
 

@@ -17,9 +17,9 @@ from typing import Any, ClassVar, cast
 import pytest
 import torch
 
-from nexrl.config.errors import RecipeError
-from nexrl.plugins import Registry
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.errors import RecipeError
+from nexrl.core.plugins import Registry
+from nexrl.driver.recipe import load_recipe_checked
 
 GUIDE = Path("docs/developer-guide.md").resolve()
 RECIPE = Path("recipes/max_digit/max_digit_tiny.yaml").resolve()
@@ -63,16 +63,16 @@ def _registries() -> dict[str, Registry[Any]]:
 
     out: dict[str, Registry[Any]] = {}
     for module in (
-        "nexrl.rollout_worker.registry",
-        "nexrl.evaluators.registry",
+        "nexrl.rollout.worker.registry",
+        "nexrl.rollout.evaluators.registry",
         "nexrl.trainer.registry",
         "nexrl.trainer.engine",
         "nexrl.inference.reload",
-        "nexrl.runtime.cluster",
-        "nexrl.metrics.sinks",
-        "nexrl.algorithms.registry",
-        "nexrl.algorithms.aggregation",
-        "nexrl.algorithms.correction",
+        "nexrl.driver.cluster.cluster",
+        "nexrl.driver.metrics.sinks",
+        "nexrl.trainer.algorithms.registry",
+        "nexrl.trainer.algorithms.aggregation",
+        "nexrl.trainer.algorithms.correction",
     ):
         for attr, value in vars(importlib.import_module(module)).items():
             if isinstance(value, Registry) and all(value is not r for r in out.values()):
@@ -81,10 +81,10 @@ def _registries() -> dict[str, Registry[Any]]:
 
 
 def test_a_rollout_worker_type(workspace: Path) -> None:
-    from nexrl.controller.setup import rollout_spec  # the spec the run's futures get
-    from nexrl.pool.config import PoolConfig
+    from nexrl.core.pool.config import PoolConfig
+    from nexrl.driver.controller.setup import rollout_spec  # the spec the run's futures get
+    from nexrl.rollout.worker.registry import worker_class
     from nexrl.rollout_worker import SimpleRolloutWorker
-    from nexrl.rollout_worker.registry import worker_class
 
     recipe = checked(workspace, "my_workers.py", "rollout_worker.type=shout")
     spec = rollout_spec(recipe, PoolConfig(), ["http://127.0.0.1:9"])
@@ -98,7 +98,7 @@ def test_a_rollout_worker_type(workspace: Path) -> None:
 
 
 def test_an_evaluator_with_checked_options(workspace: Path) -> None:
-    from nexrl.evaluators.registry import build_evaluator
+    from nexrl.rollout.evaluators.registry import build_evaluator
     from nexrl.rollout_worker import BaseEvaluationTarget
 
     checked(
@@ -189,8 +189,8 @@ def test_a_reload_adapter_reloads_a_real_server(workspace: Path, engine_url: str
 
 
 def test_a_cluster_type_starts_a_real_cluster(workspace: Path) -> None:
-    from nexrl.runtime.cluster import start_cluster
-    from nexrl.util.dask_workers import workers_of
+    from nexrl.core.util.dask_workers import workers_of
+    from nexrl.driver.cluster.cluster import start_cluster
 
     recipe = checked(workspace, "my_clusters.py", "cluster.type=threads")
     handle = start_cluster(recipe.cfg.cluster, "x", roots=recipe.roots)
@@ -209,7 +209,7 @@ def _csv_rows(folder: Path) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize("entry", ["csv", "my_sinks.py:CsvSink"])
 def test_a_metric_sink_by_name_or_by_class(workspace: Path, entry: str) -> None:
-    from nexrl.metrics import MetricsTracker
+    from nexrl.driver.metrics import MetricsTracker
 
     recipe = checked(workspace, "my_sinks.py", f"logger.backends=[console,{entry!r}]")
     tracker = MetricsTracker([entry], workspace / "run", run_name="t", roots=recipe.roots)

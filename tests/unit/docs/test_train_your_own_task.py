@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from nexrl.cli.train import main
-from nexrl.plugins import load_object
+from nexrl.core.plugins import load_object
+from nexrl.driver.cli.train import main
 from nexrl.rollout_worker import BaseEvaluationTarget
 from tests._guide import GUIDE, TRAIN, commands, guide_blocks, task, train_cli
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from nexrl.config.errors import RecipeError
-from nexrl.evaluators import build
-from nexrl.evaluators.fuzzy import levenshtein, similarity
-from nexrl.evaluators.regex import last_boxed
-from nexrl.types.episode import BaseEvaluationTarget
+from nexrl.core.config.errors import RecipeError
+from nexrl.core.types.episode import BaseEvaluationTarget
+from nexrl.rollout.evaluators import build
+from nexrl.rollout.evaluators.fuzzy import levenshtein, similarity
+from nexrl.rollout.evaluators.regex import last_boxed
 
 
 def score(name: str, answer: str, row: dict, **options) -> tuple[float, dict]:
@@ -191,8 +191,8 @@ def test_multi_criteria_names_the_criterion_whose_options_are_wrong() -> None:
 def test_a_plugin_registers_its_own_named_evaluator() -> None:
     from dataclasses import dataclass
 
-    from nexrl.evaluators import EVALUATORS, NamedEvaluator, register
-    from nexrl.types.episode import EvaluationRunResult
+    from nexrl.core.types.episode import EvaluationRunResult
+    from nexrl.rollout.evaluators import EVALUATORS, NamedEvaluator, register
 
     @dataclass
     class LengthOptions:

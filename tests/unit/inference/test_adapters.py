@@ -19,7 +19,7 @@ from backends.inference.adapters import (
     VLLMReloadAdapter,
     make_reload_adapter,
 )
-from nexrl.inference.balance import RoundRobin, normalize_base_url, normalize_base_urls
+from nexrl.core.chat.balance import RoundRobin, normalize_base_url, normalize_base_urls
 from tests.unit.inference._standin import Recorded, StandinEngine
 
 SNAP = "/snapshots/step_000007"

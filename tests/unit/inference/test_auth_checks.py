@@ -1,13 +1,13 @@
 """``--check`` refuses a recipe whose inference server would bind beyond loopback
 without a token, naming ``service.inference_service.api_key``; loopback, a token, or
-servers nexrl does not start pass. ``nexrl.util.auth``'s loopback test."""
+servers nexrl does not start pass. ``nexrl.core.util.auth``'s loopback test."""
 
 from __future__ import annotations
 
 import pytest
 
-from nexrl.cli.train import main
-from nexrl.util.auth import bind_refusal, is_loopback, token_of
+from nexrl.core.util.auth import bind_refusal, is_loopback, token_of
+from nexrl.driver.cli.train import main
 
 DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from nexrl.inference import (
+from nexrl.core.chat import (
     InferenceClient,
     InferenceError,
     make_async_client,
@@ -198,7 +198,7 @@ def fresh_python(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_importing_nexrl_inference_does_not_import_backends() -> None:
     proc = fresh_python(
-        "import sys, nexrl, nexrl.inference, nexrl.modeling;"
+        "import sys, nexrl, nexrl.inference, nexrl.driver.modeling;"
         "bad = [m for m in sys.modules if m.split('.')[0] == 'backends'];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -211,7 +211,7 @@ def test_the_client_module_imports_openai_only_when_a_client_is_made() -> None:
     waits for the first client."""
     proc = fresh_python(
         "import sys;"
-        "import nexrl.rollout_worker.registry, nexrl.rollout_worker.base, nexrl.inference.client as c;"
+        "import nexrl.rollout.worker.registry, nexrl.rollout.worker.base, nexrl.core.chat.client as c;"
         "before = 'openai' in sys.modules;"
         "client = c.make_async_client('http://127.0.0.1:9');"
         "print(before, type(client).__name__); sys.exit(1 if before else 0)"

@@ -18,7 +18,7 @@ from backends.inference.embedded.generation import (
 )
 from backends.inference.embedded.slot_batch import SlotBatch
 from backends.inference.embedded.slot_decode import SlotDecoder, unsupported
-from nexrl.modeling import build_tiny_model, build_tokenizer
+from nexrl.driver.modeling import build_tiny_model, build_tokenizer
 
 PROMPTS = [
     "What is the largest of 3 7 5?",

@@ -13,8 +13,8 @@ import pytest
 
 from backends.inference.embedded import EmbeddedServer
 from backends.inference.embedded.handle import ServerStartError, fill_command
-from nexrl.config.errors import RecipeError
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.errors import RecipeError
+from nexrl.driver.recipe import load_recipe_checked
 
 RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
 FIELD = "service.inference_service.command"
@@ -157,7 +157,7 @@ def test_the_user_guides_command_line_passes_check(capsys: pytest.CaptureFixture
     starting the engine)."""
     import shlex
 
-    from nexrl.cli.train import main
+    from nexrl.driver.cli.train import main
 
     text = Path("docs/user-guide.md").read_text().replace("\\\n", " ")
     (line,) = [ln.strip() for ln in text.splitlines() if f"{FIELD}=\"'vllm serve" in ln]
@@ -174,7 +174,7 @@ def test_the_trainer_guides_lora_on_vllm_line_passes_check(
     (everything but starting the engine: vLLM cannot run here)."""
     import shlex
 
-    from nexrl.cli.train import main
+    from nexrl.driver.cli.train import main
 
     text = Path("docs/trainer.md").read_text()
     section = text[text.index("### LoRA on vLLM") : text.index("## Checkpoints and resume")]

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backends.inference.embedded.tools import parse_tool_calls
-from nexrl.modeling import DEFAULT_WORDS, build_tiny_model, build_tokenizer, save_tiny_model
+from nexrl.driver.modeling import DEFAULT_WORDS, build_tiny_model, build_tokenizer, save_tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.metrics import JsonlSink, MetricsTracker, read_metrics
+from nexrl.driver.metrics import JsonlSink, MetricsTracker, read_metrics
 
 
 def write_steps(out: Path, steps: range, resume_step: int | None = None) -> None:

@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nexrl.metrics import format_summary, summarize
-from nexrl.metrics import learning_signal as ls
-from nexrl.metrics.learning_signal import LearningSignalWatch, answer_ids, signal_metrics
-from nexrl.pool.columns import TrajectoryColumns
-from nexrl.types.trajectory import Trajectory
+from nexrl.core.pool.columns import TrajectoryColumns
+from nexrl.core.types.trajectory import Trajectory
+from nexrl.driver.metrics import format_summary, summarize
+from nexrl.driver.metrics import learning_signal as ls
+from nexrl.driver.metrics.learning_signal import LearningSignalWatch, answer_ids, signal_metrics
 
 
 def batch(groups: list[list[tuple[list[int], float]]]) -> TrajectoryColumns:

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from nexrl.config.errors import RecipeError
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.errors import RecipeError
+from nexrl.driver.recipe import load_recipe_checked
 
 DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
 

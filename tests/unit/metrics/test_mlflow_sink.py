@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.metrics import MetricsTracker, read_metrics
+from nexrl.driver.metrics import MetricsTracker, read_metrics
 
 RECIPE = {"project_name": "unit", "trainer": {"lr": 0.003, "total_train_steps": 3}, "x": [1, 2]}
 

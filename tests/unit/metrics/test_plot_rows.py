@@ -1,4 +1,4 @@
-"""The reward curve's incremental reader of metrics.jsonl (nexrl.metrics.tail): new lines
+"""The reward curve's incremental reader of metrics.jsonl (nexrl.driver.metrics.tail): new lines
 only, the plotted keys only, a torn line left for later, a rewritten file read again."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nexrl.metrics import read_metrics
-from nexrl.metrics.plots import plotted
-from nexrl.metrics.tail import MAX_POINTS, PlotRows
+from nexrl.driver.metrics import read_metrics
+from nexrl.driver.metrics.plots import plotted
+from nexrl.driver.metrics.tail import MAX_POINTS, PlotRows
 
 
 def row(step: int) -> dict[str, object]:

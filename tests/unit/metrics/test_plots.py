@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nexrl.metrics import plot_reward_curve
+from nexrl.driver.metrics import plot_reward_curve
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -45,9 +45,9 @@ def test_no_reward_rows_returns_none(tmp_path: Path) -> None:
 def test_evaluator_metrics_are_plotted_per_step(tmp_path: Path) -> None:
     """eval/<name> rows (as the controller logs them) get a panel of their own, one line
     per metric with the logged values; a resumed step's later row wins."""
-    from nexrl.metrics import read_metrics
-    from nexrl.metrics.plots import reward_figure
-    from nexrl.metrics.tracker import MetricsTracker
+    from nexrl.driver.metrics import read_metrics
+    from nexrl.driver.metrics.plots import reward_figure
+    from nexrl.driver.metrics.tracker import MetricsTracker
 
     with MetricsTracker([], tmp_path, run_name="r") as tracker:
         for step in (1, 2, 3):
@@ -74,7 +74,7 @@ def test_evaluator_metrics_are_plotted_per_step(tmp_path: Path) -> None:
 
 
 def test_without_evaluator_metrics_there_is_one_panel() -> None:
-    from nexrl.metrics.plots import reward_figure
+    from nexrl.driver.metrics.plots import reward_figure
 
     fig = reward_figure([{"step": 1, "reward/mean": 0.5}])
     assert len(fig.axes) == 1
@@ -83,7 +83,7 @@ def test_without_evaluator_metrics_there_is_one_panel() -> None:
 def test_validation_evaluator_metrics_are_markers_in_the_metrics_panel() -> None:
     """val/eval/<name> (the evaluator's metrics at each validation): markers of the
     metric's colour beside its per-step line; a metric seen only in validation too."""
-    from nexrl.metrics.plots import reward_figure
+    from nexrl.driver.metrics.plots import reward_figure
 
     rows = [
         {"step": 0, "val/reward/mean": 0.1, "val/eval/exact": 0.0, "val/eval/form": 0.2},
@@ -103,7 +103,7 @@ def test_validation_evaluator_metrics_are_markers_in_the_metrics_panel() -> None
 def test_learning_signal_gets_the_last_panel() -> None:
     """Rows with the learning signal (as step_row logs it): a panel of its own below
     the evaluator metrics, one line per share, with the logged values."""
-    from nexrl.metrics.plots import reward_figure
+    from nexrl.driver.metrics.plots import reward_figure
 
     rows = [
         {
@@ -132,7 +132,7 @@ def test_evaluator_errors_entropy_and_legends_have_their_own_places() -> None:
     """eval/evaluator_error (the worker's count, not the evaluator's metric) is drawn in
     the learning-signal panel, not among the evaluator's metrics; the policy's entropy
     has a panel of its own; every legend sits right of its panel, off the curves."""
-    from nexrl.metrics.plots import reward_figure
+    from nexrl.driver.metrics.plots import reward_figure
 
     rows = [
         {
@@ -158,7 +158,7 @@ def test_evaluator_errors_entropy_and_legends_have_their_own_places() -> None:
 def test_an_sft_run_plots_its_losses_and_exact_match() -> None:
     """An SFT run's rows: actor/sft_loss per step (a line), val/loss at each validation
     (markers), and val/exact_match in a panel below, with the logged values."""
-    from nexrl.metrics.plots import reward_figure, sft_figure
+    from nexrl.driver.metrics.plots import reward_figure, sft_figure
 
     rows = [
         {"step": 0, "val/loss": 4.0, "val/exact_match": 0.0},

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from nexrl.metrics import ProgressDisplay
+from nexrl.driver.metrics import ProgressDisplay
 from tests._terminal import run_on_a_terminal
 
 
@@ -61,7 +61,7 @@ def test_bar_when_enabled_shows_postfix() -> None:
 # A child that shows 3 steps the way the controller does (on sys.stderr, the default).
 CHILD = """
 import sys, time
-from nexrl.metrics import ProgressDisplay
+from nexrl.driver.metrics import ProgressDisplay
 progress = ProgressDisplay(3)
 for step in (1, 2, 3):
     time.sleep(0.05)
@@ -135,7 +135,7 @@ def test_the_eta_after_the_first_step_is_the_pace_since_then(
 ) -> None:
     """A resumed run's first step took the checkpoint load too (7 s): the ETA said 305 s
     for 45 steps that took 14 s, and only shrank slowly."""
-    import nexrl.metrics.progress as progress_module
+    import nexrl.driver.metrics.progress as progress_module
 
     clock = [100.0]
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.metrics import format_summary, summarize, write_summary
+from nexrl.driver.metrics import format_summary, summarize, write_summary
 
 # 8 training steps, validation before step 1 (step 0) and at steps 4 and 8. The
 # jsonl sink stamps every row with its clock (time, time/running_s), the step-0

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from nexrl.metrics import MetricsTracker, TensorBoardSink
+from nexrl.driver.metrics import MetricsTracker, TensorBoardSink
 
 
 def scalars(log_dir: Path, tag: str) -> list[tuple[int, float]]:

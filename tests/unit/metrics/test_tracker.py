@@ -10,8 +10,8 @@ from typing import ClassVar
 
 import pytest
 
-from nexrl.config.sections.runtime import LoggerConfig
-from nexrl.metrics import (
+from nexrl.core.config.sections.runtime import LoggerConfig
+from nexrl.driver.metrics import (
     METRIC_SINKS,
     ConsoleSink,
     MetricSink,
@@ -38,7 +38,7 @@ def test_a_failing_sink_is_disabled_with_one_warning(
 ) -> None:
     monkeypatch.setitem(METRIC_SINKS._entries, "flaky", FlakySink)  # registered for this test only
     monkeypatch.setattr(FlakySink, "calls", [])
-    caplog.set_level(logging.WARNING, logger="nexrl.metrics")
+    caplog.set_level(logging.WARNING, logger="nexrl.driver.metrics")
     tracker = MetricsTracker(["flaky"], tmp_path, run_name="t")
     assert tracker.active == ["jsonl", "flaky"]
     for step in range(1, 7):
@@ -69,10 +69,10 @@ def test_unknown_backend_is_rejected(tmp_path: Path) -> None:
 
 
 def test_console_sink_logs_key_metrics(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="nexrl.metrics")
+    caplog.set_level(logging.INFO, logger="nexrl.driver.metrics")
     with MetricsTracker(["console"], tmp_path, run_name="t") as tracker:
         tracker.log(7, {"reward/mean": 0.4123, "actor/pg_loss": -0.05, "misc/x": 1.0})
-    lines = [r.getMessage() for r in caplog.records if r.name == "nexrl.metrics"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "nexrl.driver.metrics"]
     assert lines == ["step 7 | reward 0.4123 | loss -0.05"]
 
 
@@ -115,7 +115,7 @@ def test_wall_time_counts_only_time_running_across_a_resume(tmp_path: Path) -> N
     counted), not the ~2 s between the first row and the last."""
     import time
 
-    from nexrl.metrics import summarize
+    from nexrl.driver.metrics import summarize
 
     first = MetricsTracker([], tmp_path, run_name="r")
     for step in (1, 2, 3):
@@ -165,7 +165,7 @@ def test_a_metrics_file_removed_mid_run_is_written_again_with_a_warning(
     with MetricsTracker([], tmp_path, run_name="r") as tracker:
         tracker.log(1, {"reward/mean": 0.1})
         (tmp_path / "metrics.jsonl").unlink()
-        with caplog.at_level(logging.WARNING, logger="nexrl.metrics"):
+        with caplog.at_level(logging.WARNING, logger="nexrl.driver.metrics"):
             tracker.log(2, {"reward/mean": 0.2})
             tracker.log(3, {"reward/mean": 0.3})
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [2, 3]

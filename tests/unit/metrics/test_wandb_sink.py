@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from nexrl.metrics import MetricsTracker, read_metrics
+from nexrl.driver.metrics import MetricsTracker, read_metrics
 
 KEY = "a1b2c3d4e5f6a7b8c9d0a1b2c3d4e5f6a7b8c9d0"  # the shape of a W&B API key
 RECIPE = {"project_name": "unit", "trainer": {"lr": 0.003}}
@@ -119,7 +119,7 @@ def test_wandb_says_one_line_of_where_the_run_is_and_nothing_else(
     out = tmp_path / "run"
     capfd.readouterr()
     with (
-        caplog.at_level(logging.INFO, logger="nexrl.metrics"),
+        caplog.at_level(logging.INFO, logger="nexrl.driver.metrics"),
         MetricsTracker(["wandb"], out, run_name="r", config=RECIPE) as tracker,
     ):
         tracker.log(1, {"reward/mean": 0.25})

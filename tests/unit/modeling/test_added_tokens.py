@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from nexrl.modeling import build_tokenizer, save_tiny_model
+from nexrl.driver.modeling import build_tokenizer, save_tiny_model
 
 CALL = '<tool_call>{"name": "calculator", "arguments": {"a": '
 WORDS = ["add", *"0123456789"]

@@ -1,4 +1,4 @@
-"""The cache of built tiny models (``nexrl.modeling.cache``), through ``prepare_model``
+"""The cache of built tiny models (``nexrl.driver.modeling.cache``), through ``prepare_model``
 as a run calls it: a second run with the same ``model.tiny`` copies the first's files
 instead of building; anything the build depends on changes the entry; a damaged entry
 is rebuilt, never copied; a cache that cannot be written costs only the build."""
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig
 
-from nexrl.modeling.cache import CACHE_ENV, MANIFEST, cache_root
-from nexrl.modeling.prepare import prepare_model
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.modeling.cache import CACHE_ENV, MANIFEST, cache_root
+from nexrl.driver.modeling.prepare import prepare_model
+from nexrl.driver.recipe import load_recipe_checked
 
 RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
 FILES = ("config.json", "model.safetensors", "tokenizer.json")
@@ -41,7 +41,7 @@ def test_a_second_run_copies_the_first_runs_model(
     tmp_path: Path, cache: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert cache_root() == cache
-    caplog.set_level(logging.INFO, logger="nexrl.modeling.cache")
+    caplog.set_level(logging.INFO, logger="nexrl.driver.modeling.cache")
     first, _ = prepare_model(_cfg(tmp_path / "a"), tmp_path / "a")
     (entry,) = cache.iterdir()
     assert (entry / MANIFEST).is_file() and not caplog.records
@@ -81,7 +81,7 @@ def test_a_damaged_entry_is_rebuilt_not_copied(
     (entry,) = cache.iterdir()
     weights = entry / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])  # truncated (a full disk, an edit)
-    with caplog.at_level(logging.WARNING, logger="nexrl.modeling.cache"):
+    with caplog.at_level(logging.WARNING, logger="nexrl.driver.modeling.cache"):
         again, _ = prepare_model(_cfg(tmp_path / "b"), tmp_path / "b")
     assert _bytes(again) == _bytes(good)
     (message,) = [r.getMessage() for r in caplog.records]
@@ -100,7 +100,7 @@ def test_a_cache_that_cannot_be_written_only_costs_the_build(
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the cache folder would be")
     monkeypatch.setenv(CACHE_ENV, str(blocked))
-    with caplog.at_level(logging.WARNING, logger="nexrl.modeling.cache"):
+    with caplog.at_level(logging.WARNING, logger="nexrl.driver.modeling.cache"):
         model, _ = prepare_model(_cfg(tmp_path / "a"), tmp_path / "a")
     assert (model / "config.json").is_file()
     assert any("could not store the built model" in r.getMessage() for r in caplog.records)
@@ -119,8 +119,8 @@ def test_a_cached_model_starts_a_run_without_transformers_model_code(
     # (~3 s on 2 cores) and building. A fresh interpreter, as a run's driver.
     prepare_model(_cfg(tmp_path / "a"), tmp_path / "a")
     probe = (
-        "import sys; from nexrl.recipe import load_recipe_checked; "
-        "from nexrl.modeling.prepare import prepare_model; "
+        "import sys; from nexrl.driver.recipe import load_recipe_checked; "
+        "from nexrl.driver.modeling.prepare import prepare_model; "
         f"cfg = load_recipe_checked({RECIPE!r}, ['output_dir={tmp_path / 'b'}']).cfg; "
         f"prepare_model(cfg, __import__('pathlib').Path({str(tmp_path / 'b')!r})); "
         "print(sorted(m for m in sys.modules if m.startswith('transformers.models.qwen2')))"

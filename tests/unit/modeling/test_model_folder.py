@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.cli.train import main
-from nexrl.modeling.folder import ModelSetupError
-from nexrl.modeling.prepare import prepare_model
-from nexrl.recipe import load_recipe_checked
+from nexrl.driver.cli.train import main
+from nexrl.driver.modeling.folder import ModelSetupError
+from nexrl.driver.modeling.prepare import prepare_model
+from nexrl.driver.recipe import load_recipe_checked
 
 DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
 SFT = "recipes/max_digit_sft/sft_tiny.yaml"

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from nexrl.cli.train import main
-from nexrl.config.errors import RecipeError
-from nexrl.config.record import recorded_yaml
-from nexrl.controller.rundir import RunDir
-from nexrl.metrics.summary import write_summary
-from nexrl.modeling.folder import ModelSetupError
-from nexrl.modeling.parent import ModelSource, resolve_model_source
-from nexrl.modeling.prepare import prepare_model
-from nexrl.recipe import load_recipe_checked
-from nexrl.util.run_parent import read_parent
+from nexrl.core.config.errors import RecipeError
+from nexrl.core.config.record import recorded_yaml
+from nexrl.core.util.run_parent import read_parent
+from nexrl.driver.cli.train import main
+from nexrl.driver.controller.rundir import RunDir
+from nexrl.driver.metrics.summary import write_summary
+from nexrl.driver.modeling.folder import ModelSetupError
+from nexrl.driver.modeling.parent import ModelSource, resolve_model_source
+from nexrl.driver.modeling.prepare import prepare_model
+from nexrl.driver.recipe import load_recipe_checked
 
 DEFAULT = "recipes/max_digit/max_digit_tiny.yaml"
 STAGE1 = "recipes/top_two/top_two_stage1.yaml"
@@ -37,7 +37,7 @@ def make_run(model_dir: Path, out: Path, recipe: str, versions: tuple[int, ...])
     import torch
     from transformers import AutoModelForCausalLM
 
-    from nexrl.weights.snapshot import SnapshotPublisher
+    from nexrl.core.weights.snapshot import SnapshotPublisher
 
     cfg = load_recipe_checked(recipe, [f"output_dir={out}"]).cfg
     out.mkdir(parents=True)
@@ -193,7 +193,7 @@ def test_a_resumed_run_keeps_the_parent_it_started_from(
     step.mkdir(parents=True)
     (step / "meta.json").write_text("{}")
     again = load_recipe_checked(STAGE2, [f"model.path={stage1}", f"output_dir={out}"])
-    with caplog.at_level("INFO", logger="nexrl.modeling.parent"):
+    with caplog.at_level("INFO", logger="nexrl.driver.modeling.parent"):
         prepare_model(again.cfg, out, again.roots)
     assert read_parent(out) == first  # what its weights grew from, not today's latest
     assert "resumes from its own checkpoint; it started from" in caplog.text
@@ -217,7 +217,7 @@ def test_a_parent_with_a_parent_is_recorded_as_a_chain(stage1: Path, tmp_path: P
 def test_a_lora_runs_adapter_snapshot_is_refused_as_a_next_stage(tmp_path: Path) -> None:
     import torch
 
-    from nexrl.weights.snapshot import SnapshotPublisher
+    from nexrl.core.weights.snapshot import SnapshotPublisher
 
     run = tmp_path / "lora"
     run.mkdir()

@@ -10,14 +10,9 @@ import pytest
 import torch
 
 from backends.inference.embedded.tools import parse_tool_calls
-from nexrl.modeling import build_tokenizer, save_tiny_model
-from nexrl.modeling.warm_start import (
-    Demo,
-    WarmStartError,
-    encode_demo,
-    load_demos,
-    warm_start_dir,
-)
+from nexrl.core.conversations import Demo, WarmStartError, encode_demo, load_demos
+from nexrl.driver.modeling import build_tokenizer, save_tiny_model
+from nexrl.driver.modeling.warm_start import warm_start_dir
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -139,7 +134,7 @@ def test_after_warm_start_the_model_writes_a_parseable_tool_call(tmp_path: Path)
 def test_shared_prefix_forward_equals_the_plain_forward(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    from nexrl.modeling.warm_start import shared_prefix_logits
+    from nexrl.driver.modeling.warm_start import shared_prefix_logits
 
     torch.manual_seed(0)
     model_dir = save_tiny_model(tmp_path / "m", vocab=WORDS)
@@ -159,11 +154,11 @@ def test_prepare_model_warm_starts_once_and_a_stopped_warm_start_keeps_nothing(
 ) -> None:
     from safetensors.torch import load_file
 
-    from nexrl.modeling.cache import CACHE_ENV
-    from nexrl.modeling.prepare import prepare_model
+    from nexrl.driver.modeling.cache import CACHE_ENV
+    from nexrl.driver.modeling.prepare import prepare_model
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))  # (an earlier build's is skipped)
-    from nexrl.recipe import load_recipe_checked
+    from nexrl.driver.recipe import load_recipe_checked
 
     demos = write_jsonl(tmp_path / "demos.jsonl", [tool_demo(12, 34), tool_demo(56, 78)])
 

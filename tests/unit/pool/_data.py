@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from nexrl.pool import PoolBatch, TrajectoryColumns
+from nexrl.core.pool import PoolBatch, TrajectoryColumns
 
 
 def must(batch: PoolBatch | None) -> PoolBatch:
@@ -69,7 +69,7 @@ def make_columns(
 
 def check_columns(cols: TrajectoryColumns) -> list[int]:
     """Assert every trajectory is exactly what ``make_columns`` wrote; return their uids."""
-    from nexrl.pool.columns import offsets_of
+    from nexrl.core.pool.columns import offsets_of
 
     poff, roff = offsets_of(cols.prompt_lens), offsets_of(cols.response_lens)
     moff = offsets_of(cols.meta_lens)
@@ -118,7 +118,7 @@ def random_columns(
 
 
 def _expected_flat(u: np.ndarray) -> dict[str, np.ndarray]:
-    from nexrl.pool.columns import offsets_of
+    from nexrl.core.pool.columns import offsets_of
 
     plen, rlen = 3 + u % 17, 1 + (u * 13) % 50
     pu, ru = np.repeat(u, plen), np.repeat(u, rlen)

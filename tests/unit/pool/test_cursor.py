@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nexrl.pool import ConsumerConflictError
-from nexrl.pool.cursor import Cursor, CursorStore, indices_of, ranges_of
-from nexrl.pool.kv import LocalKV
+from nexrl.core.pool import ConsumerConflictError
+from nexrl.core.pool.cursor import Cursor, CursorStore, indices_of, ranges_of
+from nexrl.core.pool.kv import LocalKV
 
 
 def test_ranges_roundtrip():

@@ -8,8 +8,8 @@ import dataclasses
 
 import numpy as np
 
-from nexrl.pool import TrajectoryPool
-from nexrl.pool.config import PoolConfig
+from nexrl.core.pool import TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
 from tests.unit.pool._data import make_columns, must
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexrl.pool.grouping import GroupIndex
+from nexrl.core.pool.grouping import GroupIndex
 
 
 def test_ungrouped_every_trajectory_is_ready():

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from nexrl.pool import (
+from nexrl.core.pool import (
     ConsumerConflictError,
     PoolBatch,
     PoolConfigError,
@@ -16,7 +16,7 @@ from nexrl.pool import (
     TrajectoryPool,
     get_writer,
 )
-from nexrl.pool.config import PoolConfig
+from nexrl.core.pool.config import PoolConfig
 from tests.unit.pool._data import check_columns, make_columns, must
 
 
@@ -387,7 +387,7 @@ def test_to_xarray_view(tmp_path):
 def test_read_pool_numbers_steps_from_one_and_reads_pools_that_counted_from_zero(tmp_path):
     import json
 
-    from nexrl.pool import PoolStoreError, read_pool
+    from nexrl.core.pool import PoolStoreError, read_pool
 
     c = cfg(tmp_path, batch_size=2)
     pool = TrajectoryPool(c)

@@ -11,8 +11,8 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nexrl.pool import PoolWriter, TrajectoryPool
-from nexrl.pool.config import PoolConfig
+from nexrl.core.pool import PoolWriter, TrajectoryPool
+from nexrl.core.pool.config import PoolConfig
 from tests.unit.pool._data import check_columns, make_columns
 
 ops = st.lists(

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import zarr
 
-from nexrl.pool import Chunking, PoolDataError, PoolStoreError, TrajectoryColumns
-from nexrl.pool.columns import PROMPT_DTYPE, RESPONSE_DTYPES, SCALAR_DTYPES
-from nexrl.pool.kv import FsspecKV, LocalKV, open_kv
-from nexrl.pool.layout import ensure_pool
-from nexrl.pool.segment import Positions, Segment
-from nexrl.types.trajectory import RAGGED_FIELDS, SCALAR_FIELDS, Trajectory
+from nexrl.core.pool import Chunking, PoolDataError, PoolStoreError, TrajectoryColumns
+from nexrl.core.pool.columns import PROMPT_DTYPE, RESPONSE_DTYPES, SCALAR_DTYPES
+from nexrl.core.pool.kv import FsspecKV, LocalKV, open_kv
+from nexrl.core.pool.layout import ensure_pool
+from nexrl.core.pool.segment import Positions, Segment
+from nexrl.core.types.trajectory import RAGGED_FIELDS, SCALAR_FIELDS, Trajectory
 from tests.unit.pool._data import check_columns, make_columns
 
 
@@ -132,7 +132,7 @@ def test_direct_chunk_io_is_plain_zarr(tmp_path, codec):
     # and the direct reader reads it back whole
     ro = Segment.open(url, "w1", None)
     (rows, values), (rows2, values2) = ro.read_index([(pos.row, 10, 2), (pos2.row, 3, 2)])
-    from nexrl.pool.segment import read_columns
+    from nexrl.core.pool.segment import read_columns
 
     back = read_columns(
         ro, np.concatenate([rows2, rows]), np.concatenate([values2, values]), ("rlen", "uid")
@@ -141,7 +141,7 @@ def test_direct_chunk_io_is_plain_zarr(tmp_path, codec):
 
 
 def test_direct_reader_reads_zarr_written_chunks(tmp_path):
-    from nexrl.pool.chunkio import ChunkedArray
+    from nexrl.core.pool.chunkio import ChunkedArray
 
     url = tmp_path / "a.zarr"
     g = zarr.create_group(str(url))

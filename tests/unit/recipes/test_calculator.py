@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nexrl.modeling import build_tokenizer
-from nexrl.plugins import load_object
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.plugins import load_object
+from nexrl.driver.modeling import build_tokenizer
+from nexrl.driver.recipe import load_recipe_checked
+from nexrl.rollout.worker.agent import load_agent_config
 from nexrl.rollout_worker import BaseEvaluationTarget
-from nexrl.rollout_worker.agent import load_agent_config
 
 RECIPE = "recipes/calculator/calculator_agent_tiny.yaml"
 HERE = Path("recipes/calculator")

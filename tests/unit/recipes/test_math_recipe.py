@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from nexrl.cli.train import main
-from nexrl.plugins import load_object
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.plugins import load_object
+from nexrl.driver.cli.train import main
+from nexrl.driver.recipe import load_recipe_checked
 from nexrl.rollout_worker import BaseEvaluationTarget, EvaluationRunResult
 
 ROOTS = [Path.cwd()]

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nexrl.plugins import load_object
+from nexrl.core.plugins import load_object
 from nexrl.rollout_worker import BaseEvaluationTarget
 
 ROOTS = [Path.cwd()]

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from nexrl.modeling.tiny import save_tiny_model
-from nexrl.plugins import load_object
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.plugins import load_object
+from nexrl.driver.modeling.tiny import save_tiny_model
+from nexrl.driver.recipe import load_recipe_checked
 from nexrl.rollout_worker import BaseEvaluationTarget
 
 ROOTS = [Path.cwd()]

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.inference import Generation
+from nexrl.core.chat import Generation
+from nexrl.core.types import Trajectory
+from nexrl.rollout.worker.agent import AgentConfigError, load_agent_config, merge_episode
+from nexrl.rollout.worker.base import Episode
 from nexrl.rollout_worker import BaseEvaluationTarget
-from nexrl.rollout_worker.agent import AgentConfigError, load_agent_config, merge_episode
-from nexrl.rollout_worker.base import Episode
-from nexrl.types import Trajectory
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -86,7 +86,7 @@ def test_episode_merge_masks_the_tokens_between_calls() -> None:
 def test_recipe_check_reports_agent_config_problems(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from nexrl.cli.train import main
+    from nexrl.driver.cli.train import main
 
     bad = write(tmp_path, GOOD.replace("custom_tools:calculator", "custom_tools:nope"))
     recipe = "recipes/calculator/calculator_agent_tiny.yaml"
@@ -98,7 +98,7 @@ def test_recipe_check_reports_agent_config_problems(
 
 
 def test_a_worker_overriding_neither_episode_method_is_refused() -> None:
-    from nexrl.rollout_worker.base import BaseRolloutWorker
+    from nexrl.rollout.worker.base import BaseRolloutWorker
 
     class Empty(BaseRolloutWorker):
         pass

@@ -6,16 +6,16 @@ from __future__ import annotations
 import os
 import sys
 
-from nexrl.config.sections.cluster import (
+from nexrl.core.config.sections.cluster import (
     ClusterConfig,
     SlurmConfig,
     SlurmJobSize,
     SlurmRolloutJobs,
 )
-from nexrl.runtime.cluster import start_cluster
-from nexrl.runtime.roles import role_resources
-from nexrl.runtime.slurm import job_kwargs
-from nexrl.util.dask_workers import workers_of
+from nexrl.core.util.dask_workers import workers_of
+from nexrl.driver.cluster.cluster import start_cluster
+from nexrl.driver.cluster.roles import role_resources
+from nexrl.driver.cluster.slurm import job_kwargs
 
 
 def test_local_cluster_offers_gpu_and_cpu_resources_per_worker() -> None:
@@ -29,7 +29,7 @@ def test_local_cluster_offers_gpu_and_cpu_resources_per_worker() -> None:
         assert handle.dashboard_link.startswith("http://")
         # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ in the worker processes (and, for a
         # LocalCluster, in the driver that spawns the embedded server) unless told not
-        # to: with it a training step took ~1.9x as long (nexrl.runtime.worker_env).
+        # to: with it a training step took ~1.9x as long (nexrl.core.process.worker_env).
         envs = handle.client.run(lambda: dict(os.environ))
         assert all("MALLOC_TRIM_THRESHOLD_" not in e for e in envs.values())
         assert all(e.get("OMP_NUM_THREADS") == "1" for e in envs.values())
@@ -84,7 +84,7 @@ def test_slurm_job_scripts_carry_the_recipe_settings_and_each_roles_resources() 
         assert "#SBATCH --no-requeue" in script  # the run replaces a failed node's jobs itself
         assert script.index("module load cuda") < script.index("distributed.cli.dask_worker")
         assert script.count(sys.executable) == 1
-        # the job's nanny leaves glibc's malloc tunables alone (nexrl.runtime.worker_env)
+        # the job's nanny leaves glibc's malloc tunables alone (nexrl.core.process.worker_env)
         assert "export DASK_INTERNAL_INHERIT_CONFIG=" in script
     assert "#SBATCH -J nexrl-exp-rollout" in scripts["rollout"]
     assert "#SBATCH --cpus-per-task=4" in scripts["rollout"]
@@ -111,7 +111,7 @@ def test_scheduler_lost_only_when_this_runs_scheduler_no_longer_answers() -> Non
 
     from distributed import Client, LocalCluster
 
-    from nexrl.runtime.cluster import ClusterHandle
+    from nexrl.driver.cluster.cluster import ClusterHandle
 
     def scheduler(port: int = 0) -> LocalCluster:  # in this process, on TCP
         return LocalCluster(

@@ -1,4 +1,4 @@
-"""The Kubernetes resources of a run (nexrl.runtime.kubernetes), checked against the
+"""The Kubernetes resources of a run (nexrl.driver.cluster.kubernetes), checked against the
 CRD schemas of the Dask operator that ships with the installed dask-kubernetes, as
 strictly as ``kubectl apply --validate=strict``. No API server can run here: what is
 tested is what the operator would be given (docs/cluster.md, "Kubernetes")."""
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from nexrl.config.sections.cluster import KubePodSize, KubernetesConfig
-from nexrl.runtime.kubernetes import cluster_name, manifests, validate_manifests
+from nexrl.core.config.sections.cluster import KubePodSize, KubernetesConfig
+from nexrl.driver.cluster.kubernetes import cluster_name, manifests, validate_manifests
 
 GPU_CLUSTER = KubernetesConfig(
     image="registry.example/nexrl:1",
@@ -73,7 +73,7 @@ def test_a_runs_resources_are_valid_for_the_operator() -> None:
         "nvidia.com/gpu": "4",
     }
     assert container["resources"]["requests"] == container["resources"]["limits"]
-    # every pod's nanny leaves glibc's malloc tunable out (nexrl.runtime.worker_env):
+    # every pod's nanny leaves glibc's malloc tunable out (nexrl.core.process.worker_env):
     # the pod's Dask config, as Dask builds it from that environment at import
     for doc in docs:
         (container,) = doc["spec"]["worker"]["spec"]["containers"]
@@ -142,12 +142,12 @@ def test_cluster_names_are_dns_labels() -> None:
 
 def _guide_command(marker: str) -> list[str]:
     """docs/cluster.md's indented command (continuation lines joined) holding ``marker``,
-    as ``python -m nexrl.cli.train`` arguments (what the ./pants run target runs)."""
+    as ``python -m nexrl.driver.cli.train`` arguments (what the ./pants run target runs)."""
     text = Path("docs/cluster.md").read_text().replace("\\\n", " ")
     (line,) = [ln.strip() for ln in text.splitlines() if ln.startswith("    ") and marker in ln]
     args = shlex.split(line)
     assert args[:3] == ["./pants", "run", "src/python/nexrl:train"] and args[3] == "--", line
-    return [sys.executable, "-m", "nexrl.cli.train", *args[4:]]
+    return [sys.executable, "-m", "nexrl.driver.cli.train", *args[4:]]
 
 
 def test_the_guides_dry_run_prints_the_manifests_kubectl_takes() -> None:

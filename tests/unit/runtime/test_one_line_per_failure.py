@@ -5,12 +5,12 @@ from __future__ import annotations
 import io
 import logging
 
-from nexrl.runtime.task_logs import OneLinePerFailure
+from nexrl.core.process.task_logs import OneLinePerFailure
 
 
 def _emit(handler: OneLinePerFailure, msg: str, *args: object, exc: BaseException) -> None:
     record = logging.LogRecord(
-        "nexrl.rollout_worker.tasks", logging.WARNING, __file__, 1, msg, args,
+        "nexrl.rollout.worker.tasks", logging.WARNING, __file__, 1, msg, args,
         (type(exc), exc, None),
     )  # fmt: skip
     handler.emit(record)
@@ -25,13 +25,13 @@ def test_a_message_that_names_its_exception_is_not_given_it_again() -> None:
     _emit(handler, "rollout of group %s raised", 8, exc=ValueError("bad reply"))
     first, second = stream.getvalue().splitlines()
     assert first == (
-        f"nexrl.rollout_worker.tasks - WARNING - rollout of group 7 raised (try 1 of 3): {text} "
+        f"nexrl.rollout.worker.tasks - WARNING - rollout of group 7 raised (try 1 of 3): {text} "
         "(shown once per kind, then counted at 10, 100, ...; details and repeats: "
         "logs/dask-worker-0.log)"
     )
     # a message that does not name it gets it appended
     assert second.startswith(
-        "nexrl.rollout_worker.tasks - WARNING - rollout of group 8 raised: ValueError: bad reply ("
+        "nexrl.rollout.worker.tasks - WARNING - rollout of group 8 raised: ValueError: bad reply ("
     )
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from nexrl.runtime.remote_server import server_address
-from nexrl.runtime.slurm import SlurmError, check_scheduler_host
-from nexrl.util.net import interface_of, is_loopback, local_addresses
+from nexrl.core.util.net import interface_of, is_loopback, local_addresses
+from nexrl.driver.cluster.remote_server import server_address
+from nexrl.driver.cluster.slurm import SlurmError, check_scheduler_host
 
 
 def test_loopback_is_an_address_of_lo() -> None:
@@ -46,8 +46,8 @@ def test_the_server_binds_nexrl_inference_host_when_set(monkeypatch: pytest.Monk
 
 
 def test_cluster_slurm_interface_reaches_every_role_job() -> None:
-    from nexrl.config.sections.cluster import SlurmConfig
-    from nexrl.runtime.slurm_job import job_kwargs
+    from nexrl.core.config.sections.cluster import SlurmConfig
+    from nexrl.driver.cluster.slurm_job import job_kwargs
 
     for role in ("rollout", "trainer", "inference"):
         assert "interface" not in job_kwargs(SlurmConfig(), role, experiment="x")

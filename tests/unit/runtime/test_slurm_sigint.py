@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-import nexrl.runtime.slurm  # noqa: F401  (the subprocesses import it: a dependency)
+import nexrl.driver.cluster.slurm  # noqa: F401  (the subprocesses import it: a dependency)
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
@@ -33,7 +33,7 @@ def test_import_jobqueue_keeps_the_sigint_handler() -> None:
         def mine(signum, frame):
             pass
         signal.signal(signal.SIGINT, mine)
-        from nexrl.runtime.slurm import import_jobqueue
+        from nexrl.driver.cluster.slurm import import_jobqueue
         jq = import_jobqueue()
         assert jq.SLURMCluster is not None and jq.slurm.SLURMJob is not None
         assert signal.getsignal(signal.SIGINT) is mine, signal.getsignal(signal.SIGINT)

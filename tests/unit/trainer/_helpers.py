@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
-from nexrl.config.sections.algorithm import AlgorithmConfig
-from nexrl.config.sections.trainer import TrainerConfig
+from nexrl.core.config.sections.algorithm import AlgorithmConfig
+from nexrl.core.config.sections.trainer import TrainerConfig
+from nexrl.core.types.batch import Batch
+from nexrl.core.types.trajectory import Trajectory
 from nexrl.trainer.spec import TrainerSpec
-from nexrl.types.batch import Batch
-from nexrl.types.trajectory import Trajectory
 
 # The trainer tests' model (``tiny_model(**TRAINER_MODEL)``, see tests/conftest.py).
 TRAINER_MODEL: dict[str, Any] = {

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from nexrl.core.types.batch import Batch
 from nexrl.trainer.batch_io import load_batch, save_batch
-from nexrl.types.batch import Batch
 
 
 def test_a_batch_comes_back_as_written(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from nexrl.weights.checkpoint import (
+from nexrl.core.weights.checkpoint import (
     CheckpointError,
     CheckpointManager,
     get_rng_state,

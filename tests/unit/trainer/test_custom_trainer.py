@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from nexrl.config.errors import RecipeError
-from nexrl.config.sections.trainer import TrainerConfig
+from nexrl.core.config.errors import RecipeError
+from nexrl.core.config.sections.trainer import TrainerConfig
 from nexrl.trainer import (
     SelfHostedGrpoTrainer,
     SelfHostedSftTrainer,

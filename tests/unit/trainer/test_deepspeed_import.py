@@ -9,7 +9,7 @@ import sys
 
 CODE = """
 import sys
-from backends.training.deepspeed_engine import import_deepspeed
+from backends.trainer.deepspeed_engine import import_deepspeed
 ds = import_deepspeed()
 import deepspeed.autotuning.autotuner as autotuner
 skipped = "mlflow" not in sys.modules and autotuner.has_mlflow is False

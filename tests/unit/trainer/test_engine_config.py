@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from backends.training.deepspeed_engine import ds_config
-from nexrl.config.sections.trainer import TrainerConfig
+from backends.trainer.deepspeed_engine import ds_config
+from nexrl.core.config.sections.trainer import TrainerConfig
 
 
 def test_zero_offload_bf16_and_batch_sizes() -> None:
@@ -49,7 +49,7 @@ def test_importing_nexrl_trainer_does_not_import_deepspeed() -> None:
     import os
     import subprocess
 
-    code = "import sys, nexrl.trainer, nexrl.weights; print('deepspeed' in sys.modules)"
+    code = "import sys, nexrl.trainer, nexrl.core.weights; print('deepspeed' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
@@ -58,7 +58,7 @@ def test_importing_nexrl_trainer_does_not_import_deepspeed() -> None:
 
 
 def test_unknown_backend_is_a_recipe_error() -> None:
-    from nexrl.config.errors import RecipeError
+    from nexrl.core.config.errors import RecipeError
     from nexrl.trainer.engine import load_backend
 
     with pytest.raises(RecipeError, match=r"trainer.backend 'megatron': cannot import"):

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from nexrl.algorithms import ADVANTAGE_ESTIMATORS, KL_PENALTIES, token_level_from_scalar
-from nexrl.config.sections.algorithm import RolloutCorrectionConfig
+from nexrl.core.config.sections.algorithm import RolloutCorrectionConfig
 from nexrl.trainer import SelfHostedGrpoTrainer, SelfHostedTrainer, TrainerError
+from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS, KL_PENALTIES, token_level_from_scalar
 from tests.unit.trainer._helpers import make_batch, spec
 from tests.unit.trainer._plain_engine import plain_trainer
 

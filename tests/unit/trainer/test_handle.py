@@ -12,10 +12,10 @@ from nexrl.trainer.actor import TrainerGroup
 from nexrl.trainer.errors import TrainerGroupError
 from nexrl.trainer.handle import TrainerHandle
 from nexrl.trainer.pending import PendingCall
-from nexrl.training_service.client import TrainingClientError
-from nexrl.training_service.group import ServiceTrainerGroup
+from nexrl.trainer.service.client import TrainingClientError
+from nexrl.trainer.service.group import ServiceTrainerGroup
 
-# What a controller uses of its trainer (nexrl.controller): the protocol, no more.
+# What a controller uses of its trainer (nexrl.driver.controller): the protocol, no more.
 CONTROLLER_USES = {
     "timeout_s",
     "world_size",

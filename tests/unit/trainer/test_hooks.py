@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from torch import Tensor
 
+from nexrl.core.types.batch import Batch
 from nexrl.trainer import SelfHostedGrpoTrainer
-from nexrl.types.batch import Batch
 from tests.unit.trainer._helpers import make_batch, spec
 from tests.unit.trainer._plain_engine import plain_trainer
 

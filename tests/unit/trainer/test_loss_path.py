@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import torch
 
-from nexrl.config.sections.algorithm import RolloutCorrectionConfig
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.sections.algorithm import RolloutCorrectionConfig
+from nexrl.core.types.batch import Batch
+from nexrl.core.types.trajectory import Trajectory
+from nexrl.driver.recipe import load_recipe_checked
 from nexrl.trainer import TrainerError
 from nexrl.trainer.spec import TrainerSpec
-from nexrl.types.batch import Batch
-from nexrl.types.trajectory import Trajectory
 from tests.unit.trainer._helpers import spec
 from tests.unit.trainer._plain_engine import plain_trainer
 
@@ -277,7 +277,7 @@ def test_importance_sampling_max_ratio_from_the_config(tiny_model_dir: Path) -> 
 
 
 def test_recipe_mistakes_in_the_algorithm_section_are_named() -> None:
-    from nexrl.config.errors import RecipeError
+    from nexrl.core.config.errors import RecipeError
 
     with pytest.raises(RecipeError) as info:
         load_recipe_checked(

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from nexrl.modeling import build_tokenizer
-from nexrl.modeling.warm_start import WarmStartError
+from nexrl.core.conversations import WarmStartError
+from nexrl.driver.modeling import build_tokenizer
 from nexrl.trainer.ops import model_inputs, response_log_probs
 from nexrl.trainer.sft_data import SftDataset, encode_files, sft_batch
 from tests.unit.trainer._helpers import TRAINER_MODEL, spec

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backends.inference.embedded.weights import load_snapshot
-from nexrl.weights.snapshot import (
+from nexrl.core.weights.snapshot import (
     SnapshotError,
     SnapshotPublisher,
     latest_snapshot,

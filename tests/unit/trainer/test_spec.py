@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nexrl.config.sections.algorithm import AlgorithmConfig
-from nexrl.config.sections.trainer import TrainerConfig
-from nexrl.recipe import load_recipe_checked
+from nexrl.core.config.sections.algorithm import AlgorithmConfig
+from nexrl.core.config.sections.trainer import TrainerConfig
+from nexrl.driver.recipe import load_recipe_checked
 from nexrl.trainer import TrainerSpec
 
 ROOT = Path(__file__).resolve().parents[3]

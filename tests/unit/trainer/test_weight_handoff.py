@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from nexrl.core.weights.handoff import open_channel
+from nexrl.core.weights.snapshot import latest_snapshot
 from nexrl.trainer import handoff
 from nexrl.trainer.errors import TrainerError
-from nexrl.weights.handoff import open_channel
-from nexrl.weights.snapshot import latest_snapshot
 from tests.unit.trainer._helpers import make_batch, spec
 from tests.unit.trainer._plain_engine import plain_trainer
 

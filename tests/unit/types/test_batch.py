@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from nexrl.types import Batch, BatchError, Trajectory
+from nexrl.core.types import Batch, BatchError, Trajectory
 
 PAD = 99
 
@@ -103,7 +103,7 @@ def test_from_trajectories_layout() -> None:
 
 def test_from_columns_equals_from_trajectories() -> None:
     # the controller builds its batch straight from the pool's columns
-    from nexrl.pool.columns import TrajectoryColumns
+    from nexrl.core.pool.columns import TrajectoryColumns
     from tests.unit.pool._data import make_columns
 
     trajs = [_t1(), _t2(), _t3()]

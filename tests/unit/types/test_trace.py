@@ -1,15 +1,15 @@
-"""Agent traces (nexrl.types.trace): the spans of an episode, the openai_agent
+"""Agent traces (nexrl.core.types.trace): the spans of an episode, the openai_agent
 recorder's spans from what its agent service recorded, and the page's HTML table."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from nexrl.agent_service.sessions import Call
-from nexrl.dashboard.samples import trace_html
-from nexrl.inference import Generation
-from nexrl.rollout_worker.openai_agent.recorder import Recorder
-from nexrl.types.trace import MAX_TEXT, EpisodeTrace, trace_of
+from nexrl.core.chat import Generation
+from nexrl.core.types.trace import MAX_TEXT, EpisodeTrace, trace_of
+from nexrl.driver.dashboard.samples import trace_html
+from nexrl.rollout.agent_service.sessions import Call
+from nexrl.rollout.worker.openai_agent.recorder import Recorder
 
 
 def test_episode_trace_spans() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nexrl.types import Trajectory, TrajectoryError
+from nexrl.core.types import Trajectory, TrajectoryError
 
 
 def _kwargs(**over: Any) -> dict[str, Any]:
@@ -104,7 +104,7 @@ def test_record_with_invalid_values_fails_validation_on_load() -> None:
 def test_an_evaluation_result_with_a_metric_that_is_no_number_is_refused() -> None:
     """Refused where the evaluator builds it: an evaluator error for its sample (scored
     0, counted), not a trajectory that fails its whole group later."""
-    from nexrl.types.episode import EvaluationRunResult
+    from nexrl.core.types.episode import EvaluationRunResult
 
     metrics: dict[str, Any] = {"a": 1, "b": np.float32(0.5), "c": 2.0}  # numpy, as evaluators do
     ok = EvaluationRunResult(reward=1.0, metrics=metrics)
@@ -119,7 +119,7 @@ def test_an_evaluation_result_with_a_metric_that_is_no_number_is_refused() -> No
 def test_a_reward_is_any_real_number_but_a_bool() -> None:
     """A numpy float from a scorer (``np.mean``, a similarity) was refused ("must be a
     float, got np.float32(1.0)"): every sample an evaluator error."""
-    from nexrl.types.episode import EvaluationRunResult
+    from nexrl.core.types.episode import EvaluationRunResult
 
     for good, value in (
         (np.float32(0.5), 0.5),

@@ -9,9 +9,9 @@ from typing import Any, cast
 
 import pytest
 
-from nexrl.util import checksums
-from nexrl.util.checksums import check_tree, tree_checksums, write_hashed
-from nexrl.util.files import start_writeback
+from nexrl.core.util import checksums
+from nexrl.core.util.checksums import check_tree, tree_checksums, write_hashed
+from nexrl.core.util.files import start_writeback
 
 
 def _folder(tmp_path: Path) -> Path:

@@ -6,7 +6,7 @@ import errno
 import shutil
 from pathlib import Path
 
-from nexrl.util.disk import free_bytes, human_bytes, no_space_left, says_no_space
+from nexrl.core.util.disk import free_bytes, human_bytes, no_space_left, says_no_space
 
 
 def test_an_enospc_oserror_names_its_file(tmp_path: Path) -> None:

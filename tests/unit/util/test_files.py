@@ -1,4 +1,4 @@
-"""nexrl.util.files: a file appears whole or not at all, and no temporary entry stays."""
+"""nexrl.core.util.files: a file appears whole or not at all, and no temporary entry stays."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nexrl.util.files import (
+from nexrl.core.util.files import (
     atomic_path,
     atomic_symlink,
     atomic_write_bytes,
@@ -139,7 +139,7 @@ def test_a_write_that_fails_names_the_file_it_was_for(
 
 
 def _fsync_and_hash_in_child(root: str) -> None:
-    from nexrl.util.checksums import tree_checksums
+    from nexrl.core.util.checksums import tree_checksums
 
     fsync_tree(root)
     assert len(tree_checksums(root)) == 3
@@ -151,7 +151,7 @@ def test_a_forked_child_fsyncs_and_hashes_on_its_own_threads(tmp_path: Path) -> 
     finish instead of waiting on the parent's threads, which the child does not have."""
     import multiprocessing
 
-    from nexrl.util.checksums import tree_checksums
+    from nexrl.core.util.checksums import tree_checksums
 
     for name in ("a", "b", "c"):
         (tmp_path / name).write_bytes(name.encode() * 1000)

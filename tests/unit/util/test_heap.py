@@ -11,7 +11,7 @@ import pytest
 
 PROBE = """
 import threading, psutil
-from nexrl.util.heap import trim_heap, _malloc_trim
+from nexrl.core.util.heap import trim_heap, _malloc_trim
 if _malloc_trim() is None:
     print("NO_MALLOC_TRIM"); raise SystemExit
 def churn():

@@ -11,11 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-from nexrl.controller.driver_log import log_to_file
-from nexrl.controller.rundir import RunDir
-from nexrl.recipe import load_recipe_checked
-from nexrl.runtime.task_logs import route_logs
-from nexrl.util.logfile import LogRotation, rotate_copytruncate
+from nexrl.core.process.task_logs import route_logs
+from nexrl.core.util.logfile import LogRotation, rotate_copytruncate
+from nexrl.driver.controller.driver_log import log_to_file
+from nexrl.driver.controller.rundir import RunDir
+from nexrl.driver.recipe import load_recipe_checked
 
 RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from nexrl.util.logfile import QuietFileHandler
+from nexrl.core.util.logfile import QuietFileHandler
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tornado.ioloop import IOLoop  # pants: no-infer-dep (Dask's, see BUILD)
 
-from nexrl.util.logfile import TerminalFormatter
+from nexrl.core.util.logfile import TerminalFormatter
 
 FMT = "%(levelname)s %(name)s: %(message)s"
 

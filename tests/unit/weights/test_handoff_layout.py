@@ -10,8 +10,8 @@ import os
 import pytest
 import torch
 
-from nexrl.weights.handoff import LayoutError, WeightChannel, open_channel, pack, plan_layout
-from nexrl.weights.handoff.layout import (
+from nexrl.core.weights.handoff import LayoutError, WeightChannel, open_channel, pack, plan_layout
+from nexrl.core.weights.handoff.layout import (
     ALIGN,
     HEADER_BYTES,
     layout_from_json,
@@ -20,7 +20,7 @@ from nexrl.weights.handoff.layout import (
     unpack,
     write_stamp,
 )
-from nexrl.weights.snapshot import prepare_state_dict
+from nexrl.core.weights.snapshot import prepare_state_dict
 
 
 def _state() -> dict[str, torch.Tensor]:

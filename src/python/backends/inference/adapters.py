@@ -58,6 +58,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from nexrl.core.util.adapters import is_adapter_snapshot
 from nexrl.inference.reload import (
     ReloadAdapter,
     ReloadError,
@@ -65,7 +66,6 @@ from nexrl.inference.reload import (
     make_reload_adapter,
     reply_text,
 )
-from nexrl.util.adapters import is_adapter_snapshot
 
 __all__ = [
     "ADAPTERS",

@@ -1,59 +1,8 @@
-"""Inference, client side: OpenAI clients with bounded timeouts/retries, replica
-round-robin, and token-level parsing of replies (``Generation``).
+"""The inference wing: the service's side, run by the driver.
 
-The package never imports ``backends`` (the engines): rollouts only speak HTTP.
-``nexrl.inference.supervisor`` (not imported here) is the driver's side: it
-starts, health-checks, reloads and restarts the service.
+``supervisor`` starts, health-checks and restarts the service; ``reload`` hands
+it new weights; ``checks`` validates the recipe's ``service`` section; ``lora``
+names the adapter model rollouts request. The client every caller shares is
+``nexrl.core.chat``. The wing never imports ``backends`` at module import time:
+engines are found through the ``inference`` registries.
 """
-
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from nexrl.inference.balance import RoundRobin, normalize_base_url, normalize_base_urls
-    from nexrl.inference.client import InferenceClient, make_async_client, make_client
-    from nexrl.inference.replies import (
-        Generation,
-        InferenceError,
-        parse_chat_completion,
-        parse_completion,
-    )
-
-# Imported on first use (PEP 562): the client pulls in ``openai`` (~1 s on a slow
-# 2-core machine), which the recipe checks (``nexrl.inference.checks``) and the
-# trainer (``nexrl.inference.lora``) import this package for and never use.
-_HOME = {
-    "RoundRobin": "balance",
-    "normalize_base_url": "balance",
-    "normalize_base_urls": "balance",
-    "Generation": "replies",
-    "InferenceClient": "client",
-    "InferenceError": "replies",
-    "make_async_client": "client",
-    "make_client": "client",
-    "parse_chat_completion": "replies",
-    "parse_completion": "replies",
-}
-
-
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-__all__ = [
-    "Generation",
-    "InferenceClient",
-    "InferenceError",
-    "RoundRobin",
-    "make_async_client",
-    "make_client",
-    "normalize_base_url",
-    "normalize_base_urls",
-    "parse_chat_completion",
-    "parse_completion",
-]

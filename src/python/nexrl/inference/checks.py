@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from nexrl.config.checks import register_check
+from nexrl.core.config.checks import register_check
 
 __all__ = ["inference_backend", "inference_command", "inference_token"]
 
@@ -58,7 +58,7 @@ def inference_command(cfg: DictConfig, roots: list[Path]) -> list[str]:
 def inference_token(cfg: DictConfig, roots: list[Path]) -> list[str]:
     """A server nexrl starts beyond loopback (``service.inference_service.host``, or
     the inference job of a Slurm/Kubernetes run) needs a bearer token (``api_key``)."""
-    from nexrl.util.auth import is_loopback, token_of
+    from nexrl.core.util.auth import is_loopback, token_of
 
     svc = cfg.service.inference_service
     if svc.base_urls or token_of(str(svc.api_key)):

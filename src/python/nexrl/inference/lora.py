@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from nexrl.core.config.sections.runtime import ADAPTER_BACKENDS
+
 __all__ = ["ADAPTER_BACKENDS", "LORA_NAME_SUFFIX", "adapter_model_name", "request_model_name"]
 
-ADAPTER_BACKENDS = ("vllm",)  # engines that load LoRA snapshots as named adapters
 LORA_NAME_SUFFIX = "-lora"
 
 

@@ -26,9 +26,9 @@ from typing import Any, ClassVar, Self
 
 import httpx
 
-from nexrl.errors import NexrlError
-from nexrl.inference.balance import RoundRobin, normalize_base_urls
-from nexrl.plugins.registry import Registry
+from nexrl.core.chat.balance import RoundRobin, normalize_base_urls
+from nexrl.core.errors import NexrlError
+from nexrl.core.plugins.registry import Registry
 
 __all__ = [
     "INFERENCE_SERVERS",
@@ -128,7 +128,7 @@ class ReloadAdapter(ABC):
         )
 
     def reload_from_channel(self, descriptor: dict[str, Any], version: int) -> list[ReloadOutcome]:
-        """Copy ``version`` from the trainer's weight channel (``nexrl.weights.handoff``) on
+        """Copy ``version`` from the trainer's weight channel (``nexrl.core.weights.handoff``) on
         every replica, in parallel; engines without an in-memory handoff raise."""
         return self._on_all(
             lambda u: self._channel_one(u, descriptor, version), "in-memory handoff", version

@@ -1,5 +1,5 @@
 """``InferenceSupervisor``: the inference service as the controller sees it (runs in
-the driver; the rollouts' side is ``nexrl.inference.client``).
+the driver; the rollouts' side is ``nexrl.core.chat.client``).
 
 * ``backend: embedded`` with no ``base_urls``: nexrl starts the embedded server
   (``backends.inference.embedded``) as a child process of the driver, logging to
@@ -42,12 +42,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nexrl.config.sections.runtime import InferenceServiceConfig
-from nexrl.errors import NexrlError
+from nexrl.core.config.sections.runtime import InferenceServiceConfig
+from nexrl.core.errors import NexrlError
+from nexrl.core.util.adapters import adapter_base_model, is_adapter_snapshot
+from nexrl.core.util.auth import token_of
+from nexrl.core.util.logfile import DETAILS_LOGGER, NO_ROTATION, LogRotation, rotate_copytruncate
 from nexrl.inference.start_failure import log_since, start_failure
-from nexrl.util.adapters import adapter_base_model, is_adapter_snapshot
-from nexrl.util.auth import token_of
-from nexrl.util.logfile import DETAILS_LOGGER, NO_ROTATION, LogRotation, rotate_copytruncate
 
 __all__ = ["InferenceSupervisor", "ServiceError"]
 
@@ -60,10 +60,10 @@ class ServiceError(RuntimeError, NexrlError):
 
 def _cpu_threads_args(configured: int) -> list[str]:
     """On a machine without CUDA the server gets ``configured`` threads, or by default
-    the cores the trainer leaves it (``nexrl.util.cpu.cpu_threads``: half of them)."""
+    the cores the trainer leaves it (``nexrl.core.util.cpu.cpu_threads``: half of them)."""
     import torch
 
-    from nexrl.util.cpu import cpu_threads
+    from nexrl.core.util.cpu import cpu_threads
 
     if torch.cuda.is_available():
         return []
@@ -313,7 +313,7 @@ class InferenceSupervisor:
         except Exception as exc:
             if not self.owns_server:
                 raise ServiceError(f"inference reload of v{version} failed: {exc}") from exc
-            from nexrl.weights.snapshot_read import verify_snapshot
+            from nexrl.core.weights.snapshot_read import verify_snapshot
 
             damaged = verify_snapshot(path)
             if damaged is not None:  # a restart on it would fail the same way

@@ -1,27 +1,70 @@
-"""Self-hosted trainers (GRPO, PPO with a value model, SFT, custom) on a training engine, and their Dask actors.
+"""The trainer wing: self-hosted trainers (GRPO, PPO with a value model, SFT,
+custom) on a training engine, their Dask actors, ``algorithms`` and the
+training ``service``.
 
-Importing this package imports torch but never a training backend: the engine
-(``backends.training.<trainer.backend>_engine``) is imported when a trainer is built.
+Importing this package imports nothing heavy: each name below loads its module
+(and torch) on first use (PEP 562), so ``nexrl.trainer.service``'s client and
+``nexrl.trainer.algorithms``'s recipe checks stay light. The engine
+(``backends.trainer.<trainer.backend>_engine``) is imported when a trainer is built.
 """
 
-from nexrl.trainer.actor import RankInfo, TrainerActor, TrainerGroup, TrainerGroupError
-from nexrl.trainer.base import SelfHostedTrainer, TrainerError
-from nexrl.trainer.batch_io import load_batch, save_batch
-from nexrl.trainer.engine import TrainingEngine, load_backend
-from nexrl.trainer.grpo import SelfHostedGrpoTrainer
-from nexrl.trainer.handle import TrainerHandle
-from nexrl.trainer.pending import PendingCall
-from nexrl.trainer.ppo import SelfHostedPpoTrainer
-from nexrl.trainer.registry import (
-    TRAINERS,
-    create_trainer,
-    load_custom_trainer,
-    resolve_trainer_class,
-)
-from nexrl.trainer.result import StepResult
-from nexrl.trainer.schedule import lr_factor
-from nexrl.trainer.sft import SelfHostedSftTrainer
-from nexrl.trainer.spec import TrainerSpec
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nexrl.trainer.actor import RankInfo, TrainerActor, TrainerGroup, TrainerGroupError
+    from nexrl.trainer.base import SelfHostedTrainer, TrainerError
+    from nexrl.trainer.batch_io import load_batch, save_batch
+    from nexrl.trainer.engine import TrainingEngine, load_backend
+    from nexrl.trainer.grpo import SelfHostedGrpoTrainer
+    from nexrl.trainer.handle import TrainerHandle
+    from nexrl.trainer.pending import PendingCall
+    from nexrl.trainer.ppo import SelfHostedPpoTrainer
+    from nexrl.trainer.registry import (
+        TRAINERS,
+        create_trainer,
+        load_custom_trainer,
+        resolve_trainer_class,
+    )
+    from nexrl.trainer.result import StepResult
+    from nexrl.trainer.schedule import lr_factor
+    from nexrl.trainer.sft import SelfHostedSftTrainer
+    from nexrl.trainer.spec import TrainerSpec
+
+_HOME = {
+    "RankInfo": "actor",
+    "TrainerActor": "actor",
+    "TrainerGroup": "actor",
+    "TrainerGroupError": "actor",
+    "SelfHostedTrainer": "base",
+    "TrainerError": "base",
+    "load_batch": "batch_io",
+    "save_batch": "batch_io",
+    "TrainingEngine": "engine",
+    "load_backend": "engine",
+    "SelfHostedGrpoTrainer": "grpo",
+    "TrainerHandle": "handle",
+    "PendingCall": "pending",
+    "SelfHostedPpoTrainer": "ppo",
+    "TRAINERS": "registry",
+    "create_trainer": "registry",
+    "load_custom_trainer": "registry",
+    "resolve_trainer_class": "registry",
+    "StepResult": "result",
+    "lr_factor": "schedule",
+    "SelfHostedSftTrainer": "sft",
+    "TrainerSpec": "spec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "TRAINERS",

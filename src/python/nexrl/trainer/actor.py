@@ -32,14 +32,14 @@ import uuid
 from typing import Any
 from urllib.parse import urlparse
 
+from nexrl.core.util.dask_workers import workers_of
+from nexrl.core.util.net import free_port
 from nexrl.trainer.errors import TrainerGroupError, TrainerLostError, TrainerSilentError
 from nexrl.trainer.handle import RankZeroCalls
 from nexrl.trainer.heartbeats import Heartbeats, raise_if_silent
 from nexrl.trainer.pending import PendingCall
 from nexrl.trainer.rank_actor import RankInfo, TrainerActor
 from nexrl.trainer.spec import TrainerSpec
-from nexrl.util.dask_workers import workers_of
-from nexrl.util.net import free_port
 
 # TrainerActor, RankInfo, PendingCall and the errors are re-exported: callers import
 # them from here.

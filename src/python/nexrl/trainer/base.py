@@ -31,7 +31,7 @@ The default loss is the policy gradient through the registries
       - entropy_coeff * agg(H(pi))                   if entropy_coeff > 0
 
 with ``self.algo`` the recipe's ``algorithm`` section resolved
-(``nexrl.algorithms.resolve_algorithm``: null fields take the chosen loss's and
+(``nexrl.trainer.algorithms.resolve_algorithm``: null fields take the chosen loss's and
 estimator's own defaults). ``beta`` is the KL controller's value (``KL_CONTROLLERS``, initialised with
 ``kl_loss_coef``); with ``use_kl_in_reward`` the KL goes into the rewards
 instead (see ``SelfHostedGrpoTrainer``). A reference model (a frozen copy of
@@ -60,9 +60,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from nexrl.algorithms import KL_CONTROLLERS, resolve_algorithm
-from nexrl.algorithms.registry import call_with_options
+from nexrl.core.types.batch import Batch
+from nexrl.core.weights.checkpoint import CheckpointManager
+from nexrl.core.weights.snapshot import PublishedSnapshot, SnapshotPublisher
 from nexrl.trainer import saving
+from nexrl.trainer.algorithms import KL_CONTROLLERS, resolve_algorithm
+from nexrl.trainer.algorithms.registry import call_with_options
 from nexrl.trainer.batch_io import load_batch
 from nexrl.trainer.engine import TrainingEngine, load_backend
 from nexrl.trainer.errors import TrainerError
@@ -76,9 +79,6 @@ from nexrl.trainer.schedule import schedule_change_note
 from nexrl.trainer.spec import TrainerSpec
 from nexrl.trainer.step_metrics import input_metrics, stats, timed
 from nexrl.trainer.update import count_nonfinite, global_log_probs, update_policy
-from nexrl.types.batch import Batch
-from nexrl.weights.checkpoint import CheckpointManager
-from nexrl.weights.snapshot import PublishedSnapshot, SnapshotPublisher
 
 __all__ = ["SelfHostedTrainer", "TrainerError", "call_with_options"]
 
@@ -419,7 +419,7 @@ class SelfHostedTrainer:
 
 
 def _needs_norm_length(algo: Any) -> bool:
-    from nexrl.algorithms import LOSS_AGGREGATIONS
+    from nexrl.trainer.algorithms import LOSS_AGGREGATIONS
 
     mode = LOSS_AGGREGATIONS.get(algo.loss_agg_mode or "token-mean")
     return mode.uses_norm_length and algo.loss_norm_length is None

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from nexrl.types.batch import Batch
-from nexrl.util.files import atomic_write_bytes
+from nexrl.core.types.batch import Batch
+from nexrl.core.util.files import atomic_write_bytes
 
 __all__ = ["load_batch", "save_batch"]
 

@@ -1,7 +1,7 @@
 """The trainer's checks: type and backend, the ZeRO settings, a custom trainer class.
 
 ``zero_problems`` is the one statement of the ZeRO rules: the recipe check
-reports them, and the DeepSpeed config builder (``backends.training.deepspeed_engine.ds_config``)
+reports them, and the DeepSpeed config builder (``backends.trainer.deepspeed_engine.ds_config``)
 refuses a config that breaks them.
 """
 
@@ -12,11 +12,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from nexrl.config.checks import register_check
-from nexrl.config.errors import RecipeError
-from nexrl.config.sections.trainer import TRAINER_BACKENDS
-from nexrl.inference.lora import ADAPTER_BACKENDS
-from nexrl.plugins import load_spec
+from nexrl.core.config.checks import register_check
+from nexrl.core.config.errors import RecipeError
+from nexrl.core.config.sections.runtime import ADAPTER_BACKENDS
+from nexrl.core.config.sections.trainer import TRAINER_BACKENDS
+from nexrl.core.plugins import load_spec
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's --max-lora-rank choices
 
@@ -88,8 +88,8 @@ def sft_mode(cfg: DictConfig, roots: list[Path]) -> list[str]:
             f"trainer.type: mode sft trains with cross-entropy; set trainer.type: "
             f"self_hosted_sft (got '{cfg.trainer.type}')"
         )
-    from nexrl.config.paths import resolve_path
-    from nexrl.modeling.warm_start import WarmStartError, load_demos
+    from nexrl.core.config.paths import resolve_path
+    from nexrl.core.conversations import WarmStartError, load_demos
 
     for field, files in (
         ("data.data_files", list(cfg.data.data_files)),
@@ -171,8 +171,8 @@ def training_service_mode(cfg: DictConfig, roots: list[Path]) -> list[str]:
 def value_model(cfg: DictConfig, roots: list[Path]) -> list[str]:
     """An advantage estimator that needs a critic's values (gae, nstep) runs on a trainer
     that trains one (``self_hosted_ppo``, or a class with ``has_critic``), self-hosted."""
-    from nexrl.algorithms import ADVANTAGE_ESTIMATORS
-    from nexrl.algorithms.value import estimator_takes_values
+    from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS
+    from nexrl.trainer.algorithms.value import estimator_takes_values
     from nexrl.trainer.registry import resolve_trainer_class
 
     name = cfg.algorithm.advantage_estimator

@@ -23,7 +23,7 @@ One update (``Critic.update``, after the policy's, on the prepared global batch)
 
 so the gradient is that of the token mean over the global batch (as the policy's:
 ``nexrl.trainer.base``). Checkpoints hold it beside the policy (``critic/`` in
-each ``step_N`` folder, ``nexrl.weights.checkpoint``).
+each ``step_N`` folder, ``nexrl.core.weights.checkpoint``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nexrl.algorithms.value import clipped_value_loss, explained_variance
+from nexrl.core.types.batch import Batch
+from nexrl.trainer.algorithms.value import clipped_value_loss, explained_variance
 from nexrl.trainer.engine import TrainingEngine, load_backend
 from nexrl.trainer.errors import TrainerError
 from nexrl.trainer.ops import (
@@ -47,7 +48,6 @@ from nexrl.trainer.ops import (
     shard_rows,
 )
 from nexrl.trainer.step_metrics import stats
-from nexrl.types.batch import Batch
 
 __all__ = ["CHECKPOINT_TAG", "Critic", "load_value_model"]
 

@@ -3,7 +3,7 @@
 ``TRAINING_ENGINES`` maps ``trainer.backend`` to a ``build_engine(model, config, *,
 total_optimizer_steps, dist_timeout_s) -> TrainingEngine`` function. Engines
 register themselves: ``backends/__init__.py`` registers ``deepspeed`` lazily
-(``backends.training.deepspeed_engine:build_engine``, imported only when a recipe
+(``backends.trainer.deepspeed_engine:build_engine``, imported only when a recipe
 selects it, so ``nexrl`` never imports DeepSpeed at module import time); a
 plugin adds its own with ``@TRAINING_ENGINES.register("name")`` or names a
 function directly, ``trainer.backend: path/to/file.py:build_engine``. The
@@ -27,8 +27,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from nexrl.config.errors import RecipeError
-from nexrl.plugins.registry import Registry
+from nexrl.core.config.errors import RecipeError
+from nexrl.core.plugins.registry import Registry
 
 __all__ = ["TRAINING_ENGINES", "TrainingEngine", "load_backend"]
 

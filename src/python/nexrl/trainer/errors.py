@@ -4,7 +4,7 @@ or the training service failed)."""
 
 from __future__ import annotations
 
-from nexrl.errors import NexrlError
+from nexrl.core.errors import NexrlError
 
 __all__ = ["TrainerError", "TrainerGroupError", "TrainerLostError", "TrainerSilentError"]
 

@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import time
 
-from nexrl.algorithms import (
+from nexrl.core.types.batch import Batch
+from nexrl.trainer.algorithms import (
     KL_PENALTIES,
     token_level_from_scalar,
     zero_variance_group_mask,
 )
-from nexrl.algorithms.calls import call_advantage_estimator
+from nexrl.trainer.algorithms.calls import call_advantage_estimator
 from nexrl.trainer.base import SelfHostedTrainer, TrainerError
 from nexrl.trainer.loss import correct_rollout
-from nexrl.types.batch import Batch
 
 __all__ = ["SelfHostedGrpoTrainer"]
 

@@ -4,7 +4,7 @@ Two front-ends implement it:
 
 * ``nexrl.trainer.actor.TrainerGroup`` (``trainer.mode: self-hosted``): one Dask
   actor per data-parallel rank, every call a collective on all of them;
-* ``nexrl.training_service.group.ServiceTrainerGroup`` (``trainer.mode:
+* ``nexrl.trainer.service.group.ServiceTrainerGroup`` (``trainer.mode:
   training-service``): one client of a training service, "rank 0" alone.
 
 A controller starts a step and keeps working while it runs::

@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
+from nexrl.core.weights.handoff import WeightChannel, host_identity, transport_for
+from nexrl.core.weights.snapshot import SnapshotPublisher
 from nexrl.trainer.errors import TrainerError
-from nexrl.weights.handoff import WeightChannel, host_identity, transport_for
-from nexrl.weights.snapshot import SnapshotPublisher
 
 __all__ = ["TrainerHandoff", "disable", "enable"]
 

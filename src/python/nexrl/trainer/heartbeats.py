@@ -29,8 +29,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from nexrl.core.util.dask_workers import workers_of
 from nexrl.trainer.errors import TrainerLostError, TrainerSilentError
-from nexrl.util.dask_workers import workers_of
 
 __all__ = ["Heartbeats", "QuietNotice", "raise_if_gone", "raise_if_silent"]
 

@@ -3,7 +3,7 @@ loss of a micro-batch.
 
 ``correct_rollout(batch, algo)`` (from ``SelfHostedGrpoTrainer.prepare_batch``,
 after the old log-probs and advantages): the importance weights of
-``algorithm.rollout_correction`` (``nexrl.algorithms.correction``) from the
+``algorithm.rollout_correction`` (``nexrl.trainer.algorithms.correction``) from the
 trainer's ``old_log_probs`` and the rollout's ``behaviour_log_probs`` (the
 pool's ``logprobs`` column), stored as ``rollout_is_weights``; ``mis`` also
 takes masked tokens out of ``response_mask``. Returns the mismatch metrics
@@ -18,7 +18,7 @@ takes masked tokens out of ``response_mask``. Returns the mismatch metrics
         + beta * agg(kl_penalty(log_pi, ref_log_pi))   if use_kl_loss
         - entropy_coeff * agg(H(pi))                   if entropy_coeff > 0
 
-with ``algo`` resolved (``nexrl.algorithms.resolve_algorithm``): every field
+with ``algo`` resolved (``nexrl.trainer.algorithms.resolve_algorithm``): every field
 the chosen functions take is passed by name, so a loss gets its own defaults
 unless the recipe set the field.
 """
@@ -28,11 +28,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nexrl.algorithms import KL_PENALTIES, agg_loss, rollout_correction
-from nexrl.algorithms.calls import call_policy_loss
-from nexrl.config.sections.algorithm import AlgorithmConfig
+from nexrl.core.config.sections.algorithm import AlgorithmConfig
+from nexrl.core.types.batch import Batch
+from nexrl.trainer.algorithms import KL_PENALTIES, agg_loss, rollout_correction
+from nexrl.trainer.algorithms.calls import call_policy_loss
 from nexrl.trainer.errors import TrainerError
-from nexrl.types.batch import Batch
 
 __all__ = ["correct_rollout", "policy_gradient_loss"]
 

@@ -7,7 +7,7 @@ predict response token ``t``::
     log pi(y_t) = z[P+t-1, y_t] - logsumexp(z[P+t-1, :])     (in float32)
 
 Loss units (what a ``loss_agg_mode`` averages over, see
-``nexrl.algorithms.aggregation``): valid tokens for ``token-mean``, sequences
+``nexrl.trainer.algorithms.aggregation``): valid tokens for ``token-mean``, sequences
 with at least one valid token for the ``seq-mean-*`` modes.
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from nexrl.algorithms import agg_units, entropy_from_logits
-from nexrl.types.batch import Batch
+from nexrl.core.types.batch import Batch
+from nexrl.trainer.algorithms import agg_units, entropy_from_logits
 
 __all__ = [
     "disable_dropout",

@@ -22,15 +22,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexrl.algorithms import ADVANTAGE_ESTIMATORS
-from nexrl.algorithms.value import estimator_takes_values
+from nexrl.core.types.batch import Batch
+from nexrl.trainer.algorithms import ADVANTAGE_ESTIMATORS
+from nexrl.trainer.algorithms.value import estimator_takes_values
 from nexrl.trainer.critic import CHECKPOINT_TAG, Critic
 from nexrl.trainer.engine import TrainingEngine
 from nexrl.trainer.errors import TrainerError
 from nexrl.trainer.grpo import SelfHostedGrpoTrainer
 from nexrl.trainer.step_metrics import timed
 from nexrl.trainer.update import update_policy
-from nexrl.types.batch import Batch
 
 __all__ = ["SelfHostedPpoTrainer"]
 

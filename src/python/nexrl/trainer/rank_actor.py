@@ -12,11 +12,11 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from nexrl.core.util.cpu import cpu_threads
+from nexrl.core.util.net import interface_of, is_loopback, worker_host
 from nexrl.trainer.errors import TrainerGroupError
 from nexrl.trainer.result import StepResult
 from nexrl.trainer.spec import TrainerSpec
-from nexrl.util.cpu import cpu_threads
-from nexrl.util.net import interface_of, is_loopback, worker_host
 
 __all__ = ["RankInfo", "TrainerActor"]
 
@@ -173,6 +173,6 @@ def _gloo_interface() -> None:
 
 
 def _device_uuid(device: Any) -> str | None:
-    from nexrl.weights.handoff.transport import device_uuid
+    from nexrl.core.weights.handoff.transport import device_uuid
 
     return device_uuid(device)

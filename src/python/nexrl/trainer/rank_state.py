@@ -12,13 +12,13 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from nexrl.config.sections.algorithm import AlgorithmConfig
-from nexrl.config.sections.trainer import TrainerConfig
+from nexrl.core.config.sections.algorithm import AlgorithmConfig
+from nexrl.core.config.sections.trainer import TrainerConfig
+from nexrl.core.types.batch import Batch
+from nexrl.core.weights.checkpoint import CheckpointManager
+from nexrl.core.weights.snapshot import PublishedSnapshot, SnapshotPublisher
 from nexrl.trainer.engine import TrainingEngine
 from nexrl.trainer.spec import TrainerSpec
-from nexrl.types.batch import Batch
-from nexrl.weights.checkpoint import CheckpointManager
-from nexrl.weights.snapshot import PublishedSnapshot, SnapshotPublisher
 
 __all__ = ["TrainerRank"]
 

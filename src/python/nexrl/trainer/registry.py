@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nexrl.config.errors import RecipeError
-from nexrl.plugins import load_object, split_spec
-from nexrl.plugins.registry import Registry
+from nexrl.core.config.errors import RecipeError
+from nexrl.core.plugins import load_object, split_spec
+from nexrl.core.plugins.registry import Registry
 from nexrl.trainer.base import SelfHostedTrainer
 from nexrl.trainer.grpo import SelfHostedGrpoTrainer
 from nexrl.trainer.ppo import SelfHostedPpoTrainer

@@ -18,7 +18,7 @@ class StepResult:
         snapshot_path: where that snapshot was written (rank 0; None on the other
             ranks and when nothing was published): weight sync loads it from there.
         handoff: with the weight handoff in memory on (rank 0), the channel's descriptor
-            (``nexrl.weights.handoff``): weight sync copies from it, and the snapshot
+            (``nexrl.core.weights.handoff``): weight sync copies from it, and the snapshot
             at ``snapshot_path`` appears once written behind.
         metrics: the step's measurements (losses, batch statistics, timings).
     """

@@ -17,19 +17,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nexrl.trainer import handoff
-from nexrl.trainer.errors import TrainerError
-from nexrl.trainer.lora import adapter_config, adapter_state_dict
-from nexrl.trainer.rank_state import TrainerRank
-from nexrl.util.logfile import SAID_BY_THE_DRIVER
-from nexrl.weights.checkpoint import CheckpointManager
-from nexrl.weights.handoff import LayoutError, TransportError
-from nexrl.weights.snapshot import (
+from nexrl.core.util.logfile import SAID_BY_THE_DRIVER
+from nexrl.core.weights.checkpoint import CheckpointManager
+from nexrl.core.weights.handoff import LayoutError, TransportError
+from nexrl.core.weights.snapshot import (
     PublishedSnapshot,
     list_snapshots,
     prepare_state_dict,
     verify_snapshot,
 )
+from nexrl.trainer import handoff
+from nexrl.trainer.errors import TrainerError
+from nexrl.trainer.lora import adapter_config, adapter_state_dict
+from nexrl.trainer.rank_state import TrainerRank
 
 __all__ = [
     "checkpoint_due",

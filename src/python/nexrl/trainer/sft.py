@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from nexrl.algorithms import agg_loss
+from nexrl.core.types.batch import Batch
+from nexrl.trainer.algorithms import agg_loss
 from nexrl.trainer.base import SelfHostedTrainer
-from nexrl.types.batch import Batch
 
 __all__ = ["SelfHostedSftTrainer"]
 

@@ -4,7 +4,7 @@ Rows are JSON lines of OpenAI-style conversations (``{"messages": [...],
 "tools": [...]}``, the warm start's format, checked by the same code: a bad row
 stops with ``<field>: <file>:<line>: <what>``). Each is rendered with the
 model's chat template; the label mask is 1 on the assistant turns' tokens only
-(``nexrl.modeling.warm_start.encode_demo``: from after the generation prompt up
+(``nexrl.driver.modeling.warm_start.encode_demo``: from after the generation prompt up
 to and including the turn's stop token).
 
 A conversation ``ids[0..n)`` with mask ``m`` goes into the trainer's layout as a
@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from nexrl.data.errors import DataError
-from nexrl.modeling.warm_start import encode_demo, load_demos
-from nexrl.types.batch import Batch
+from nexrl.core.conversations import encode_demo, load_demos
+from nexrl.core.data.errors import DataError
+from nexrl.core.types.batch import Batch
 
 __all__ = ["Encoded", "SftDataError", "SftDataset", "encode_files", "last_turn", "sft_batch"]
 

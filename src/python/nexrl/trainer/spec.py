@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nexrl.config.sections.algorithm import AlgorithmConfig
-from nexrl.config.sections.trainer import TrainerConfig
+from nexrl.core.config.sections.algorithm import AlgorithmConfig
+from nexrl.core.config.sections.trainer import TrainerConfig
 
 __all__ = ["TrainerSpec"]
 
@@ -65,8 +65,8 @@ class TrainerSpec:
         defaults to ``rollout_worker.max_response_length``). Checkpoints go to
         ``<output_dir>/checkpoints``.
         """
-        from nexrl.algorithms import resolve_algorithm
-        from nexrl.config.schema import typed
+        from nexrl.core.config.schema import typed
+        from nexrl.trainer.algorithms import resolve_algorithm
 
         algorithm = resolve_algorithm(
             typed(cfg.algorithm),

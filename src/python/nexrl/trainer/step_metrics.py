@@ -9,8 +9,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
+from nexrl.core.types.batch import Batch
 from nexrl.trainer.ops import response_valid
-from nexrl.types.batch import Batch
 
 __all__ = ["input_metrics", "stats", "timed"]
 

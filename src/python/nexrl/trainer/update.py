@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from nexrl.core.types.batch import Batch
 from nexrl.trainer.engine import TrainingEngine
 from nexrl.trainer.errors import TrainerError
 from nexrl.trainer.ops import (
@@ -36,7 +37,6 @@ from nexrl.trainer.ops import (
     shard_rows,
 )
 from nexrl.trainer.rank_state import TrainerRank
-from nexrl.types.batch import Batch
 
 __all__ = ["count_nonfinite", "global_log_probs", "update_policy"]
 

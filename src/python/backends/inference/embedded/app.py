@@ -31,7 +31,7 @@ must name it, and the base name gets 404 (a rollout asking for the wrong model
 fails loudly instead of silently sampling the base).
 
 ``token``: every request (``/health`` too) must send ``Authorization: Bearer
-<token>`` or gets 401 (``nexrl.util.auth``). ``snapshot_root``: a reload
+<token>`` or gets 401 (``nexrl.core.util.auth``). ``snapshot_root``: a reload
 accepts only a directory under it (after resolving ``..`` and symlinks),
 anything else gets 403 and the served weights stay as they are.
 """
@@ -63,8 +63,8 @@ from backends.inference.embedded.protocol import (
     UpdateWeightsRequest,
 )
 from backends.inference.embedded.service import InferenceService
-from nexrl.util.adapters import ADAPTER_CONFIG, is_adapter_snapshot
-from nexrl.util.auth import BearerAuth, bearer_key, same_token
+from nexrl.core.util.adapters import ADAPTER_CONFIG, is_adapter_snapshot
+from nexrl.core.util.auth import BearerAuth, bearer_key, same_token
 
 log = logging.getLogger(__name__)
 MAX_BATCH_REQUESTS = 1024

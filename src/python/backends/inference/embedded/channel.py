@@ -6,7 +6,7 @@ Routes (``add_channel_routes``; the embedded API only):
   controller compares with trainer rank 0's to choose the handoff;
 * ``POST /update_weights_from_channel`` ``{"channel": descriptor, "version": N}``:
   copy version N from the trainer's buffer into the served model. The descriptor
-  (``nexrl.weights.handoff.channel``) is sent in full once; the server maps the
+  (``nexrl.core.weights.handoff.channel``) is sent in full once; the server maps the
   buffer then (``open_channel``) and keeps it, so later requests may send
   ``{"id": ...}`` alone (an unknown id gets 409 ``channel_unknown``: send it in full).
 
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from backends.inference.embedded.protocol import POLICY_VERSION_HEADER, OpenAIError
 from backends.inference.embedded.service import InferenceService
 from backends.inference.embedded.weights import SnapshotError, all_finite
-from nexrl.weights.handoff import (
+from nexrl.core.weights.handoff import (
     TRANSPORTS,
     LayoutError,
     OpenedChannel,

@@ -132,7 +132,7 @@ def watch_parent(pid: int, interval_s: float = 1.0) -> threading.Thread:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    from nexrl.util.auth import INFERENCE_TOKEN_ENV, bind_refusal, token_of
+    from nexrl.core.util.auth import INFERENCE_TOKEN_ENV, bind_refusal, token_of
 
     token = token_of(os.environ.get(INFERENCE_TOKEN_ENV))
     refusal = bind_refusal(
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from backends.inference.embedded.app import create_app
     from backends.inference.embedded.service import BatchingConfig, InferenceService
     from backends.inference.embedded.weights import LoadedModel, load_model_dir, resolve_dtype
-    from nexrl.util.net import SERVER_KEEP_ALIVE_S
+    from nexrl.core.util.net import SERVER_KEEP_ALIVE_S
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)

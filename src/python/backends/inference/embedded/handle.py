@@ -20,7 +20,7 @@ filled in: the port is picked free and released just before the start (a
 command cannot take an open socket), the command gets no embedded-server flags,
 and it dies with this process (``PR_SET_PDEATHSIG``) as the embedded server does.
 
-Security (``nexrl.util.auth``): ``api_key`` (a bearer token; ``None``/``"EMPTY"``
+Security (``nexrl.core.util.auth``): ``api_key`` (a bearer token; ``None``/``"EMPTY"``
 = none) reaches the child in its environment (``NEXRL_INFERENCE_TOKEN``, and
 ``VLLM_API_KEY`` for a ``command``: vLLM checks it on its ``/v1`` routes), and
 this handle sends it with its own health checks. A ``host`` beyond loopback
@@ -51,9 +51,9 @@ from backends.inference.embedded.launch import (
     terminate,
     warm_context,
 )
-from nexrl.errors import NexrlError
-from nexrl.runtime.local_service import LocalService
-from nexrl.util.auth import INFERENCE_TOKEN_ENV, bind_refusal, token_of
+from nexrl.core.errors import NexrlError
+from nexrl.core.process.local_service import LocalService
+from nexrl.core.util.auth import INFERENCE_TOKEN_ENV, bind_refusal, token_of
 
 if TYPE_CHECKING:
     # Never imported at run time (the child process runs them); listed so that

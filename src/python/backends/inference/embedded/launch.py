@@ -1,6 +1,6 @@
 """The embedded server's process: spawned (``Popen`` on a thread that lives as long as
 this process, so ``PR_SET_PDEATHSIG`` means "when this process dies") or forked from
-the warm parent (``nexrl.runtime.forkserver``), and terminated with its process group.
+the warm parent (``nexrl.core.process.forkserver``), and terminated with its process group.
 ``EmbeddedServer`` (``handle.py``) decides which and when."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ _LAUNCHER_LOCK = threading.Lock()
 
 
 def warm_context() -> Any:
-    """The warm parent's multiprocessing context, or None (``nexrl.runtime.forkserver``)."""
-    from nexrl.runtime.forkserver import warm_context
+    """The warm parent's multiprocessing context, or None (``nexrl.core.process.forkserver``)."""
+    from nexrl.core.process.forkserver import warm_context
 
     return warm_context()
 
@@ -56,7 +56,7 @@ def spawn(cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
 class ForkedProcess:
     """What ``EmbeddedServer`` uses of ``subprocess.Popen`` (``pid``, ``poll``, ``wait``,
     ``returncode``) for a server forked from the warm parent
-    (``nexrl.runtime.forkserver``): a ``multiprocessing`` process."""
+    (``nexrl.core.process.forkserver``): a ``multiprocessing`` process."""
 
     def __init__(self, process: Any) -> None:
         self._process = process
@@ -96,7 +96,7 @@ def _serve_forked(
     # a spawned server's default: a lock it makes (tqdm's) is not the warm parent's
     # resource tracker's to clean up when the server is stopped
     multiprocessing.set_start_method("fork", force=True)
-    from nexrl.runtime.forkserver import detach_from_warm_parent
+    from nexrl.core.process.forkserver import detach_from_warm_parent
 
     detach_from_warm_parent()  # so that the warm parent exits with the driver
     from backends.inference.embedded.cli import main

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from nexrl.errors import NexrlError
-from nexrl.util.adapters import (
+from nexrl.core.errors import NexrlError
+from nexrl.core.util.adapters import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     adapter_base_model,

@@ -1,3 +1,0 @@
-from nexrl.agent_service.cli import main
-
-raise SystemExit(main())

@@ -1,0 +1,210 @@
+"""A warm parent for a local run's processes: import torch and transformers once.
+
+A run on ``cluster.type: local`` starts three Python processes besides the driver:
+two Dask workers (one hosts the trainer actor) and the embedded inference server.
+Started fresh, the trainer's worker and the server each import torch and
+transformers' model code, ~6 s of CPU each on a 2-core machine, one after the
+other's core is free, while the first seconds of a run (the driver importing,
+checking the recipe, loading data) leave the second core idle.
+
+``start_warm_parent`` starts Python's ``forkserver`` (``multiprocessing``) at the
+start of ``nexrl train`` (``nexrl.driver.cli.train.warm_parent_for``: a recipe that runs on
+a local cluster with ``cluster.warm_parent`` on), with the heavy modules in its
+preload list: it imports them on the idle core while the driver does its own work. Every local Dask worker
+(``distributed.worker.multiprocessing-method: forkserver``, set here) and the
+embedded server (``backends.inference.embedded.launch``, through
+``warm_context``) is then forked from it with those modules already imported.
+Measured on the 2-core VM: docs/benchmarks.md, "Start-up: a warm parent".
+
+What a forked process gets:
+
+* the modules in ``PRELOAD`` imported, no torch threads started and no CUDA
+  context (neither is created by importing; a process forked after either would
+  be unsafe), no other thread of the driver (the forkserver is its own process);
+* the environment the driver had when the warm parent started, plus what Dask's
+  nanny puts into a new worker's environment (``distributed.nanny.pre-spawn-environ``
+  with nexrl's change, ``nexrl.core.process.worker_env``): those variables are set
+  here before the warm parent starts, as the nanny would set them before spawning;
+* the driver's ``sys.path`` (how ``multiprocessing`` starts a forkserver), so
+  recipe files and plugins resolve as in a spawned worker;
+* a session of the warm parent's own (``nexrl.core.process.own_session``, first in the
+  preload): a Ctrl-C in the terminal reaches the driver only.
+
+The warm parent exits when the driver does (``multiprocessing`` closes its pipe);
+the embedded server forked from it watches it (``--parent-pid``) and exits too.
+Only a local cluster uses it: on Slurm, Kubernetes or ``cluster.type: address``
+the workers are started by their jobs. ``cluster.warm_parent: false`` turns it off
+(every process spawned fresh, as before). In ``ps`` the forked processes show the
+warm parent's command line (``python -c from multiprocessing.forkserver import
+main ...``); ``<run>/cluster.json`` and the log lines name their pids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nexrl.core.process.own_session import OWN_SESSION_VAR
+
+__all__ = [
+    "PRELOAD",
+    "start_warm_parent",
+    "stop_warm_parent",
+    "warm_context",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Imported once in the warm parent; every process forked from it has them.
+#: ``transformers.modeling_utils`` is the bulk of any HF model's import (the
+#: architecture's own module adds little); no backend (DeepSpeed) here, so that
+#: importing one never happens before the recipe names it.
+PRELOAD: tuple[str, ...] = (
+    "nexrl.core.process.own_session",  # first: out of the terminal's session (Ctrl-C)
+    "distributed",
+    "torch",
+    "transformers.modeling_utils",
+    "transformers.models.qwen2.modeling_qwen2",
+    "openai",
+)
+
+_context: Any = None  # the forkserver context once started by this process
+_method_before = "spawn"  # Dask's multiprocessing method before start_warm_parent
+_pid: int | None = None  # the warm parent's (multiprocessing starts another if it dies)
+
+
+def _worker_environ() -> dict[str, str]:
+    """The variables Dask's nanny sets before it starts a worker (its
+    ``pre-spawn-environ`` after nexrl's change, and the hash seed it pins)."""
+    import dask.config
+
+    raw = dask.config.get("distributed.nanny.pre-spawn-environ") or {}
+    env = {str(k): str(v) for k, v in raw.items() if v is not None}
+    if env.get("PYTHONHASHSEED") in (None, "0"):
+        env["PYTHONHASHSEED"] = "6640"  # Dask's own choice, so workers hash alike
+    env[OWN_SESSION_VAR] = "1"  # read (and removed) by the first preload module
+    return env
+
+
+def start_warm_parent(preload: Sequence[str] = PRELOAD) -> bool:
+    """Start the warm parent (once per process) and make local Dask workers fork from
+    it; False (and nothing changed) where it cannot start."""
+    global _context
+    if _context is not None:
+        return True
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    import dask.config
+
+    from nexrl.core.process.worker_env import apply_in_driver
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    apply_in_driver()
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(preload))
+    saved = dict(os.environ)
+    os.environ.update(_worker_environ())  # what the warm parent starts with, not this process
+    try:
+        forkserver.ensure_running()
+    except OSError as exc:
+        logger.warning("warm parent not started (%s): processes start fresh", exc)
+        return False
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    global _method_before, _pid
+    _method_before = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
+    dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
+    _keep_our_preload()
+    _context = ctx
+    _pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    return True
+
+
+def _keep_our_preload() -> None:
+    """Dask, on its first use of a forkserver context, imports numpy, pandas and the
+    rest of its packages in *this* process to preload them (``get_mp_context``): here
+    the warm parent is already running with ours, so that would only cost the driver."""
+    try:
+        import distributed.utils as dask_utils
+
+        if hasattr(dask_utils, "_forkserver_preload_set"):
+            dask_utils._forkserver_preload_set = True
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        pass
+
+
+def warm_context() -> Any:
+    """The ``multiprocessing`` forkserver context when this process started the warm
+    parent, else None."""
+    return _context
+
+
+def warm_parent_lost() -> str:
+    """A clause for a run's error line when the warm parent this process started has
+    died (killed, out of memory): the workers and the server forked from it end with
+    it, so the rank or server the error names is not the cause. "" otherwise."""
+    pid = _pid
+    if _context is None or not pid:
+        return ""
+    try:  # our child: once dead it is a zombie until reaped, so read its state
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        state = "gone"
+    if state not in ("Z", "X", "gone"):
+        return ""
+    return (
+        f"; the warm parent (pid {pid}) that this run's local workers and inference server "
+        "fork from had died (killed? out of memory?) and took them with it "
+        "(cluster.warm_parent=false starts each process on its own)"
+    )
+
+
+def stop_warm_parent() -> None:
+    """Stop the warm parent this process started, when the recipe's check failed or the
+    run is over: it may still be importing, so it is killed, not asked (a forked
+    process it started is not its to wait for: the workers close with the cluster, the
+    server with its supervisor)."""
+    global _context, _pid
+    if _context is None:
+        return
+    from multiprocessing import forkserver
+
+    import dask.config
+
+    server: Any = forkserver._forkserver  # private: Python has no public stop
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid:
+        import signal
+
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        server._stop()  # reaps it and forgets it: a later start begins afresh
+    dask.config.set({"distributed.worker.multiprocessing-method": _method_before})
+    _context = None
+    _pid = None
+
+
+def detach_from_warm_parent() -> None:
+    """In a process forked from the warm parent that outlives what it serves (the
+    embedded server): give up its copy of the warm parent's "alive" pipe.
+    ``multiprocessing`` hands that pipe to every forked child (so that the child may
+    start processes through the same warm parent), and the warm parent exits only
+    once no process holds it; the server exits when its parent, the warm parent, is
+    gone (``--parent-pid``), so holding the pipe would keep both alive after the
+    driver was killed."""
+    from multiprocessing import forkserver
+
+    server: Any = forkserver._forkserver  # private: Python has no public stop
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = None

@@ -1,0 +1,445 @@
+"""``Controller``: the RL loop on Dask.
+
+One step::
+
+    top up rollouts   data loader -> rollout + evaluator futures -> zarr pool
+    wait for a batch  pool.get_batch(): whole groups, exactly once
+    train             trainer actors (DeepSpeed) on the batch file; snapshot vN
+    sync weights      inference reloads vN from the path the step reported
+                      (how: ``nexrl.driver.controller.sync``)
+    validate / checkpoint / log every N steps
+
+While the trainer runs, the controller keeps servicing rollouts (harvests
+results, counts failures, restarts a dead inference server, and in the async
+modes dispatches more). Which groups go out (top-up, retry, skip) and which
+come back to be trained (dedup) is the ``RolloutScheduler``'s business
+(``nexrl.driver.controller.scheduler``). A trainer step returns a typed
+``StepResult`` (counters, the published snapshot's path, metrics); the step's
+metrics row is built from it.
+
+Dynamic sampling (``algorithm.filter_zero_variance_groups``): the pool drops
+groups whose rewards are all equal (counted, never trained), so the top-up
+rolls out replacements and a batch still holds ``batch_size`` informative
+trajectories. Once ``algorithm.max_extra_sampling_rounds`` rounds' worth of
+groups (``groups_per_batch`` each) were filtered for one step, the step takes
+what is ready (a short batch, at least one group) and says so (a warning and
+``filter/short_batch``). Every wait is bounded; Ctrl-C (SIGINT) or SIGTERM
+stops at the next safe point, checkpoints and shuts everything down.
+
+This module is the step loop; each job it does lives in a module of its own
+(``harvest``, ``sampling``, ``report``, ``reload``, ``validation``, ``checkpoints``,
+``resume``, ``watch``, ``signals``, ``diagnostics``), which ``Controller`` composes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from nexrl.core.util.heap import trim_heap
+from nexrl.driver.controller.build import build_components
+from nexrl.driver.controller.checkpoints import save_checkpoint
+from nexrl.driver.controller.diagnostics import StopDiagnosis
+from nexrl.driver.controller.disk_watch import DiskWatch
+from nexrl.driver.controller.driver_log import DETAILS_LOGGER
+from nexrl.driver.controller.errors import ControllerError, RunResult
+from nexrl.driver.controller.evaluator_stats import EvaluatorFailurePolicy
+from nexrl.driver.controller.harvest import HarvestRecorder
+from nexrl.driver.controller.reload import WeightSyncError, sync_weights
+from nexrl.driver.controller.report import (
+    counter_metrics,
+    filter_row,
+    step_row,
+    timed,
+    warn_skipped_update,
+)
+from nexrl.driver.controller.resume import finished_run, restore_state, say_resumed
+from nexrl.driver.controller.sampling import FilterCount
+from nexrl.driver.controller.scheduler import RolloutScheduler
+from nexrl.driver.controller.signals import StopSignals
+from nexrl.driver.controller.validation import validate
+from nexrl.driver.controller.watch import ClusterWatch, scheduler_gone
+from nexrl.driver.metrics.learning_signal import LearningSignalWatch
+from nexrl.driver.recipe import Recipe
+from nexrl.trainer.heartbeats import QuietNotice
+
+if TYPE_CHECKING:
+    from nexrl.driver.controller.components import Components
+    from nexrl.trainer.result import StepResult
+
+__all__ = ["Controller", "ControllerError", "RunResult"]
+
+logger = logging.getLogger(__name__)
+POLL_S = 0.05
+TRIM_EVERY = 100  # steps between two malloc_trim calls in the driver (~ms each)
+
+
+class Controller:
+    """Drives one run of a recipe (see the module doc)."""
+
+    def __init__(self, recipe: Recipe, *, progress: bool | None = None) -> None:
+        self.recipe = recipe
+        self.cfg = recipe.cfg
+        self.show_progress = progress
+        self.components: Components | None = None  # built by run()
+        self.step = 0
+        self.version = 0
+        self.signals = StopSignals()  # Ctrl-C, SIGTERM: stop_reason
+        self.summary: str | None = None  # the end-of-run summary, once written
+        self.counters: dict[str, float] = {
+            "failed_groups": 0,
+            "duplicate_trajectories_dropped": 0,
+            "delivered_trajectories": 0,
+            "evaluator_errors": 0,
+            "rows_not_evaluated": 0,  # data rows whose every sample had an evaluator error
+            "groups_rolled_out": 0,
+            "inference_restarts": 0,
+            "retried_groups": 0,
+            "retry_backoff_s": 0.0,
+            "workers_lost": 0,
+        }
+        rm = self.cfg.runtime_monitor
+        self.scheduler = RolloutScheduler(
+            self.counters,
+            task_retries=int(self.cfg.rollout_worker.task_retries),
+            max_in_flight=int(self.cfg.rollout_worker.max_groups_in_flight),
+            retry_backoff_s=float(self.cfg.rollout_worker.retry_backoff_s),
+            retry_backoff_max_s=float(self.cfg.rollout_worker.retry_backoff_max_s),
+        )
+        self.watch = ClusterWatch(self.counters, float(rm.health_check_interval_s))
+        self.harvest = HarvestRecorder(
+            self.scheduler, self.counters, self.watch, int(rm.max_task_failures)
+        )
+        # dynamic sampling's filtered groups, counted from the first batch (run())
+        self.filtered = FilterCount(int(self.cfg.algorithm.max_extra_sampling_rounds))
+        self._last_ckpt_step = -1
+        self._target = 1  # groups running or in the pool to aim for (set with the parts)
+        self.disk: DiskWatch | None = None  # made with the run's folders (_watch_disk)
+        self._first_step = 0  # the step this command started at (set by _loop)
+        self.evaluator_policy = EvaluatorFailurePolicy(
+            int(self.cfg.rollout_worker.max_evaluator_error_steps),
+            str(OmegaConf.select(self.cfg, "rollout_worker.evaluator", default="none")),
+        )
+        self.signal_watch = LearningSignalWatch(decode=self._decode)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The signal that asked the run to stop (None: none yet)."""
+        return self.signals.reason
+
+    @stop_reason.setter
+    def stop_reason(self, reason: str | None) -> None:
+        self.signals.reason = reason
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        """Token ids as text (the run's tokenizer), for the learning-signal warnings."""
+        return str(self.parts.tokenizer.decode(ids))
+
+    @property
+    def parts(self) -> Components:
+        """The running components (``run`` builds them)."""
+        assert self.components is not None, "Controller.run() builds the components"
+        return self.components
+
+    # -- entry ------------------------------------------------------------------
+    def run(self) -> RunResult:
+        from nexrl.trainer.errors import TrainerGroupError
+
+        self.signals.install()
+        try:
+            if (
+                str(self.cfg.get("mode", "rl")) == "sft"
+            ):  # no rollouts (nexrl.driver.controller.sft)
+                from nexrl.driver.controller.sft import SftRun
+
+                steps, out, summary = SftRun(
+                    self.recipe,
+                    progress=self.show_progress,
+                    should_stop=lambda: self.stop_reason is not None,
+                ).run()
+                return RunResult(steps, out, self.stop_reason, summary)
+            done = finished_run(self.cfg)
+            if done is not None:
+                self.summary = done.summary
+                return done
+            self.components = build_components(
+                self.recipe,
+                progress=self.show_progress,
+                should_stop=lambda: self.stop_reason is not None,
+            )
+            parts = self.components
+            self.watch.subscribe(parts.cluster)
+            self._target = parts.groups_per_batch * parts.sync_policy.batches_dispatched
+            self.scheduler.target = self._target
+            self.scheduler.hold_for_retries = parts.sync_policy.retries_hold_their_place
+            try:
+                self._resume()
+                self.filtered.start(parts.pool)
+                return self._loop()
+            except Exception as exc:
+                message = self._diagnosis().message_for(exc, TrainerGroupError)
+                if message is None:
+                    raise
+                # the traceback for logs/driver.log; the terminal gets the one line
+                logging.getLogger(DETAILS_LOGGER).error("%s", message, exc_info=exc)
+                raise ControllerError(message) from exc
+        finally:
+            self.signals.restore()
+            if self.components is not None:
+                with contextlib.suppress(Exception):  # no events to a client that closes
+                    self.components.cluster.client.unsubscribe_topic("all")
+                self.components.close()
+                if self.summary is not None:  # last, after what shutting down printed
+                    self.components.progress.write(self.summary)
+
+    def _resume(self) -> None:
+        parts = self.parts
+        info = parts.trainer.setup_info()[0]
+        self.step = int(info["global_step"] or 0)
+        self.version = int(info["policy_version"] or 0)
+        state = restore_state(parts, self.cfg, info, self.counters, self.scheduler, self.step)
+        if state is None:  # a fresh run
+            return
+        self._last_ckpt_step = self.step
+        skipped = len(self.scheduler.skip)
+        say_resumed(parts, self.cfg, info, state, self.step, self.version, skipped)
+
+    def _diagnosis(self) -> StopDiagnosis:
+        """What a stop's message says: this step, the last checkpoint."""
+        return StopDiagnosis(self.parts, self.step, self._last_ckpt_step)
+
+    # -- the loop ---------------------------------------------------------------
+    def _loop(self) -> RunResult:
+        parts = self.parts
+        total = int(self.cfg.trainer.total_train_steps)
+        self._first_step = self.step
+        parts.progress.write(f"nexrl: run folder {parts.run.root}")
+        parts.progress.write(f"nexrl: Dask dashboard {parts.cluster.dashboard_link}")
+        jobs = parts.cluster.job_ids()
+        if jobs:
+            listed = ", ".join(f"{role} {' '.join(ids)}" for role, ids in jobs.items())
+            parts.progress.write(f"nexrl: Slurm jobs: {listed} (all cancelled when the run ends)")
+        if parts.dashboard_url:
+            parts.progress.write(f"nexrl: run page {parts.dashboard_url}")
+        if self.step == 0 and self.cfg.validate.validate_before_train and parts.val_groups:
+            parts.tracker.log(0, self._validate())
+        while self.step < total and self.stop_reason is None:
+            row = self._train_one_step()
+            if row is None:
+                break
+            parts.tracker.log(self.step, row)
+            parts.progress.update(self.step, row)
+            self._watch_disk()
+            if self.step % TRIM_EVERY == 0:
+                trim_heap()  # the driver's RSS crept up without it (nexrl.core.util.heap)
+            if parts.plot_every and self.step % parts.plot_every == 0:
+                parts.plot_in_background()
+        every = int(self.cfg.validate.every)
+        if (
+            parts.val_groups
+            and every
+            and self.step > 0
+            and self.step % every
+            and self.step < total  # the last step's row holds it (_train_one_step)
+            and self.stop_reason is None
+        ):
+            parts.tracker.log(self.step, self._validate())  # stopped early: no batch came
+        if self.step > self._last_ckpt_step and self.step > 0:
+            self._checkpoint()
+        if self.watch.changed:
+            parts.record_cluster()
+        summary = self.summary = parts.finish()  # printed by run() once all is closed
+        logging.getLogger(DETAILS_LOGGER).info("%s", summary)  # logs/driver.log has it too
+        failed = self.evaluator_policy.check_finished()
+        if failed is not None:
+            raise ControllerError(failed)
+        return RunResult(self.step, parts.run.root, self.stop_reason, summary)
+
+    def _train_one_step(self) -> dict[str, Any] | None:
+        parts = self.parts
+        t0 = time.perf_counter()
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return None
+            self.counters["delivered_trajectories"] += len(batch)
+            keep = self.scheduler.first_copy_index(batch)
+            if len(keep):
+                break  # (a batch holding only second copies is skipped whole)
+        t_batch = time.perf_counter()
+        filtered = self.filtered.take(parts.pool)
+        from nexrl.core.types.batch import Batch
+        from nexrl.trainer.batch_io import save_batch
+
+        # commit order depends on timing; (group, run) order makes a seeded run repeatable
+        cols = batch.columns
+        keep = keep[np.lexsort((cols.run_id[keep], cols.group_id[keep]))]
+        trained = cols.take(keep)  # the pool's columns, straight into the trainer's Batch
+        path = parts.run.batches / f"step_{self.step + 1}.pt"
+        save_batch(Batch.from_columns(trained, parts.pad_token_id), path)
+        version_before = self.version
+        pending = parts.trainer.start("step", str(path))  # TrainerGroupError: see run()
+        notice = QuietNotice(float(self.cfg.runtime_monitor.wait_notice_s))
+        while not pending.done():
+            if time.monotonic() > pending.deadline:
+                raise ControllerError(
+                    f"trainer: train_step {self.step + 1} still running after "
+                    f"{parts.trainer.timeout_s:g}s (a hung rank?); see logs/driver.log"
+                )
+            self._service(dispatch=parts.sync_policy.dispatch_while_training, training=True)
+            line = notice.line(self.step + 1, parts.trainer.heartbeats)
+            if line:
+                parts.progress.warn(line)
+            pending.wait(POLL_S)  # returns the moment the step is done (or a rank is silent)
+        result: StepResult = pending.result()[0]  # rank 0's: it holds the snapshot path
+        path.unlink(missing_ok=True)
+        t_train = time.perf_counter()
+        self.step = result.global_step
+        self.version = result.policy_version
+        row = step_row(parts, self.counters, batch, trained, result, self.version, version_before)
+        warn_skipped_update(parts, row, self.step, self.cfg)
+        for line in self.signal_watch.observe(self.step, trained, row):
+            parts.progress.warn(line)
+        if parts.pool.config.filter_zero_variance:
+            row.update(filter_row(trained, filtered, self.step, parts.groups_per_batch, self.cfg))
+        parts.record_samples(self.step, trained)
+        stop = self.evaluator_policy.observe(trained)
+        if stop is not None:
+            parts.tracker.log(self.step, row)  # the step trained: its row is kept
+            raise ControllerError(stop)
+        if result.published_version is not None:
+            timeout_s = float(self.cfg.runtime_monitor.task_timeout_s)
+            try:
+                row.update(
+                    sync_weights(
+                        parts, result, self.step, self.version, self.harvest, self.watch, timeout_s
+                    )
+                )
+            except WeightSyncError as exc:  # the step trained: keep it, resume from it
+                self._checkpoint(row)
+                parts.tracker.log(self.step, row)
+                raise ControllerError(
+                    f"{exc}; step {self.step} trained and is checkpointed: run the same "
+                    "command again to resume from it (inference starts on its weights)"
+                ) from exc
+        t_sync = time.perf_counter()
+        every = int(self.cfg.validate.every)
+        # the final policy is always validated, in the last step's row (one row per step)
+        last = self.step == int(self.cfg.trainer.total_train_steps) and self.stop_reason is None
+        if parts.val_groups and every and (self.step % every == 0 or last):
+            row.update(self._validate())
+        row.update(
+            {
+                "timing/wait_batch": t_batch - t0,
+                "timing/train": t_train - t_batch,
+                "timing/weight_sync": t_sync - t_train,
+            }
+        )
+        save_every = int(self.cfg.trainer.save_every)
+        if save_every and self.step % save_every == 0:
+            t = time.perf_counter()
+            timed(row, t0, len(trained), t)
+            self._checkpoint(row)  # carries the row: a kill before it is logged loses nothing
+            row["timing/checkpoint"] = time.perf_counter() - t
+        row.update(counter_metrics(parts, self.counters))  # with what the sync counted
+        timed(row, t0, len(trained), time.perf_counter())
+        return row
+
+    def _next_batch(self) -> Any:
+        """Top up rollouts and wait until the pool hands out a batch; None when the
+        data is exhausted or a stop was asked for."""
+        parts = self.parts
+        started = said = time.monotonic()
+        notice_s = float(self.cfg.runtime_monitor.wait_notice_s)
+        while self.stop_reason is None:
+            self._service(dispatch=True)
+            if time.monotonic() - said >= notice_s:
+                said = time.monotonic()
+                self._say_waiting(said - started)
+            quiet = self.scheduler.idle(parts.dispatcher)
+            batch = parts.pool.get_batch(
+                current_version=self.version,
+                loaded_batch_finished=quiet,
+                min_trajectories=self.filtered.short_batch_floor(parts),
+            )
+            if batch is not None:
+                return batch
+            self.filtered.check_not_all_filtered(parts, self.step, self._first_step)
+            if quiet and self.scheduler.loader_done:
+                logger.info("data exhausted (data.total_epochs) and the pool has no full batch")
+                return None
+            parts.dispatcher.wait_any(0.2)
+        return None
+
+    def _say_waiting(self, waited: float) -> None:
+        """One line for a step whose batch is long in coming (a slow or hung evaluator
+        or server), so a stalled terminal says what it waits for and what ends it."""
+        parts = self.parts
+        stats = parts.pool.stats()
+        timeout = float(self.cfg.runtime_monitor.task_timeout_s)
+        parts.progress.write(
+            f"step {self.step + 1}: waiting {waited:.0f}s for a batch: "
+            f"{parts.dispatcher.running_trajectories('train')} trajectories in flight, "
+            f"{stats.ready} of {int(self.cfg.trajectory_pool.batch_size)} ready in the pool"
+            + (
+                f", {self.filtered.since_mark(parts.pool)} groups filtered as "
+                "zero-variance (dynamic sampling)"
+                if parts.pool.config.filter_zero_variance
+                else ""
+            )
+            + "; a rollout or evaluator task running past runtime_monitor.task_timeout_s="
+            f"{timeout:g} is cancelled and retried"
+        )
+
+    def _service(self, dispatch: bool, training: bool = False) -> None:
+        """Harvest finished rollouts, count failures, watch inference, top up: no more
+        groups than the steps left need (``training``: the next step's batch is training
+        now), so the last step is not followed by rollouts nobody trains."""
+        parts = self.parts
+        if scheduler_gone(parts.cluster):
+            raise ControllerError(self._diagnosis().scheduler_lost())
+        # a stopped trainer worker also holds rollout tasks (a service: nothing to check)
+        parts.trainer.check_heartbeats(f"worker (step {self.step + 1})")
+        self.harvest.record(parts.dispatcher.harvest(), parts)
+        self.watch.health_check(parts)
+        if dispatch:
+            left = int(self.cfg.trainer.total_train_steps) - self.step - int(training)
+            self.scheduler.target = min(self._target, max(0, left) * parts.groups_per_batch)
+            self.scheduler.top_up(parts.dispatcher, parts.loader, parts.pending_groups)
+
+    # -- validation and checkpoints ---------------------------------------------
+    def _validate(self) -> dict[str, float]:
+        def service() -> None:
+            self._service(dispatch=False)
+
+        return validate(self.parts, self.cfg, self.step, self.harvest, service)
+
+    def _watch_disk(self) -> None:
+        """After a step: warn of a disk filling up; below its floor, checkpoint (the
+        floor is its room) and stop (``nexrl.driver.controller.disk_watch``)."""
+        if self.disk is None:
+            rm = self.cfg.runtime_monitor
+            self.disk = DiskWatch(
+                self._diagnosis().written_folders(),
+                min_free_gb=float(rm.min_free_disk_gb),
+                warn_hours=float(rm.disk_warn_hours),
+            )
+        to_go = int(self.cfg.trainer.total_train_steps) - self.step
+        warning, stop = self.disk.observe(self.step, to_go)
+        if warning:
+            self.parts.progress.warn(warning)
+        if stop:
+            if self.step > self._last_ckpt_step:
+                self._checkpoint()
+            raise ControllerError(f"{stop} {self._diagnosis().resume_hint()}")
+
+    def _checkpoint(self, row: dict[str, Any] | None = None) -> None:
+        """A trainer checkpoint at this step (``row``: see ``save_checkpoint``)."""
+        save_checkpoint(self.parts, self.scheduler, self.counters, self.step, row)
+        self._last_ckpt_step = self.step

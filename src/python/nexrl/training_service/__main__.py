@@ -1,3 +1,0 @@
-from nexrl.training_service.cli import main
-
-raise SystemExit(main())
