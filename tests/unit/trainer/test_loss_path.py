@@ -295,11 +295,13 @@ def test_recipe_mistakes_in_the_algorithm_section_are_named() -> None:
     assert "algorithm.rollout_correction.mode: unknown mode 'tsi'" in text
 
 
-def test_old_tis_keys_still_work() -> None:
-    recipe = load_recipe_checked(
-        "recipes/max_digit/max_digit_tiny.yaml",
-        ["+algorithm.off_policy_correction=tis", "+algorithm.tis_max_ratio=3.0"],
-    )
-    rc = recipe.cfg.algorithm.rollout_correction
-    assert (rc.mode, rc.threshold) == ("tis", 3.0)
-    assert any("algorithm.rollout_correction.mode" in d for d in recipe.deprecations)
+def test_a_key_this_project_renamed_before_release_is_an_unknown_key() -> None:
+    """``algorithm.off_policy_correction`` was this project's own name for
+    ``rollout_correction.mode``, never released: it is not migrated but refused."""
+    from nexrl.core.config.errors import RecipeError
+
+    with pytest.raises(RecipeError) as info:
+        load_recipe_checked(
+            "recipes/max_digit/max_digit_tiny.yaml", ["+algorithm.off_policy_correction=tis"]
+        )
+    assert "algorithm.off_policy_correction" in info.value.render()

@@ -29,7 +29,8 @@ __all__ = ["MERGED", "RENAMED", "SPEC", "Migration", "migrate", "new_key_of"]
 
 SPEC = "'path/to/file.py:ClassName', file and class in one value"
 
-# Old key -> new key, value unchanged.
+# Old key -> new key, value unchanged. Only NexRL's own documented keys: keys this
+# project introduced and later renamed were never released and are not kept.
 RENAMED: dict[str, str] = {
     "data.rollout_repeat_n": "rollout_worker.group_size",
     "trajectory_pool.group_size": "rollout_worker.group_size",
@@ -37,12 +38,6 @@ RENAMED: dict[str, str] = {
     "rollout_worker.num_workers": "rollout_worker.max_groups_in_flight",
     "trainer.save_freq": "trainer.save_every",
     "validate.freq": "validate.every",
-    "cluster.slurm.cores": "cluster.slurm.rollout.cores",
-    "cluster.slurm.memory": "cluster.slurm.rollout.memory",
-    "cluster.slurm.gpus_per_job": "cluster.slurm.rollout.gpus",
-    "cluster.slurm.n_jobs": "cluster.slurm.rollout.jobs",
-    "algorithm.off_policy_correction": "algorithm.rollout_correction.mode",
-    "algorithm.tis_max_ratio": "algorithm.rollout_correction.threshold",
 }
 
 # New key ('file.py:Class') -> (old file-or-module key, old class-name key).
