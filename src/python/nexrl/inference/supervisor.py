@@ -36,38 +36,19 @@ their requests. The embedded server is told ``snapshot_root`` (the run's
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from nexrl.core.config.sections.runtime import InferenceServiceConfig
-from nexrl.core.errors import NexrlError
-from nexrl.core.util.adapters import adapter_base_model, is_adapter_snapshot
 from nexrl.core.util.auth import token_of
-from nexrl.core.util.logfile import DETAILS_LOGGER, NO_ROTATION, LogRotation, rotate_copytruncate
-from nexrl.inference.start_failure import log_since, start_failure
+from nexrl.core.util.logfile import NO_ROTATION, LogRotation, rotate_copytruncate
+from nexrl.inference.launch import ServiceError, cpu_threads_args, launch, what_runs
 
 __all__ = ["InferenceSupervisor", "ServiceError"]
 
 logger = logging.getLogger(__name__)
-
-
-class ServiceError(RuntimeError, NexrlError):
-    """The inference service could not be started, reached or reloaded."""
-
-
-def _cpu_threads_args(configured: int) -> list[str]:
-    """On a machine without CUDA the server gets ``configured`` threads, or by default
-    the cores the trainer leaves it (``nexrl.core.util.cpu.cpu_threads``: half of them)."""
-    import torch
-
-    from nexrl.core.util.cpu import cpu_threads
-
-    if torch.cuda.is_available():
-        return []
-    return ["--torch-threads", str(cpu_threads(1, configured))]
 
 
 class InferenceSupervisor:
@@ -146,60 +127,22 @@ class InferenceSupervisor:
             from nexrl.inference.reload import INFERENCE_SERVERS, LOCAL_SERVER
 
             factory = INFERENCE_SERVERS.get(LOCAL_SERVER)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.config
-        model = self.model_path or ""
-        adapter = bool(cfg.command) and bool(model) and is_adapter_snapshot(model)
-        if cfg.command:  # the user's engine: its own flags only
-            command: dict[str, Any] = {"command": str(cfg.command), "extra_args": []}
-            env: dict[str, str] = {}
-            if cfg.backend == "vllm":  # the /collective_rpc, /pause, /resume reloads use
-                env["VLLM_SERVER_DEV_MODE"] = os.environ.get("VLLM_SERVER_DEV_MODE", "1")
-            if self.lora_name:
-                env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-            if env:
-                command["env"] = env
-            if adapter:  # an engine that loads adapters by name starts on their base
-                try:
-                    model = adapter_base_model(model)
-                except ValueError as exc:
-                    raise ServiceError(f"cannot start on the adapter snapshot: {exc}") from None
-        else:
-            command = {"extra_args": self._embedded_args()}
-        server = factory(
-            model,
-            host=str(cfg.host),
-            api_key=self.token,
-            snapshot_root=None if self.snapshot_root is None else str(self.snapshot_root.resolve()),
-            served_model_name=cfg.served_model_name,
-            startup_timeout_s=cfg.startup_timeout_s,
-            log_path=self.log_dir / "inference.log",
-            **command,
+        server, on_base = launch(
+            factory,
+            cfg,
+            self.model_path or "",
+            embedded_args=[] if cfg.command else self._embedded_args(),
+            token=self.token,
+            snapshot_root=self.snapshot_root,
+            log_dir=self.log_dir,
+            lora_name=self.lora_name,
         )
-        what = f"'{cfg.command}'" if cfg.command else "the embedded inference server"
-        log = self.log_dir / "inference.log"
-        written = log.stat().st_size if log.exists() else 0  # earlier servers' lines
-        try:
-            server.start()
-        except Exception as exc:
-            if getattr(exc, "timed_out", False):  # still starting: slow, not broken
-                lines = [line for line in log_since(log, written).splitlines() if line.strip()]
-                last = lines[-1].strip() if lines else ""
-                raise ServiceError(
-                    f"{what} was still starting after {cfg.startup_timeout_s:g}s "
-                    "(service.inference_service.startup_timeout_s): it was stopped; raise the "
-                    f"setting if the engine is only slow to start (log: {log}"
-                    + (f", last line: {last[:300]!r})" if last else ")")
-                ) from exc
-            # the log's tail for logs/driver.log; the terminal gets one line
-            logging.getLogger(DETAILS_LOGGER).error("inference: %s did not start: %s", what, exc)
-            raise ServiceError(
-                f"{what} did not start: {start_failure(exc, log, written)} (log: {log})"
-            ) from exc
         self.server = server
         self._urls = [server.base_url]
         self._close_adapter()
-        if adapter:
+        what = what_runs(cfg)
+        if on_base:
             try:
                 self._adapter_for().reload(str(self.model_path), self.version)
             except Exception as exc:
@@ -236,7 +179,7 @@ class InferenceSupervisor:
             "--kv-cache-gib",
             str(cfg.kv_cache_gib),
             *([] if cfg.cuda_graphs else ["--no-cuda-graphs"]),
-            *_cpu_threads_args(cfg.cpu_threads),
+            *cpu_threads_args(cfg.cpu_threads),
         ]
 
     @property
