@@ -49,3 +49,41 @@ def test_every_component_registers_its_checks() -> None:
         "driver.modeling",
     } <= components
     assert {m.__name__ for m in CHECK_MODULES} >= {f"nexrl.{c}.checks" for c in components}
+
+
+# Modules that read the recipe itself, at recipe time, in the driver: each component's
+# registered checks (any checks.py) and the --check dry run of the task code. The
+# processes get typed specs. (An import is what this sees: a module handed the recipe
+# as ``Any``, as ``TrainerSpec.from_recipe`` is, is not caught.)
+SRC = CONFIG.parent.parent
+RECIPE_TIME = {"rollout/worker/dry_run.py"}
+
+
+def _imports_omegaconf(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        if any(n.split(".")[0] == "omegaconf" for n in names):
+            return True
+    return False
+
+
+def test_the_recipe_stays_in_the_driver_and_the_recipe_time_modules() -> None:
+    """``DictConfig`` (omegaconf) is imported only by the driver, the schema, the
+    components' checks and the dry run."""
+    readers = {
+        path.relative_to(SRC).as_posix() for path in SRC.rglob("*.py") if _imports_omegaconf(path)
+    }
+    assert readers & RECIPE_TIME == RECIPE_TIME  # the list is not stale
+    wrong = sorted(
+        rel
+        for rel in readers
+        if not rel.startswith(("driver/", "core/config/"))
+        and not rel.endswith("/checks.py")
+        and rel not in RECIPE_TIME
+    )
+    assert not wrong, f"modules outside the driver that read the recipe: {wrong}"
