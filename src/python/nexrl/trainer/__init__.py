@@ -8,8 +8,9 @@ Importing this package imports nothing heavy: each name below loads its module
 (``backends.trainer.<trainer.backend>_engine``) is imported when a trainer is built.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nexrl.core.util.lazy import lazy_names
 
 if TYPE_CHECKING:
     from nexrl.trainer.actor import RankInfo, TrainerActor, TrainerGroup, TrainerGroupError
@@ -57,13 +58,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOME)
 
 
 __all__ = [

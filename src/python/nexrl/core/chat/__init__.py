@@ -7,8 +7,9 @@ service's own side (start, health checks, reloads, restarts) is the
 ``nexrl.inference`` wing.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nexrl.core.util.lazy import lazy_names
 
 if TYPE_CHECKING:
     from nexrl.core.chat.balance import RoundRobin, normalize_base_url, normalize_base_urls
@@ -36,13 +37,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOME)
 
 
 __all__ = [

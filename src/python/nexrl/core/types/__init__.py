@@ -4,9 +4,10 @@
 processes that only handle trajectories never pay for importing torch.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nexrl.core.types.trajectory import Trajectory, TrajectoryError
+from nexrl.core.util.lazy import lazy_names
 
 if TYPE_CHECKING:
     from nexrl.core.types.batch import Batch, BatchError
@@ -14,9 +15,4 @@ if TYPE_CHECKING:
 __all__ = ["Batch", "BatchError", "Trajectory", "TrajectoryError"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("Batch", "BatchError"):
-        from nexrl.core.types import batch
-
-        return getattr(batch, name)
-    raise AttributeError(f"module 'nexrl.core.types' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, {"Batch": "batch", "BatchError": "batch"})

@@ -16,7 +16,9 @@ composes a recipe first, without them, to see what it starts
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nexrl.core.util.lazy import lazy_names
 
 if TYPE_CHECKING:
     from nexrl.driver.recipe.load import Recipe, load_recipe_checked
@@ -24,9 +26,4 @@ if TYPE_CHECKING:
 __all__ = ["Recipe", "load_recipe_checked"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from nexrl.driver.recipe import load
-
-        return getattr(load, name)
-    raise AttributeError(f"module 'nexrl.driver.recipe' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, {"Recipe": "load", "load_recipe_checked": "load"})

@@ -13,8 +13,9 @@ listed in ``nexrl.rollout.worker.base``. The worker classes are imported on firs
 use, so an evaluator file that imports only the evaluator API stays light.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from nexrl.core.util.lazy import lazy_names
 from nexrl.rollout.worker.evaluator import BaseEvaluationTarget, EvaluationRunResult, Evaluator
 
 if TYPE_CHECKING:
@@ -30,16 +31,6 @@ __all__ = [
     "SimpleRolloutWorker",
 ]
 
-_LAZY = {
-    "BaseRolloutWorker": "nexrl.rollout.worker.base",
-    "Episode": "nexrl.rollout.worker.base",
-    "SimpleRolloutWorker": "nexrl.rollout.worker.simple",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'nexrl.rollout.worker' has no attribute {name!r}")
+__getattr__ = lazy_names(
+    __name__, {"BaseRolloutWorker": "base", "Episode": "base", "SimpleRolloutWorker": "simple"}
+)
