@@ -42,6 +42,7 @@ import psutil
 
 from nexrl.core.pool import TrajectoryPool
 from nexrl.core.pool.config import PoolConfig
+from nexrl.driver.controller.counters import RunCounters
 from nexrl.driver.controller.dispatch import RolloutDispatcher
 from nexrl.driver.controller.scheduler import RolloutScheduler
 from nexrl.driver.data.loader import DataLoader, LoaderConfig
@@ -234,12 +235,7 @@ def drive_plane(
     from nexrl.core.types.batch import Batch
     from nexrl.trainer.batch_io import save_batch
 
-    counters: dict[str, float] = {
-        "groups_rolled_out": 0,
-        "evaluator_errors": 0,
-        "failed_groups": 0,
-        "duplicate_trajectories_dropped": 0,
-    }
+    counters = RunCounters()
     scheduler = RolloutScheduler(
         counters, task_retries=2, max_in_flight=s.in_flight, target=s.in_flight
     )
@@ -302,10 +298,7 @@ def drive_plane(
                 start = meter.read()
                 compute0 = _compute_s(client)
                 phase = dict.fromkeys(PHASES, 0.0)
-                failed0, dup0 = (
-                    counters["failed_groups"],
-                    counters["duplicate_trajectories_dropped"],
-                )
+                failed0, dup0 = counters.failed_groups, counters.duplicate_trajectories_dropped
             elif start is not None:
                 run.batches += 1
         end = meter.read()
@@ -327,7 +320,7 @@ def drive_plane(
         for k in ("rollout", "evaluate")
         if k in compute1
     }
-    run.failed_groups = int(counters["failed_groups"] - failed0)
-    run.duplicates_dropped = int(counters["duplicate_trajectories_dropped"] - dup0)
+    run.failed_groups = counters.failed_groups - failed0
+    run.duplicates_dropped = counters.duplicate_trajectories_dropped - dup0
     run.load_1m = os.getloadavg()[0]
     return run

@@ -65,7 +65,7 @@ def test_a_killed_inference_server_is_restarted_on_the_newest_weights(tmp_path: 
     trained = sum(r["batch/size"] for r in rows)
     assert trained == 8 * len(controller.scheduler.trained) == STEPS * 32
     delivered = rows[-1]["pool/delivered_total"]
-    assert delivered - trained == controller.counters["duplicate_trajectories_dropped"]
+    assert delivered - trained == controller.counters.duplicate_trajectories_dropped
     assert_pool_record_matches(out, rows)
 
     log = (out / "logs" / "driver.log").read_text()

@@ -78,7 +78,7 @@ def test_default_recipe_learns_on_slurm_with_every_part_in_its_own_job(tmp_path:
     # A re-run task's second copies are dropped by the pool before a batch is picked
     # (counted, status 2); any the scheduler still saw were delivered and not trained.
     delivered = rows[-1]["pool/delivered_total"]
-    assert delivered - trained == controller.counters["duplicate_trajectories_dropped"]
+    assert delivered - trained == controller.counters.duplicate_trajectories_dropped
     assert_pool_record_matches(out, rows)
     # Every job the run submitted is gone (the replacement rollout job included).
     all_ids = [i for ids in jobs.values() for i in ids]

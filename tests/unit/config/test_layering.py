@@ -87,3 +87,92 @@ def test_the_recipe_stays_in_the_driver_and_the_recipe_time_modules() -> None:
         and rel not in RECIPE_TIME
     )
     assert not wrong, f"modules outside the driver that read the recipe: {wrong}"
+
+
+# The recipe as omegaconf holds it (``Recipe.cfg``) is read where it is loaded and
+# checked: the recipe package, the command line, the schema, the checks, the dry run.
+# Everything else in the driver reads ``Recipe.spec`` (typed) or what is built from it.
+RECIPE_LOADING = ("driver/recipe/", "driver/cli/", "core/config/")
+
+
+def _reads_recipe_cfg(path: Path) -> list[int]:
+    """Lines that read ``<...>recipe.cfg``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr == "cfg":
+            inner = node.value
+            name = inner.id if isinstance(inner, ast.Name) else getattr(inner, "attr", "")
+            if name == "recipe":
+                out.append(node.lineno)
+    return out
+
+
+def test_no_dictconfig_below_the_recipe_loading() -> None:
+    offenders = {}
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        if rel.startswith(RECIPE_LOADING) or rel.endswith("/checks.py") or rel in RECIPE_TIME:
+            continue
+        if _imports_omegaconf(path):
+            offenders[rel] = "imports omegaconf"
+        elif _reads_recipe_cfg(path):
+            offenders[rel] = f"reads recipe.cfg on lines {_reads_recipe_cfg(path)}"
+    assert not offenders, offenders
+
+
+CASTS = {"int", "float", "str", "bool"}
+TYPED_ROOTS = {"cfg", "spec", "rw", "rm", "svc"}
+
+
+def _casts_of_recipe_values(path: Path) -> list[str]:
+    """``int(cfg.trainer.total_train_steps)`` and the like: a cast of a value read from
+    the typed recipe (which already has its type)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id not in CASTS or len(node.args) != 1:
+            continue
+        arg = node.args[0]
+        if not isinstance(arg, ast.Attribute):
+            continue
+        root: ast.expr = arg
+        while isinstance(root, ast.Attribute):
+            if isinstance(root.value, ast.Name) and root.value.id == "self":
+                break  # self.spec.x: the attribute right under self is the root
+            root = root.value
+        name = root.attr if isinstance(root, ast.Attribute) else getattr(root, "id", "")
+        if name in TYPED_ROOTS:
+            out.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    return out
+
+
+def test_typed_values_are_read_without_casting_them() -> None:
+    """No ``int(cfg.trainer.total_train_steps)``: below the recipe loading every recipe
+    value arrives typed. (``str(...)`` of a number for a command line is a conversion,
+    not a cast: it is counted in the controller only, which builds no command lines.)"""
+    controller = SRC / "driver" / "controller"
+    casts = [c for p in sorted(controller.glob("*.py")) for c in _casts_of_recipe_values(p)]
+    for path in sorted([*SRC.rglob("*.py"), *(SRC.parent / "backends").rglob("*.py")]):
+        rel = path.relative_to(SRC.parent).as_posix().removeprefix("nexrl/")
+        if rel.startswith(RECIPE_LOADING) or rel.endswith("/checks.py") or rel in RECIPE_TIME:
+            continue
+        casts += [
+            c for c in _casts_of_recipe_values(path) if " str(" not in f" {c.split(' ', 1)[1]}"
+        ]
+    assert not casts, sorted(set(casts))
+
+
+def test_the_cast_finder_finds_a_cast(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "a = int(self.spec.trainer.total_train_steps)\n"
+        "b = float(cfg.runtime_monitor.task_timeout_s)\n"
+        "c = int(result.global_step)\n"
+        "d = recipe.cfg.trainer\n"
+    )
+    assert [c.split(" ", 1)[0] for c in _casts_of_recipe_values(sample)] == [
+        "sample.py:1",
+        "sample.py:2",
+    ]
+    assert _reads_recipe_cfg(sample) == [4]

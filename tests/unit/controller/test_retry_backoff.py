@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from nexrl.driver.controller.counters import RunCounters
 from nexrl.driver.controller.dispatch import InFlight, TaskFailure
 from nexrl.driver.controller.scheduler import RolloutScheduler
 
@@ -49,7 +50,7 @@ def _fail(sched: RolloutScheduler, gid: int) -> None:
     )
 
 
-def _scheduler(clock: Clock, counters: dict[str, float]) -> RolloutScheduler:
+def _scheduler(clock: Clock, counters: RunCounters) -> RolloutScheduler:
     return RolloutScheduler(
         counters,
         task_retries=3,
@@ -71,7 +72,7 @@ def test_the_backoff_doubles_per_failure_up_to_its_cap() -> None:
 def test_a_failed_group_waits_its_backoff_while_new_groups_go_out(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock, counters = Clock(), {"failed_groups": 0.0}
+    clock, counters = Clock(), RunCounters()
     sched, loader = _scheduler(clock, counters), Loader(10)
     dispatcher: Any = Dispatcher()  # stands in for RolloutDispatcher (running, submit_groups)
     _fail(sched, 7)
@@ -88,8 +89,8 @@ def test_a_failed_group_waits_its_backoff_while_new_groups_go_out(
     clock.now += 0.1
     sched.top_up(dispatcher, loader, lambda: 0)
     assert dispatcher.submitted == [0, 7, 1, 7]
-    assert counters["failed_groups"] == 2
-    assert counters["retried_groups"] == 2 and counters["retry_backoff_s"] == 3.0
+    assert counters.failed_groups == 2
+    assert counters.retried_groups == 2 and counters.retry_backoff_s == 3.0
 
 
 @pytest.mark.parametrize("sync", [True, False])
@@ -97,7 +98,7 @@ def test_in_sync_mode_a_retry_keeps_its_place_in_the_batch(sync: bool) -> None:
     """sync mode: two of a step's four groups fail (their server died); no new group goes
     out while they wait for their backoff, so the step trains exactly its four groups on
     its weights. Other modes send new groups meanwhile (kept for a later batch)."""
-    clock, counters = Clock(), {"failed_groups": 0.0}
+    clock, counters = Clock(), RunCounters()
     sched, loader = _scheduler(clock, counters), Loader(10)
     sched.target, sched.hold_for_retries = 4, sync
     dispatcher: Any = Dispatcher()
@@ -114,9 +115,9 @@ def test_in_sync_mode_a_retry_keeps_its_place_in_the_batch(sync: bool) -> None:
 
 
 def test_a_group_out_of_tries_is_not_queued_again(caplog: pytest.LogCaptureFixture) -> None:
-    clock, counters = Clock(), {"failed_groups": 0.0}
+    clock, counters = Clock(), RunCounters()
     sched = _scheduler(clock, counters)
     for _ in range(4):
         _fail(sched, 5)
-    assert counters["retried_groups"] == 3 and counters["failed_groups"] == 4
+    assert counters.retried_groups == 3 and counters.failed_groups == 4
     assert "group 5 failed 4 times (rollout_worker.task_retries=3)" in caplog.text

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-from omegaconf import DictConfig, OmegaConf
 
 from nexrl.core.pool import TrajectoryPool
 from nexrl.core.pool.config import PoolConfig
@@ -14,7 +13,7 @@ from nexrl.core.types import Trajectory
 from nexrl.driver.controller.rundir import RunDir, RunDirError
 from nexrl.driver.controller.state import ControllerState, committed_group_ids
 from nexrl.driver.modeling.prepare import ModelSetupError, prepare_model
-from nexrl.driver.recipe import load_recipe_checked
+from nexrl.driver.recipe import Recipe, load_recipe_checked
 
 RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
 
@@ -42,17 +41,17 @@ def test_committed_group_ids_lists_what_is_in_the_pool(tmp_path: Path) -> None:
     assert committed_group_ids(pool) == {3, 11}
 
 
-def _cfg(out: Path, mode: str) -> DictConfig:
-    return load_recipe_checked(RECIPE, [f"output_dir={out}", f"resume.mode={mode}"]).cfg
+def _recipe(out: Path, mode: str) -> Recipe:
+    return load_recipe_checked(RECIPE, [f"output_dir={out}", f"resume.mode={mode}"])
 
 
 def test_fresh_run_refuses_a_folder_holding_a_run(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "run")
-    run.prepare(_cfg(run.root, "disable"), str(run.root / "pool.zarr"))
+    run.prepare(_recipe(run.root, "disable"), str(run.root / "pool.zarr"))
     assert (run.root / "config.yaml").exists() and run.logs.is_dir()
     (run.root / "metrics.jsonl").write_text('{"step": 1}\n')
     with pytest.raises(RunDirError, match=r"resume\.mode=auto"):
-        run.prepare(_cfg(run.root, "disable"), str(run.root / "pool.zarr"))
+        run.prepare(_recipe(run.root, "disable"), str(run.root / "pool.zarr"))
     assert (run.root / "metrics.jsonl").read_text() == '{"step": 1}\n'  # untouched
 
 
@@ -61,7 +60,7 @@ def test_auto_without_a_checkpoint_keeps_the_old_data_aside(tmp_path: Path) -> N
     (run.root / "pool.zarr").mkdir(parents=True)
     (run.root / "pool.zarr" / "marker").write_text("old")
     (run.root / "metrics.jsonl").write_text('{"step": 1}\n')
-    run.prepare(_cfg(run.root, "auto"), str(run.root / "pool.zarr"))
+    run.prepare(_recipe(run.root, "auto"), str(run.root / "pool.zarr"))
     (kept,) = run.root.glob("abandoned-*")
     assert (kept / "pool.zarr" / "marker").read_text() == "old"
     assert (kept / "metrics.jsonl").exists()
@@ -100,25 +99,25 @@ def test_an_output_dir_that_cannot_be_written_is_one_clear_error(tmp_path: Path)
     with pytest.raises(RunDirError, match=r"output_dir .*afile/run: cannot write .*"):
         run.lock()
     with pytest.raises(RunDirError, match=r"output_dir .*afile/run: cannot write"):
-        run.prepare(_cfg(run.root, "auto"), str(run.root / "pool.zarr"))
+        run.prepare(_recipe(run.root, "auto"), str(run.root / "pool.zarr"))
     assert blocker.read_text() == "not a folder"
 
 
 def test_tiny_model_is_built_once_from_the_recipe(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path / "run", "disable")
+    spec = _recipe(tmp_path / "run", "disable").spec
     run = RunDir(tmp_path / "run")
-    model, tok = prepare_model(cfg, run.root)
+    model, tok = prepare_model(spec, run.root)
     assert model == tok == run.root / "model" and (model / "config.json").exists()
     stamp = (model / "model.safetensors").stat().st_mtime_ns
-    prepare_model(cfg, run.root)
+    prepare_model(spec, run.root)
     assert (model / "model.safetensors").stat().st_mtime_ns == stamp
 
 
 def test_model_path_without_config_json_is_a_clear_error(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path / "run", "disable")
-    OmegaConf.update(cfg, "model.path", str(tmp_path))
+    spec = _recipe(tmp_path / "run", "disable").spec
+    spec.model.path = str(tmp_path)
     with pytest.raises(ModelSetupError, match=r"model.path: .* has no config.json"):
-        prepare_model(cfg, tmp_path / "run")
+        prepare_model(spec, tmp_path / "run")
 
 
 def test_a_group_committed_twice_is_trained_from_one_copy(tmp_path: Path) -> None:
@@ -137,7 +136,7 @@ def test_a_group_committed_twice_is_trained_from_one_copy(tmp_path: Path) -> Non
     controller = Controller(load_recipe_checked(RECIPE, [f"output_dir={tmp_path / 'run'}"]))
     kept = controller.scheduler.first_copies(batch)
     assert [(t.group_id, t.run_id) for t in kept] == [(5, 0), (5, 1)]
-    assert controller.counters["duplicate_trajectories_dropped"] == 2
+    assert controller.counters.duplicate_trajectories_dropped == 2
     # ... and a later batch carrying the group again is dropped whole.
     pool.writer().append([_traj(5, 0), _traj(5, 1), _traj(6, 0), _traj(6, 1)])
     later = pool.get_batch()
@@ -146,3 +145,22 @@ def test_a_group_committed_twice_is_trained_from_one_copy(tmp_path: Path) -> Non
         (6, 0),
         (6, 1),
     ]
+
+
+def test_the_run_counters_come_back_from_a_checkpoint_and_count_on() -> None:
+    from nexrl.driver.controller.counters import RunCounters
+
+    counters = RunCounters()
+    counters.group_done(evaluator_errors=2)
+    counters.group_failed()
+    counters.group_retried(1.5)
+    counters.duplicates_dropped(4)
+    state = ControllerState(step=3, counters=counters.to_dict())
+    back = ControllerState.from_extra_state(state.to_extra_state())
+    assert back is not None
+    resumed = RunCounters()
+    resumed.restore({**back.counters, "a_counter_of_a_newer_version": 9.0})
+    assert resumed == counters
+    resumed.group_done(evaluator_errors=0)
+    assert (resumed.groups_rolled_out, resumed.evaluator_errors) == (2, 2)
+    assert isinstance(resumed.failed_groups, int) and resumed.retry_backoff_s == 1.5

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from nexrl.core.pool import TrajectoryPool
 from nexrl.core.pool.config import PoolConfig
+from nexrl.driver.controller.counters import RunCounters
 from nexrl.driver.controller.scheduler import RolloutScheduler
 from nexrl.driver.controller.state import ControllerState
 from nexrl.driver.controller.trained import TrainedGroups
@@ -60,7 +61,7 @@ def test_the_scheduler_drops_second_copies_from_real_pool_batches(tmp_path) -> N
         )
     )
     first, second = pool.writer(), pool.writer()
-    counters: dict[str, float] = {"duplicate_trajectories_dropped": 0}
+    counters = RunCounters()
     sched = RolloutScheduler(counters, task_retries=0, max_in_flight=4)
     sched.trained = TrainedGroups(window=2)
     kept: list[int] = []
@@ -72,6 +73,6 @@ def test_the_scheduler_drops_second_copies_from_real_pool_batches(tmp_path) -> N
         while (batch := pool.get_batch()) is not None:
             kept += [int(x) for x in must(batch).columns.group_id[sched.first_copy_index(batch)]]
     assert kept == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]  # no group twice
-    assert counters["duplicate_trajectories_dropped"] == 4  # two groups of 2
+    assert counters.duplicate_trajectories_dropped == 4  # two groups of 2
     assert list(sched.trained.recent) == [4, 5] and sched.trained.ranges == [[0, 4]]
     assert len(sched.trained) == 6

@@ -166,7 +166,7 @@ def test_stage_2_starts_from_stage_1_by_recipe_alone(
     cfg = recipe.cfg
     assert cfg.model.path == "runs/top_two_stage1"  # as shipped
     out = tmp_path / "runs" / "top_two_stage2"
-    RunDir(out).prepare(cfg, str(out / "pool.zarr"))
+    RunDir(out).prepare(recipe, str(out / "pool.zarr"))
     model_dir, tok_dir = prepare_model(cfg, out, recipe.roots)
     assert model_dir == tok_dir == (stage1 / "snapshots" / "v30").resolve()
     parent = read_parent(out)

@@ -149,7 +149,7 @@ def test_constant_normaliser_defaults_to_the_max_response_length() -> None:
     assert recipe.cfg.algorithm.loss_agg_mode == "seq-mean-token-sum-norm"
     assert recipe.cfg.algorithm.loss_norm_length == max_len
     assert recipe.cfg.algorithm.norm_adv_by_std is False
-    algo = TrainerSpec.from_recipe(recipe.cfg, model_path="unused").algorithm
+    algo = TrainerSpec.from_recipe(recipe.spec, model_path="unused").algorithm
     assert (algo.loss_agg_mode, algo.loss_norm_length) == ("seq-mean-token-sum-norm", max_len)
 
 

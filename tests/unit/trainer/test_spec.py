@@ -18,7 +18,7 @@ def test_spec_from_the_default_recipe(tmp_path: Path) -> None:
         [f"output_dir={tmp_path}"],
         workspace=ROOT,
     )
-    spec = TrainerSpec.from_recipe(recipe.cfg, model_path=tmp_path / "model", roots=recipe.roots)
+    spec = TrainerSpec.from_recipe(recipe.spec, model_path=tmp_path / "model", roots=recipe.roots)
     assert isinstance(spec.trainer, TrainerConfig) and isinstance(spec.algorithm, AlgorithmConfig)
     assert spec.trainer.lr == 3e-3 and spec.trainer.micro_batch_size == 128
     assert spec.algorithm.advantage_estimator == "grpo"

@@ -50,8 +50,8 @@ def uses_gpu() -> bool:
 
 def ds_config(cfg: Any, *, world_size: int, on_gpu: bool) -> dict[str, Any]:
     """The DeepSpeed config dict for a ``TrainerConfig`` (pure: no DeepSpeed import)."""
-    stage = int(cfg.zero_stage)
-    problems = zero_problems(stage, bool(cfg.offload_optimizer), bool(cfg.offload_param))
+    stage = cfg.zero_stage
+    problems = zero_problems(stage, cfg.offload_optimizer, cfg.offload_param)
     if problems:
         raise ValueError("; ".join(problems))
     zero: dict[str, Any] = {"stage": stage}
@@ -63,15 +63,15 @@ def ds_config(cfg: Any, *, world_size: int, on_gpu: bool) -> dict[str, Any]:
         zero["offload_param"] = {"device": "cpu", "pin_memory": on_gpu}
     if stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
-    micro = int(cfg.micro_batch_size)
+    micro = cfg.micro_batch_size
     config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": 1,
         "train_batch_size": micro * world_size,
-        "gradient_clipping": float(cfg.grad_clip),
+        "gradient_clipping": cfg.grad_clip,
         "zero_optimization": zero,
         # bf16: ZeRO skips an update whose gradient norm is NaN/inf only when asked to
-        "bf16": {"enabled": bool(cfg.bf16) and on_gpu, "check_grad_overflow": True},
+        "bf16": {"enabled": cfg.bf16 and on_gpu, "check_grad_overflow": True},
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
@@ -80,8 +80,8 @@ def ds_config(cfg: Any, *, world_size: int, on_gpu: bool) -> dict[str, Any]:
         config["optimizer"] = {
             "type": "AdamW",
             "params": {
-                "lr": float(cfg.lr),
-                "weight_decay": float(cfg.weight_decay),
+                "lr": cfg.lr,
+                "weight_decay": cfg.weight_decay,
                 "betas": list(ADAM_BETAS),
                 "eps": ADAM_EPS,
             },

@@ -161,8 +161,8 @@ class DeepSpeedEngine:
         self.rank, self.world_size, self.local_rank = init_distributed(dist_timeout_s)
         self.on_gpu = uses_gpu()
         self.device = torch.device("cuda", self.local_rank) if self.on_gpu else torch.device("cpu")
-        self.zero_stage = int(cfg.zero_stage)
-        self.bf16 = bool(cfg.bf16) and self.on_gpu
+        self.zero_stage = cfg.zero_stage
+        self.bf16 = cfg.bf16 and self.on_gpu
         hf_model: Any = model
         if cfg.gradient_checkpointing:
             # transformers >= 5.2x names it activation checkpointing (the old name warns)
@@ -182,13 +182,13 @@ class DeepSpeedEngine:
             extra = {"fused": True} if self.on_gpu else {}
             optimizer = torch.optim.AdamW(
                 params,
-                lr=float(cfg.lr),
-                weight_decay=float(cfg.weight_decay),
+                lr=cfg.lr,
+                weight_decay=cfg.weight_decay,
                 betas=ADAM_BETAS,
                 eps=ADAM_EPS,
                 **extra,
             )
-        factor = lr_lambda(cfg.lr_scheduler, int(cfg.warmup_steps), int(total_optimizer_steps))
+        factor = lr_lambda(cfg.lr_scheduler, cfg.warmup_steps, int(total_optimizer_steps))
 
         def make_scheduler(opt: torch.optim.Optimizer) -> Any:
             return torch.optim.lr_scheduler.LambdaLR(opt, factor)
@@ -203,7 +203,7 @@ class DeepSpeedEngine:
         )
         self.engine = engine
         self.config = config
-        self.base_lr = float(cfg.lr)
+        self.base_lr = cfg.lr
 
     # -- compute ----------------------------------------------------------------
     @property

@@ -42,7 +42,7 @@ def what_runs(cfg: InferenceServiceConfig) -> str:
 
 def _command(cfg: InferenceServiceConfig, lora_name: str | None) -> dict[str, Any]:
     """The factory's ``command``/``env`` for the user's engine: its own flags only."""
-    command: dict[str, Any] = {"command": str(cfg.command), "extra_args": []}
+    command: dict[str, Any] = {"command": cfg.command, "extra_args": []}
     env: dict[str, str] = {}
     if cfg.backend == "vllm":  # the /collective_rpc, /pause, /resume reloads use
         env["VLLM_SERVER_DEV_MODE"] = os.environ.get("VLLM_SERVER_DEV_MODE", "1")
@@ -70,7 +70,7 @@ def launch(
     embedded server's flags (unused with ``cfg.command``)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     model = model_path
-    on_base = bool(cfg.command) and bool(model) and is_adapter_snapshot(model)
+    on_base = bool(cfg.command and model) and is_adapter_snapshot(model)
     if cfg.command:
         command = _command(cfg, lora_name)
         if on_base:
@@ -83,7 +83,7 @@ def launch(
     log = log_dir / "inference.log"
     server = factory(
         model,
-        host=str(cfg.host),
+        host=cfg.host,
         api_key=token,
         snapshot_root=None if snapshot_root is None else str(snapshot_root.resolve()),
         served_model_name=cfg.served_model_name,

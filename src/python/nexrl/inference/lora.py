@@ -12,25 +12,27 @@ its rollouts request that name.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from nexrl.core.config.sections.runtime import ADAPTER_BACKENDS
+
+if TYPE_CHECKING:
+    from nexrl.core.config.schema import RecipeConfig
 
 __all__ = ["ADAPTER_BACKENDS", "LORA_NAME_SUFFIX", "adapter_model_name", "request_model_name"]
 
 LORA_NAME_SUFFIX = "-lora"
 
 
-def adapter_model_name(cfg: Any) -> str | None:
+def adapter_model_name(cfg: RecipeConfig) -> str | None:
     """``<served_model_name>-lora`` when the recipe's policy is a LoRA adapter that its
     backend serves by name; None otherwise (full weights, or the embedded server)."""
-    lora = getattr(cfg.trainer, "lora", None)
     svc = cfg.service.inference_service
-    if lora is None or int(lora.rank) == 0 or str(svc.backend) not in ADAPTER_BACKENDS:
+    if cfg.trainer.lora.rank == 0 or svc.backend not in ADAPTER_BACKENDS:
         return None
     return f"{svc.served_model_name}{LORA_NAME_SUFFIX}"
 
 
-def request_model_name(cfg: Any) -> str:
+def request_model_name(cfg: RecipeConfig) -> str:
     """The ``model`` every rollout request names."""
-    return adapter_model_name(cfg) or str(cfg.service.inference_service.served_model_name)
+    return adapter_model_name(cfg) or cfg.service.inference_service.served_model_name

@@ -114,7 +114,7 @@ class SelfHostedTrainer:
         _seed_everything(spec.seed)
         if model is None:
             model = self._load_model(spec.model_path, torch.float32)
-        if getattr(self.cfg, "disable_dropout", True):
+        if self.cfg.disable_dropout:
             zeroed = disable_dropout(model)
             if zeroed:
                 logger.info("trainer: %d dropout(s) set to 0 (trainer.disable_dropout)", zeroed)
@@ -174,7 +174,7 @@ class SelfHostedTrainer:
     def schedule_steps(self) -> int:
         """Training steps the LR schedule spans (``trainer.lr_schedule_steps``, else
         ``trainer.total_train_steps``)."""
-        return int(getattr(self.cfg, "lr_schedule_steps", None) or self.cfg.total_train_steps)
+        return self.cfg.lr_schedule_steps or self.cfg.total_train_steps
 
     @staticmethod
     def _load_model(path: str, dtype: torch.dtype) -> torch.nn.Module:
@@ -391,7 +391,7 @@ class SelfHostedTrainer:
             max_new_tokens=max_new_tokens,
             stop_ids=stop_ids,
             pad_id=pad_id,
-            synced=self.world_size > 1 and int(self.cfg.zero_stage) == 3,
+            synced=self.world_size > 1 and self.cfg.zero_stage == 3,
             device=self.device,
         )
 

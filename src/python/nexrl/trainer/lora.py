@@ -14,17 +14,19 @@ layout); the embedded server merges it into its copy of the base model.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from nexrl.core.config.sections.trainer import TrainerConfig
 
 __all__ = ["adapter_config", "adapter_state_dict", "apply_lora", "lora_enabled"]
 
 
-def lora_enabled(trainer_cfg: Any) -> bool:
+def lora_enabled(trainer_cfg: TrainerConfig) -> bool:
     """Whether ``trainer.lora.rank`` > 0."""
-    lora = getattr(trainer_cfg, "lora", None)
-    return lora is not None and int(lora.rank) > 0
+    return trainer_cfg.lora.rank > 0
 
 
 def apply_lora(model: torch.nn.Module, trainer_cfg: Any) -> torch.nn.Module:

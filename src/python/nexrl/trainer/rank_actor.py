@@ -61,7 +61,7 @@ class TrainerActor:
         if not torch.cuda.is_available():
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
             ranks = self.info.local_world_size if self.info else 1
-            torch.set_num_threads(cpu_threads(ranks, int(self.spec.trainer.cpu_threads)))
+            torch.set_num_threads(cpu_threads(ranks, self.spec.trainer.cpu_threads))
         from nexrl.trainer.registry import create_trainer
 
         self.trainer = create_trainer(self.spec)

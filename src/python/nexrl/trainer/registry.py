@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nexrl.core.config.errors import RecipeError
+from nexrl.core.config.sections.trainer import TrainerConfig
 from nexrl.core.plugins import load_object, split_spec
 from nexrl.core.plugins.registry import Registry
 from nexrl.trainer.base import SelfHostedTrainer
@@ -56,12 +57,11 @@ def load_custom_trainer(spec: str, roots: Sequence[str | Path] = ()) -> type[Sel
 
 
 def resolve_trainer_class(
-    trainer_cfg: Any, roots: Sequence[str | Path] = ()
+    trainer_cfg: TrainerConfig, roots: Sequence[str | Path] = ()
 ) -> type[SelfHostedTrainer]:
     """The class a ``trainer`` section selects (custom class first, then ``type``)."""
-    custom = getattr(trainer_cfg, "custom_trainer", None)
-    if custom:
-        return load_custom_trainer(str(custom), roots)
+    if trainer_cfg.custom_trainer:
+        return load_custom_trainer(trainer_cfg.custom_trainer, roots)
     try:
         return TRAINERS.get(trainer_cfg.type, roots=[Path(r) for r in roots] or [Path.cwd()])
     except KeyError as exc:

@@ -61,10 +61,10 @@ def schedule_change_note(
     not move, the checkpoint does not say, or the schedule is constant (no end)."""
     if saved_steps is None or int(saved_steps) == steps or cfg.lr_scheduler == "constant":
         return None
-    epochs, warmup = int(cfg.ppo_epochs), int(cfg.warmup_steps)
+    epochs, warmup = cfg.ppo_epochs, cfg.warmup_steps
     at = global_step * epochs
-    before = float(cfg.lr) * lr_factor(at, cfg.lr_scheduler, warmup, int(saved_steps) * epochs)
-    after = float(cfg.lr) * lr_factor(at, cfg.lr_scheduler, warmup, steps * epochs)
+    before = cfg.lr * lr_factor(at, cfg.lr_scheduler, warmup, int(saved_steps) * epochs)
+    after = cfg.lr * lr_factor(at, cfg.lr_scheduler, warmup, steps * epochs)
     return (
         f"the {cfg.lr_scheduler} LR schedule now ends at step {steps} (the checkpoint's run "
         f"had it end at step {saved_steps}): from step {global_step + 1} the lr follows the "

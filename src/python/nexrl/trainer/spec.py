@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nexrl.core.config.sections.algorithm import AlgorithmConfig
 from nexrl.core.config.sections.trainer import TrainerConfig
+
+if TYPE_CHECKING:
+    from nexrl.core.config.schema import RecipeConfig
 
 __all__ = ["TrainerSpec"]
 
@@ -55,9 +58,13 @@ class TrainerSpec:
 
     @classmethod
     def from_recipe(
-        cls, cfg: Any, *, model_path: str | Path, roots: tuple[str | Path, ...] | list[Any] = ()
+        cls,
+        cfg: RecipeConfig,
+        *,
+        model_path: str | Path,
+        roots: tuple[str | Path, ...] | list[Any] = (),
     ) -> TrainerSpec:
-        """From a validated recipe (``Recipe.cfg``, a DictConfig, or a ``RecipeConfig``).
+        """From the checked, typed recipe (``Recipe.spec``).
 
         ``model_path`` is the initial model folder the caller prepared (a
         ``model.path`` copy or the tiny model it saved). ``algorithm`` is resolved
@@ -65,27 +72,23 @@ class TrainerSpec:
         defaults to ``rollout_worker.max_response_length``). Checkpoints go to
         ``<output_dir>/checkpoints``.
         """
-        from nexrl.core.config.schema import typed
         from nexrl.trainer.algorithms import resolve_algorithm
 
         algorithm = resolve_algorithm(
-            typed(cfg.algorithm),
-            max_response_length=int(cfg.rollout_worker.max_response_length),
+            cfg.algorithm, max_response_length=cfg.rollout_worker.max_response_length
         )
         return cls(
-            trainer=typed(cfg.trainer),
+            trainer=cfg.trainer,
             algorithm=algorithm,
             model_path=str(model_path),
             tokenizer_path=cfg.model.tokenizer_path,
-            snapshot_dir=str(cfg.weight.snapshot_dir),
-            sync_every=int(cfg.weight.sync_every),
-            keep_snapshots=int(cfg.weight.keep_snapshots),
+            snapshot_dir=cfg.weight.snapshot_dir,
+            sync_every=cfg.weight.sync_every,
+            keep_snapshots=cfg.weight.keep_snapshots,
             checkpoint_dir=str(Path(cfg.output_dir) / "checkpoints"),
-            keep_checkpoints=(
-                None if cfg.trainer.keep_checkpoints is None else int(cfg.trainer.keep_checkpoints)
-            ),
-            resume_mode=str(cfg.resume.mode),
+            keep_checkpoints=cfg.trainer.keep_checkpoints,
+            resume_mode=cfg.resume.mode,
             resume_path=cfg.resume.path,
-            seed=int(cfg.seed),
+            seed=cfg.seed,
             roots=tuple(str(r) for r in roots),
         )

@@ -116,11 +116,11 @@ class SlotDecoder:
     def __init__(
         self, model: Any, *, slots: int, width: int, graphs: bool, budget_bytes: int
     ) -> None:
-        cfg = model.config
+        hf = model.config  # the model's config.json
         attn = model.model.layers[0].self_attn
         self.n_layers = len(model.model.layers)
-        self.n_heads = int(cfg.num_attention_heads)
-        self.n_kv = int(getattr(cfg, "num_key_value_heads", None) or self.n_heads)
+        self.n_heads = int(hf.num_attention_heads)
+        self.n_kv = int(getattr(hf, "num_key_value_heads", None) or self.n_heads)
         self.head_dim = int(attn.head_dim)
         self.scaling = float(attn.scaling)
         param = next(model.parameters())

@@ -22,19 +22,18 @@ def sbatch(recipe: Recipe, overrides: list[str], *, dry_run: bool) -> int:
     from nexrl.driver.cli.train import one_line
     from nexrl.driver.cluster.slurm import driver_script
     from nexrl.driver.cluster.slurm import sbatch as submit
-    from nexrl.driver.controller.setup import absolute_output_dir
 
-    cfg = recipe.cfg
-    if str(cfg.cluster.type) != "slurm":
+    cfg = recipe.spec
+    if cfg.cluster.type != "slurm":
         print(
             f"error: {recipe.path}: --sbatch runs the driver as a Slurm job: set cluster.type=slurm",
             file=sys.stderr,
         )
         return 2
-    log_dir = Path(absolute_output_dir(cfg)) / "logs" / "slurm"
+    log_dir = recipe.output_dir / "logs" / "slurm"
     script = driver_script(
         cfg.cluster.slurm,
-        experiment=str(cfg.experiment_name),
+        experiment=cfg.experiment_name,
         recipe=str(Path(recipe.path).resolve()),
         overrides=overrides,
         log_dir=log_dir,
@@ -62,12 +61,12 @@ def kubernetes_manifests(recipe: Recipe) -> int:
 
     from nexrl.driver.cluster.kubernetes import manifests, validate_manifests
 
-    cfg = recipe.cfg
+    cfg = recipe.spec
     docs = manifests(
         cfg.cluster.kubernetes,
-        str(cfg.experiment_name),
-        trainer_gpus=max(1, int(cfg.resource.trainer_gpus)),
-        trainer_ranks=int(cfg.trainer.world_size),
+        cfg.experiment_name,
+        trainer_gpus=max(1, cfg.resource.trainer_gpus),
+        trainer_ranks=cfg.trainer.world_size,
         inference=not cfg.service.inference_service.base_urls,
     )
     problems = validate_manifests(docs)

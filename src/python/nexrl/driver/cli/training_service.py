@@ -18,25 +18,24 @@ import argparse
 import signal
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nexrl.core.errors import NexrlError
+
+if TYPE_CHECKING:
+    from nexrl.driver.recipe import Recipe
+    from nexrl.trainer.spec import TrainerSpec
 
 __all__ = ["main", "spec_from_recipe"]
 
 
-def spec_from_recipe(recipe: Any) -> Any:
+def spec_from_recipe(recipe: Recipe) -> TrainerSpec:
     """The ``TrainerSpec`` a run of ``recipe`` builds (model prepared on disk)."""
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
     from nexrl.driver.modeling.prepare import prepare_model
     from nexrl.trainer.spec import TrainerSpec
 
-    cfg = recipe.cfg
-    out = Path(str(cfg.output_dir)).expanduser().resolve()  # as a run makes it absolute
-    OmegaConf.update(cfg, "output_dir", str(out))
+    cfg = recipe.spec
+    out = recipe.output_dir
     out.mkdir(parents=True, exist_ok=True)
     model_dir, tok_dir = prepare_model(cfg, out, recipe.roots, progress=False)
     spec = TrainerSpec.from_recipe(cfg, model_path=model_dir, roots=recipe.roots)

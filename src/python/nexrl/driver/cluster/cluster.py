@@ -305,7 +305,7 @@ def start_cluster(
     from nexrl.core.process.worker_env import apply_in_driver
     from nexrl.driver.cluster.tls import security as tls_security
 
-    start = CLUSTER_TYPES.get(str(cfg.type), roots=roots)
+    start = CLUSTER_TYPES.get(cfg.type, roots=roots)
     apply_in_driver()  # before any nanny of this process reads its config
     request = ClusterRequest(
         cfg,

@@ -150,7 +150,7 @@ class SlurmJobs:
         ``job_start_timeout_s``: a clear error naming the jobs still missing and their
         states. ``should_stop`` (Ctrl-C) ends the wait with ``KeyboardInterrupt``."""
         start = time.monotonic()
-        timeout = float(self.cfg.job_start_timeout_s)
+        timeout = self.cfg.job_start_timeout_s
         want = {j.name: j for j in jobs}
         checked = said = start
         while True:

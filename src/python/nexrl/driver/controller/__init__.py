@@ -12,7 +12,8 @@ Everything here runs in the driver process. Modules, in data-flow order:
 they run on Dask workers are in ``nexrl.rollout.worker.tasks``), ``scheduler``
 (which groups go out: top-up, retry, skip, dedup), ``harvest`` (what comes back:
 groups done, failures counted), ``sampling`` (dynamic sampling's filtered groups),
-``report`` (the step's metrics row), ``sync`` (weight-sync modes) / ``reload``
+``counters`` (``RunCounters``: what the run counted), ``report`` (the step's
+metrics row), ``sync`` (weight-sync modes) / ``reload``
 (inference reloads a step's snapshot), ``validation``, ``checkpoints`` / ``state``
 (checkpoint) / ``resume``, ``watch`` (workers lost, the scheduler gone, inference
 restarts), ``signals`` (Ctrl-C, SIGTERM), ``diagnostics`` (the one line that stops

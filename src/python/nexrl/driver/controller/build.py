@@ -17,7 +17,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nexrl.core.config.record import recorded_config
 from nexrl.core.util.logfile import LogRotation
 from nexrl.driver.controller.components import Components, write_cluster_record
 from nexrl.driver.controller.dispatch import RolloutDispatcher
@@ -25,7 +24,6 @@ from nexrl.driver.controller.driver_log import DETAILS_LOGGER, log_to_file
 from nexrl.driver.controller.handoff import start_handoff
 from nexrl.driver.controller.rundir import RunDir
 from nexrl.driver.controller.setup import (
-    absolute_output_dir,
     data_config,
     load_tokenizer,
     pad_token_id,
@@ -46,7 +44,9 @@ from nexrl.inference.lora import adapter_model_name
 from nexrl.inference.supervisor import InferenceSupervisor
 
 if TYPE_CHECKING:
+    from nexrl.core.config.schema import RecipeConfig
     from nexrl.driver.cluster.cluster import ClusterHandle
+    from nexrl.trainer import TrainerSpec
     from nexrl.trainer.handle import TrainerHandle
     from nexrl.trainer.service.group import ServiceTrainerGroup
 
@@ -86,15 +86,15 @@ def _build(
     from nexrl.driver.metrics import MetricsTracker, ProgressDisplay
     from nexrl.trainer import TrainerGroup, TrainerSpec
 
-    cfg = recipe.cfg
-    out = absolute_output_dir(cfg)
-    sync_policy = SyncPolicy(str(cfg.weight.sync_mode), cfg.weight.staleness_threshold)
+    cfg = recipe.spec
+    out = Path(cfg.output_dir)
+    sync_policy = SyncPolicy(cfg.weight.sync_mode, cfg.weight.staleness_threshold)
     pool_cfg = pool_config(cfg, sync_policy)
     run = RunDir(out)
     closers.append(run.lock())  # one run per folder, held until everything is shut down
-    run.prepare(cfg, pool_cfg.store)
+    run.prepare(recipe, pool_cfg.store)
     rotation = LogRotation.from_config(cfg.logger)
-    closers.append(log_to_file(run, str(cfg.logger.level), rotation))
+    closers.append(log_to_file(run, cfg.logger.level, rotation))
 
     model_dir, tok_dir = prepare_model(cfg, run.root, recipe.roots, progress, should_stop)
     tokenizer = load_tokenizer(tok_dir, tokenizer_field(cfg))
@@ -104,7 +104,7 @@ def _build(
     length = prompt_length_fn(tokenizer)
     loader = DataLoader(data_config(recipe, model_dir), length)
     val_groups = validation_groups(recipe, length, model_dir)
-    group_size = int(cfg.rollout_worker.group_size)
+    group_size = cfg.rollout_worker.group_size
 
     inference_cfg = cfg.service.inference_service
     # Dask's error records (task tracebacks): in full in the log files, once on the
@@ -122,10 +122,10 @@ def _build(
     )
     cluster = start_cluster(
         cfg.cluster,
-        str(cfg.experiment_name),
-        max(1, int(cfg.resource.trainer_gpus)),
+        cfg.experiment_name,
+        max(1, cfg.resource.trainer_gpus),
         plugins=recipe.plugins,  # imported in every worker before any task or actor
-        trainer_ranks=int(cfg.trainer.world_size),
+        trainer_ranks=cfg.trainer.world_size,
         inference_job=not inference_cfg.base_urls,
         log_dir=run.logs / "slurm",
         roots=recipe.roots,  # where relative cluster.tls files resolve
@@ -139,19 +139,19 @@ def _build(
         logger.info("slurm: %s jobs %s", role, " ".join(ids) or "(none yet)")
     dashboard_url = install_dashboard(recipe, cluster, run)
 
-    snapshot_dir = Path(str(cfg.weight.snapshot_dir))
+    snapshot_dir = Path(cfg.weight.snapshot_dir)
     supervisor = InferenceSupervisor(
         inference_cfg,
         log_dir=run.logs,
-        seed=int(cfg.seed),
+        seed=cfg.seed,
         server_factory=cluster.server_factory(),  # Slurm: in the inference job
-        health_timeout_s=float(cfg.runtime_monitor.health_timeout_s),
-        unhealthy_after=int(cfg.runtime_monitor.unhealthy_after),
-        wait_notice_s=float(cfg.runtime_monitor.wait_notice_s),
+        health_timeout_s=cfg.runtime_monitor.health_timeout_s,
+        unhealthy_after=cfg.runtime_monitor.unhealthy_after,
+        wait_notice_s=cfg.runtime_monitor.wait_notice_s,
         snapshot_root=snapshot_dir,
         lora_name=adapter_model_name(cfg),
         snapshot_ready=lambda path, version: wait_for_snapshot(
-            path, version, float(inference_cfg.startup_timeout_s), root=snapshot_dir
+            path, version, inference_cfg.startup_timeout_s, root=snapshot_dir
         ),  # a restart while the handoff's snapshot is written behind (weight.handoff)
         log_rotation=rotation,
     )
@@ -165,18 +165,18 @@ def _build(
     spec = replace(spec, tokenizer_path=str(tok_dir), auto_checkpoint=False)
     with ThreadPoolExecutor(1, thread_name_prefix="nexrl-inference-start") as background:
         server_up = background.submit(supervisor.start, model_dir, 0) if early else None
-        trainer_timeout_s = float(cfg.runtime_monitor.task_timeout_s) + 600.0
+        trainer_timeout_s = cfg.runtime_monitor.task_timeout_s + 600.0
         trainer: TrainerHandle
-        if str(cfg.trainer.mode) == "training-service":
+        if cfg.trainer.mode == "training-service":
             trainer = service_trainer(cfg, cluster, spec, trainer_timeout_s)
         else:
             trainer = TrainerGroup.create(
                 cluster.client,
                 spec,
-                gpus_per_rank=int(cfg.resource.trainer_gpus),
+                gpus_per_rank=cfg.resource.trainer_gpus,
                 workers=cluster.trainer_workers,  # Slurm: rank r in trainer job r
                 timeout_s=trainer_timeout_s,
-                silent_s=float(cfg.runtime_monitor.trainer_silent_s),
+                silent_s=cfg.runtime_monitor.trainer_silent_s,
             )
         closers.append(trainer.close)
         ranks = trainer.setup_info()  # one describe() round trip, also for cluster.json
@@ -210,10 +210,10 @@ def _build(
     dispatcher = RolloutDispatcher(
         cluster.client,
         rollout_spec(recipe, pool_cfg, urls),
-        task_retries=int(cfg.rollout_worker.task_retries),
-        rollout_cpus=int(cfg.resource.rollout_cpus),
-        task_timeout_s=float(rm.task_timeout_s),
-        groups_per_task=int(cfg.rollout_worker.groups_per_task),
+        task_retries=cfg.rollout_worker.task_retries,
+        rollout_cpus=cfg.resource.rollout_cpus,
+        task_timeout_s=rm.task_timeout_s,
+        groups_per_task=cfg.rollout_worker.groups_per_task,
     )
     closers.append(dispatcher.cancel_all)
     resumed = info.get("resumed_from") is not None
@@ -221,20 +221,20 @@ def _build(
     tracker = MetricsTracker(
         list(cfg.logger.backends),
         out,
-        run_name=str(cfg.experiment_name),
-        config=recorded_config(cfg),  # ${oc.env:...} kept: no secret goes to a tracker
+        run_name=cfg.experiment_name,
+        config=recipe.record(),  # ${oc.env:...} kept: no secret goes to a tracker
         resume_step=step if resumed else None,
         roots=recipe.roots,  # a sink class 'path/to/file.py:Name' resolves as the check did
     )
     closers.append(tracker.close)
     display = ProgressDisplay(
-        int(cfg.trainer.total_train_steps),
+        cfg.trainer.total_train_steps,
         step,
         enabled=progress,
         log=logging.getLogger(DETAILS_LOGGER),  # each step's line in logs/driver.log too
     )
     closers.append(display.close)
-    batch_size = int(cfg.trajectory_pool.batch_size)
+    batch_size = cfg.trajectory_pool.batch_size
     return Components(
         run=run,
         sync_policy=sync_policy,
@@ -251,8 +251,8 @@ def _build(
         pad_token_id=pad_token_id(tokenizer),
         groups_per_batch=max(1, math.ceil(batch_size / group_size)),
         group_size=group_size,
-        plot_every=int(cfg.logger.plot_every),
-        plot_min_interval_s=float(cfg.logger.plot_min_interval_s),
+        plot_every=cfg.logger.plot_every,
+        plot_min_interval_s=cfg.logger.plot_min_interval_s,
         _closers=closers,
         tokenizer=tokenizer,
         dashboard_url=dashboard_url,
@@ -261,7 +261,9 @@ def _build(
     )
 
 
-def service_trainer(cfg: Any, cluster: Any, spec: Any, timeout_s: float) -> ServiceTrainerGroup:
+def service_trainer(
+    cfg: RecipeConfig, cluster: ClusterHandle, spec: TrainerSpec, timeout_s: float
+) -> ServiceTrainerGroup:
     """``trainer.mode: training-service``: a client of ``trainer.service_url``, or of a
     service this run starts on a trainer worker (a Dask actor, closed with the run)."""
     import os
@@ -279,15 +281,15 @@ def service_trainer(cfg: Any, cluster: Any, spec: Any, timeout_s: float) -> Serv
             cluster.client,
             spec,
             worker=workers[0] if workers else None,
-            gpus=int(cfg.resource.trainer_gpus),
+            gpus=cfg.resource.trainer_gpus,
             token=token,
             timeout_s=timeout_s,
         )
         url = handle.url
         logger.info("training service started on %s: %s", handle.worker, url)
-    client = TrainingClient(str(url), token=token, step_timeout_s=timeout_s)
+    client = TrainingClient(url, token=token, step_timeout_s=timeout_s)
     try:
-        client.wait_healthy(timeout_s=max(60.0, float(cfg.runtime_monitor.health_timeout_s)))
+        client.wait_healthy(timeout_s=max(60.0, cfg.runtime_monitor.health_timeout_s))
     except BaseException:
         client.close()
         if handle is not None:
@@ -302,8 +304,8 @@ def install_dashboard(recipe: Recipe, cluster: ClusterHandle, run: RunDir) -> st
 
     identity = {
         "recipe": str(recipe.path),
-        "experiment": str(recipe.cfg.experiment_name),
-        "total_steps": int(recipe.cfg.trainer.total_train_steps),
+        "experiment": recipe.spec.experiment_name,
+        "total_steps": recipe.spec.trainer.total_train_steps,
     }
     try:
         return install(cluster.client, str(run.root), identity)

@@ -10,6 +10,7 @@ from nexrl.driver.controller.state import ControllerState
 
 if TYPE_CHECKING:
     from nexrl.driver.controller.components import Components
+    from nexrl.driver.controller.counters import RunCounters
     from nexrl.driver.controller.scheduler import RolloutScheduler
 
 __all__ = ["save_checkpoint"]
@@ -18,7 +19,7 @@ __all__ = ["save_checkpoint"]
 def save_checkpoint(
     parts: Components,
     scheduler: RolloutScheduler,
-    counters: dict[str, float],
+    counters: RunCounters,
     step: int,
     row: dict[str, Any] | None = None,
 ) -> None:
@@ -33,7 +34,7 @@ def save_checkpoint(
         loader=parts.loader.state_dict(),
         pool=parts.pool.state_dict(),
         pending=pending,
-        counters=dict(counters),
+        counters=counters.to_dict(),
         trained=trained,
         trained_ranges=trained_ranges,
         row=None if row is None else {str(k): float(v) for k, v in row.items()},

@@ -66,6 +66,19 @@ class Components:
         default_factory=lambda: WeightHandoff(False, "weight.handoff: files")
     )  # how weights reach inference (nexrl.driver.controller.handoff)
 
+    def say_where(self) -> None:
+        """The lines that say where to watch the run: its folder, the Dask dashboard,
+        its Slurm jobs, its page."""
+        write = self.progress.write
+        write(f"nexrl: run folder {self.run.root}")
+        write(f"nexrl: Dask dashboard {self.cluster.dashboard_link}")
+        jobs = self.cluster.job_ids()
+        if jobs:
+            listed = ", ".join(f"{role} {' '.join(ids)}" for role, ids in jobs.items())
+            write(f"nexrl: Slurm jobs: {listed} (all cancelled when the run ends)")
+        if self.dashboard_url:
+            write(f"nexrl: run page {self.dashboard_url}")
+
     def record_cluster(self) -> None:
         """Rewrite ``cluster.json`` (a job or worker was replaced, the server restarted);
         a failure is a warning, never a stop."""

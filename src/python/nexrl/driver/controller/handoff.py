@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from nexrl.core.config.schema import RecipeConfig
     from nexrl.inference.supervisor import InferenceSupervisor
     from nexrl.trainer.handle import TrainerHandle
     from nexrl.trainer.result import StepResult
@@ -55,14 +56,14 @@ class WeightHandoff:
         trainer.call("disable_weight_handoff")
 
 
-def _why_files(cfg: Any, supervisor: InferenceSupervisor) -> str | None:
+def _why_files(cfg: RecipeConfig, supervisor: InferenceSupervisor) -> str | None:
     """Why this run cannot hand weights over in memory at all (None: it may)."""
     from nexrl.trainer.lora import lora_enabled
 
     inference = cfg.service.inference_service
-    if str(cfg.trainer.mode) != "self-hosted":
+    if cfg.trainer.mode != "self-hosted":
         return f"trainer.mode is {cfg.trainer.mode}"
-    if str(inference.backend) != "embedded" or inference.command:
+    if inference.backend != "embedded" or inference.command:
         return f"the inference engine is {inference.command or inference.backend}, not embedded"
     if lora_enabled(cfg.trainer):
         return "trainer.lora: snapshots are LoRA adapters"
@@ -87,10 +88,13 @@ def _elsewhere(supervisor: InferenceSupervisor, rank0: dict[str, Any]) -> str | 
 
 
 def start_handoff(
-    cfg: Any, trainer: TrainerHandle, supervisor: InferenceSupervisor, rank0: dict[str, Any]
+    cfg: RecipeConfig,
+    trainer: TrainerHandle,
+    supervisor: InferenceSupervisor,
+    rank0: dict[str, Any],
 ) -> WeightHandoff:
     """The run's handoff (module doc); logs the choice once."""
-    setting = str(cfg.weight.get("handoff", "auto"))
+    setting = cfg.weight.handoff
     if setting == "files":
         return WeightHandoff(False, "weight.handoff: files")
     why = _why_files(cfg, supervisor)

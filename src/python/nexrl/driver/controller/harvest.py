@@ -12,6 +12,7 @@ from nexrl.driver.controller.errors import ControllerError
 
 if TYPE_CHECKING:
     from nexrl.driver.controller.components import Components
+    from nexrl.driver.controller.counters import RunCounters
     from nexrl.driver.controller.dispatch import Harvest
     from nexrl.driver.controller.scheduler import RolloutScheduler
     from nexrl.driver.controller.watch import ClusterWatch
@@ -32,7 +33,7 @@ class HarvestRecorder:
     def __init__(
         self,
         scheduler: RolloutScheduler,
-        counters: dict[str, float],
+        counters: RunCounters,
         watch: ClusterWatch,
         max_task_failures: int,
     ) -> None:
@@ -63,7 +64,7 @@ class HarvestRecorder:
         if index in self.not_evaluated:
             return
         self.not_evaluated.add(index)
-        self.counters["rows_not_evaluated"] = self.counters.get("rows_not_evaluated", 0) + 1
+        self.counters.row_not_evaluated()
         shown = len(self.not_evaluated) <= SHOWN_ROWS
         if len(self.not_evaluated) == SHOWN_ROWS + 1:
             logger.error(
@@ -114,7 +115,7 @@ class HarvestRecorder:
                 # max(3, max_task_failures) restarts: a server that a request kills again
                 # and again must still stop the run)
                 self._replaced_server_failures += 1
-            failed = self.counters["failed_groups"] - self._replaced_server_failures
+            failed = self.counters.failed_groups - self._replaced_server_failures
             if failed > limit:
                 raise ControllerError(
                     f"{int(failed)} rollout groups failed (limit "

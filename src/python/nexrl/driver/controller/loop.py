@@ -1,34 +1,24 @@
 """``Controller``: the RL loop on Dask.
 
-One step::
+One step (``Controller._train_one_step``), its stages in order::
 
-    top up rollouts   data loader -> rollout + evaluator futures -> zarr pool
-    wait for a batch  pool.get_batch(): whole groups, exactly once
-    train             trainer actors (DeepSpeed) on the batch file; snapshot vN
-    sync weights      inference reloads vN from the path the step reported
-                      (how: ``nexrl.driver.controller.sync``)
-    validate / checkpoint / log every N steps
+    batch     top up rollouts (data loader -> rollout + evaluator futures -> zarr
+              pool) until the pool hands out whole groups, exactly once
+    train     the trainer actors (DeepSpeed) on the batch; snapshot vN published
+    report    the step's metrics row, warnings, samples
+    sync      inference onto vN (how: ``nexrl.driver.controller.sync``)
+    validate  every ``validate.every`` steps; checkpoint every ``trainer.save_every``
 
-While the trainer runs, the controller keeps servicing rollouts (harvests
-results, counts failures, restarts a dead inference server, and in the async
-modes dispatches more). Which groups go out (top-up, retry, skip) and which
-come back to be trained (dedup) is the ``RolloutScheduler``'s business
-(``nexrl.driver.controller.scheduler``). A trainer step returns a typed
-``StepResult`` (counters, the published snapshot's path, metrics); the step's
-metrics row is built from it.
-
-Dynamic sampling (``algorithm.filter_zero_variance_groups``): the pool drops
-groups whose rewards are all equal (counted, never trained), so the top-up
-rolls out replacements and a batch still holds ``batch_size`` informative
-trajectories. Once ``algorithm.max_extra_sampling_rounds`` rounds' worth of
-groups (``groups_per_batch`` each) were filtered for one step, the step takes
-what is ready (a short batch, at least one group) and says so (a warning and
-``filter/short_batch``). Every wait is bounded; Ctrl-C (SIGINT) or SIGTERM
-stops at the next safe point, checkpoints and shuts everything down.
-
-This module is the step loop; each job it does lives in a module of its own
-(``harvest``, ``sampling``, ``report``, ``reload``, ``validation``, ``checkpoints``,
-``resume``, ``watch``, ``signals``, ``diagnostics``), which ``Controller`` composes.
+While the trainer runs, the controller keeps servicing rollouts (harvests results,
+counts failures, restarts a dead inference server, in the async modes dispatches
+more). Which groups go out (top-up, retry, skip) and which come back to be trained
+(dedup) is the ``RolloutScheduler``'s business. Dynamic sampling
+(``algorithm.filter_zero_variance_groups``): the pool drops groups whose rewards are
+all equal, the top-up rolls out replacements, and after
+``algorithm.max_extra_sampling_rounds`` rounds a step takes a short batch and says
+so (``filter/short_batch``). Every wait is bounded; Ctrl-C (SIGINT) or SIGTERM stops
+at the next safe point, checkpoints and shuts everything down. The controller's
+state: ``step``, ``version``, ``counters`` (``RunCounters``) and the scheduler's.
 """
 
 from __future__ import annotations
@@ -40,11 +30,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from nexrl.core.util.heap import trim_heap
 from nexrl.driver.controller.build import build_components
 from nexrl.driver.controller.checkpoints import save_checkpoint
+from nexrl.driver.controller.counters import RunCounters
 from nexrl.driver.controller.diagnostics import StopDiagnosis
 from nexrl.driver.controller.disk_watch import DiskWatch
 from nexrl.driver.controller.driver_log import DETAILS_LOGGER
@@ -57,6 +47,7 @@ from nexrl.driver.controller.report import (
     filter_row,
     step_row,
     timed,
+    waiting_line,
     warn_skipped_update,
 )
 from nexrl.driver.controller.resume import finished_run, restore_state, say_resumed
@@ -85,46 +76,34 @@ class Controller:
 
     def __init__(self, recipe: Recipe, *, progress: bool | None = None) -> None:
         self.recipe = recipe
-        self.cfg = recipe.cfg
+        self.spec = recipe.spec  # the checked recipe, typed
         self.show_progress = progress
         self.components: Components | None = None  # built by run()
         self.step = 0
         self.version = 0
         self.signals = StopSignals()  # Ctrl-C, SIGTERM: stop_reason
         self.summary: str | None = None  # the end-of-run summary, once written
-        self.counters: dict[str, float] = {
-            "failed_groups": 0,
-            "duplicate_trajectories_dropped": 0,
-            "delivered_trajectories": 0,
-            "evaluator_errors": 0,
-            "rows_not_evaluated": 0,  # data rows whose every sample had an evaluator error
-            "groups_rolled_out": 0,
-            "inference_restarts": 0,
-            "retried_groups": 0,
-            "retry_backoff_s": 0.0,
-            "workers_lost": 0,
-        }
-        rm = self.cfg.runtime_monitor
+        self.counters = RunCounters()
+        rw, rm = self.spec.rollout_worker, self.spec.runtime_monitor
         self.scheduler = RolloutScheduler(
             self.counters,
-            task_retries=int(self.cfg.rollout_worker.task_retries),
-            max_in_flight=int(self.cfg.rollout_worker.max_groups_in_flight),
-            retry_backoff_s=float(self.cfg.rollout_worker.retry_backoff_s),
-            retry_backoff_max_s=float(self.cfg.rollout_worker.retry_backoff_max_s),
+            task_retries=rw.task_retries,
+            max_in_flight=rw.max_groups_in_flight,
+            retry_backoff_s=rw.retry_backoff_s,
+            retry_backoff_max_s=rw.retry_backoff_max_s,
         )
-        self.watch = ClusterWatch(self.counters, float(rm.health_check_interval_s))
+        self.watch = ClusterWatch(self.counters, rm.health_check_interval_s)
         self.harvest = HarvestRecorder(
-            self.scheduler, self.counters, self.watch, int(rm.max_task_failures)
+            self.scheduler, self.counters, self.watch, rm.max_task_failures
         )
         # dynamic sampling's filtered groups, counted from the first batch (run())
-        self.filtered = FilterCount(int(self.cfg.algorithm.max_extra_sampling_rounds))
+        self.filtered = FilterCount(self.spec.algorithm.max_extra_sampling_rounds)
         self._last_ckpt_step = -1
         self._target = 1  # groups running or in the pool to aim for (set with the parts)
         self.disk: DiskWatch | None = None  # made with the run's folders (_watch_disk)
         self._first_step = 0  # the step this command started at (set by _loop)
         self.evaluator_policy = EvaluatorFailurePolicy(
-            int(self.cfg.rollout_worker.max_evaluator_error_steps),
-            str(OmegaConf.select(self.cfg, "rollout_worker.evaluator", default="none")),
+            rw.max_evaluator_error_steps, rw.evaluator or "none"
         )
         self.signal_watch = LearningSignalWatch(decode=self._decode)
 
@@ -153,9 +132,7 @@ class Controller:
 
         self.signals.install()
         try:
-            if (
-                str(self.cfg.get("mode", "rl")) == "sft"
-            ):  # no rollouts (nexrl.driver.controller.sft)
+            if self.spec.mode == "sft":  # no rollouts (nexrl.driver.controller.sft)
                 from nexrl.driver.controller.sft import SftRun
 
                 steps, out, summary = SftRun(
@@ -164,7 +141,7 @@ class Controller:
                     should_stop=lambda: self.stop_reason is not None,
                 ).run()
                 return RunResult(steps, out, self.stop_reason, summary)
-            done = finished_run(self.cfg)
+            done = finished_run(self.recipe)
             if done is not None:
                 self.summary = done.summary
                 return done
@@ -203,12 +180,12 @@ class Controller:
         info = parts.trainer.setup_info()[0]
         self.step = int(info["global_step"] or 0)
         self.version = int(info["policy_version"] or 0)
-        state = restore_state(parts, self.cfg, info, self.counters, self.scheduler, self.step)
+        state = restore_state(parts, self.recipe, info, self.counters, self.scheduler, self.step)
         if state is None:  # a fresh run
             return
         self._last_ckpt_step = self.step
         skipped = len(self.scheduler.skip)
-        say_resumed(parts, self.cfg, info, state, self.step, self.version, skipped)
+        say_resumed(parts, self.recipe, info, state, self.step, self.version, skipped)
 
     def _diagnosis(self) -> StopDiagnosis:
         """What a stop's message says: this step, the last checkpoint."""
@@ -217,17 +194,10 @@ class Controller:
     # -- the loop ---------------------------------------------------------------
     def _loop(self) -> RunResult:
         parts = self.parts
-        total = int(self.cfg.trainer.total_train_steps)
+        total = self.spec.trainer.total_train_steps
         self._first_step = self.step
-        parts.progress.write(f"nexrl: run folder {parts.run.root}")
-        parts.progress.write(f"nexrl: Dask dashboard {parts.cluster.dashboard_link}")
-        jobs = parts.cluster.job_ids()
-        if jobs:
-            listed = ", ".join(f"{role} {' '.join(ids)}" for role, ids in jobs.items())
-            parts.progress.write(f"nexrl: Slurm jobs: {listed} (all cancelled when the run ends)")
-        if parts.dashboard_url:
-            parts.progress.write(f"nexrl: run page {parts.dashboard_url}")
-        if self.step == 0 and self.cfg.validate.validate_before_train and parts.val_groups:
+        parts.say_where()
+        if self.step == 0 and self.spec.validate.validate_before_train and parts.val_groups:
             parts.tracker.log(0, self._validate())
         while self.step < total and self.stop_reason is None:
             row = self._train_one_step()
@@ -240,7 +210,7 @@ class Controller:
                 trim_heap()  # the driver's RSS crept up without it (nexrl.core.util.heap)
             if parts.plot_every and self.step % parts.plot_every == 0:
                 parts.plot_in_background()
-        every = int(self.cfg.validate.every)
+        every = self.spec.validate.every
         if (
             parts.val_groups
             and every
@@ -262,30 +232,68 @@ class Controller:
         return RunResult(self.step, parts.run.root, self.stop_reason, summary)
 
     def _train_one_step(self) -> dict[str, Any] | None:
-        parts = self.parts
+        """One step, top to bottom: the batch (rollouts are generated and scored while
+        it waits), train, report, sync, validate, checkpoint; the row's ``timing/*``
+        are named after the stages. None: no batch will come (data out, a stop)."""
         t0 = time.perf_counter()
+        got = self._batch()
+        if got is None:
+            return None
+        batch, trained, filtered = got
+        t_batch = time.perf_counter()
+        version_before = self.version
+        result = self._train(trained)
+        t_train = time.perf_counter()
+        row = self._report(batch, trained, filtered, result, version_before)
+        self._sync(result, row)
+        t_sync = time.perf_counter()
+        self._validate_if_due(row)
+        row.update(
+            {
+                "timing/wait_batch": t_batch - t0,
+                "timing/train": t_train - t_batch,
+                "timing/weight_sync": t_sync - t_train,
+            }
+        )
+        save_every = self.spec.trainer.save_every
+        if save_every and self.step % save_every == 0:
+            t = time.perf_counter()
+            timed(row, t0, len(trained), t)
+            self._checkpoint(row)  # carries the row: a kill before it is logged loses nothing
+            row["timing/checkpoint"] = time.perf_counter() - t
+        row.update(counter_metrics(self.parts, self.counters))  # with what the sync counted
+        timed(row, t0, len(trained), time.perf_counter())
+        return row
+
+    def _batch(self) -> tuple[Any, Any, int] | None:
+        """``(batch, trained, filtered)``: the pool's next batch, the columns trained
+        (first copies, in (group, run) order: commit order depends on timing, this
+        order makes a seeded run repeatable), and the groups dynamic sampling filtered
+        while it waited."""
         while True:
             batch = self._next_batch()
             if batch is None:
                 return None
-            self.counters["delivered_trajectories"] += len(batch)
+            self.counters.delivered(len(batch))
             keep = self.scheduler.first_copy_index(batch)
             if len(keep):
                 break  # (a batch holding only second copies is skipped whole)
-        t_batch = time.perf_counter()
-        filtered = self.filtered.take(parts.pool)
+        filtered = self.filtered.take(self.parts.pool)
+        cols = batch.columns
+        keep = keep[np.lexsort((cols.run_id[keep], cols.group_id[keep]))]
+        return batch, cols.take(keep), filtered
+
+    def _train(self, trained: Any) -> StepResult:
+        """The trainer's step on ``trained`` (rollouts go on meanwhile); rank 0's result,
+        which holds the snapshot path. The step and the policy version move on."""
         from nexrl.core.types.batch import Batch
         from nexrl.trainer.batch_io import save_batch
 
-        # commit order depends on timing; (group, run) order makes a seeded run repeatable
-        cols = batch.columns
-        keep = keep[np.lexsort((cols.run_id[keep], cols.group_id[keep]))]
-        trained = cols.take(keep)  # the pool's columns, straight into the trainer's Batch
+        parts = self.parts
         path = parts.run.batches / f"step_{self.step + 1}.pt"
         save_batch(Batch.from_columns(trained, parts.pad_token_id), path)
-        version_before = self.version
         pending = parts.trainer.start("step", str(path))  # TrainerGroupError: see run()
-        notice = QuietNotice(float(self.cfg.runtime_monitor.wait_notice_s))
+        notice = QuietNotice(self.spec.runtime_monitor.wait_notice_s)
         while not pending.done():
             if time.monotonic() > pending.deadline:
                 raise ControllerError(
@@ -297,66 +305,72 @@ class Controller:
             if line:
                 parts.progress.warn(line)
             pending.wait(POLL_S)  # returns the moment the step is done (or a rank is silent)
-        result: StepResult = pending.result()[0]  # rank 0's: it holds the snapshot path
+        result: StepResult = pending.result()[0]
         path.unlink(missing_ok=True)
-        t_train = time.perf_counter()
-        self.step = result.global_step
-        self.version = result.policy_version
+        self.step, self.version = result.global_step, result.policy_version
+        return result
+
+    def _report(
+        self, batch: Any, trained: Any, filtered: int, result: StepResult, version_before: int
+    ) -> dict[str, Any]:
+        """The step's row, its warnings, its samples; stops the run when the evaluator
+        failed for too long (the row is kept)."""
+        parts, spec = self.parts, self.spec
         row = step_row(parts, self.counters, batch, trained, result, self.version, version_before)
-        warn_skipped_update(parts, row, self.step, self.cfg)
+        warn_skipped_update(parts, row, self.step, spec.trainer.max_nonfinite_steps)
         for line in self.signal_watch.observe(self.step, trained, row):
             parts.progress.warn(line)
         if parts.pool.config.filter_zero_variance:
-            row.update(filter_row(trained, filtered, self.step, parts.groups_per_batch, self.cfg))
+            row.update(
+                filter_row(
+                    trained,
+                    filtered,
+                    self.step,
+                    parts.groups_per_batch,
+                    spec.trajectory_pool.batch_size,
+                    spec.algorithm.max_extra_sampling_rounds,
+                )
+            )
         parts.record_samples(self.step, trained)
         stop = self.evaluator_policy.observe(trained)
         if stop is not None:
             parts.tracker.log(self.step, row)  # the step trained: its row is kept
             raise ControllerError(stop)
-        if result.published_version is not None:
-            timeout_s = float(self.cfg.runtime_monitor.task_timeout_s)
-            try:
-                row.update(
-                    sync_weights(
-                        parts, result, self.step, self.version, self.harvest, self.watch, timeout_s
-                    )
-                )
-            except WeightSyncError as exc:  # the step trained: keep it, resume from it
-                self._checkpoint(row)
-                parts.tracker.log(self.step, row)
-                raise ControllerError(
-                    f"{exc}; step {self.step} trained and is checkpointed: run the same "
-                    "command again to resume from it (inference starts on its weights)"
-                ) from exc
-        t_sync = time.perf_counter()
-        every = int(self.cfg.validate.every)
-        # the final policy is always validated, in the last step's row (one row per step)
-        last = self.step == int(self.cfg.trainer.total_train_steps) and self.stop_reason is None
-        if parts.val_groups and every and (self.step % every == 0 or last):
-            row.update(self._validate())
-        row.update(
-            {
-                "timing/wait_batch": t_batch - t0,
-                "timing/train": t_train - t_batch,
-                "timing/weight_sync": t_sync - t_train,
-            }
-        )
-        save_every = int(self.cfg.trainer.save_every)
-        if save_every and self.step % save_every == 0:
-            t = time.perf_counter()
-            timed(row, t0, len(trained), t)
-            self._checkpoint(row)  # carries the row: a kill before it is logged loses nothing
-            row["timing/checkpoint"] = time.perf_counter() - t
-        row.update(counter_metrics(parts, self.counters))  # with what the sync counted
-        timed(row, t0, len(trained), time.perf_counter())
         return row
+
+    def _sync(self, result: StepResult, row: dict[str, Any]) -> None:
+        """Inference onto the step's weights when it published (``sync`` metrics into
+        ``row``); a failed sync checkpoints the trained step and stops in one line."""
+        if result.published_version is None:
+            return
+        timeout_s = self.spec.runtime_monitor.task_timeout_s
+        try:
+            row.update(
+                sync_weights(
+                    self.parts, result, self.step, self.version, self.harvest, self.watch, timeout_s
+                )
+            )
+        except WeightSyncError as exc:  # the step trained: keep it, resume from it
+            self._checkpoint(row)
+            self.parts.tracker.log(self.step, row)
+            raise ControllerError(
+                f"{exc}; step {self.step} trained and is checkpointed: run the same "
+                "command again to resume from it (inference starts on its weights)"
+            ) from exc
+
+    def _validate_if_due(self, row: dict[str, Any]) -> None:
+        """Every ``validate.every`` steps, and the final policy always, in its row."""
+        every = self.spec.validate.every
+        last = self.step == self.spec.trainer.total_train_steps and self.stop_reason is None
+        if self.parts.val_groups and every and (self.step % every == 0 or last):
+            row.update(self._validate())
 
     def _next_batch(self) -> Any:
         """Top up rollouts and wait until the pool hands out a batch; None when the
         data is exhausted or a stop was asked for."""
         parts = self.parts
         started = said = time.monotonic()
-        notice_s = float(self.cfg.runtime_monitor.wait_notice_s)
+        notice_s = self.spec.runtime_monitor.wait_notice_s
         while self.stop_reason is None:
             self._service(dispatch=True)
             if time.monotonic() - said >= notice_s:
@@ -378,23 +392,17 @@ class Controller:
         return None
 
     def _say_waiting(self, waited: float) -> None:
-        """One line for a step whose batch is long in coming (a slow or hung evaluator
-        or server), so a stalled terminal says what it waits for and what ends it."""
+        """One line for a step whose batch is long in coming (``report.waiting_line``)."""
         parts = self.parts
-        stats = parts.pool.stats()
-        timeout = float(self.cfg.runtime_monitor.task_timeout_s)
-        parts.progress.write(
-            f"step {self.step + 1}: waiting {waited:.0f}s for a batch: "
-            f"{parts.dispatcher.running_trajectories('train')} trajectories in flight, "
-            f"{stats.ready} of {int(self.cfg.trajectory_pool.batch_size)} ready in the pool"
-            + (
-                f", {self.filtered.since_mark(parts.pool)} groups filtered as "
-                "zero-variance (dynamic sampling)"
-                if parts.pool.config.filter_zero_variance
-                else ""
+        self.parts.progress.write(
+            waiting_line(
+                self.step + 1,
+                waited,
+                parts,
+                self.spec.trajectory_pool.batch_size,
+                self.filtered.since_mark(parts.pool),
+                self.spec.runtime_monitor.task_timeout_s,
             )
-            + "; a rollout or evaluator task running past runtime_monitor.task_timeout_s="
-            f"{timeout:g} is cancelled and retried"
         )
 
     def _service(self, dispatch: bool, training: bool = False) -> None:
@@ -409,7 +417,7 @@ class Controller:
         self.harvest.record(parts.dispatcher.harvest(), parts)
         self.watch.health_check(parts)
         if dispatch:
-            left = int(self.cfg.trainer.total_train_steps) - self.step - int(training)
+            left = self.spec.trainer.total_train_steps - self.step - int(training)
             self.scheduler.target = min(self._target, max(0, left) * parts.groups_per_batch)
             self.scheduler.top_up(parts.dispatcher, parts.loader, parts.pending_groups)
 
@@ -418,19 +426,19 @@ class Controller:
         def service() -> None:
             self._service(dispatch=False)
 
-        return validate(self.parts, self.cfg, self.step, self.harvest, service)
+        return validate(self.parts, self.spec.validate, self.step, self.harvest, service)
 
     def _watch_disk(self) -> None:
         """After a step: warn of a disk filling up; below its floor, checkpoint (the
         floor is its room) and stop (``nexrl.driver.controller.disk_watch``)."""
         if self.disk is None:
-            rm = self.cfg.runtime_monitor
+            rm = self.spec.runtime_monitor
             self.disk = DiskWatch(
                 self._diagnosis().written_folders(),
-                min_free_gb=float(rm.min_free_disk_gb),
-                warn_hours=float(rm.disk_warn_hours),
+                min_free_gb=rm.min_free_disk_gb,
+                warn_hours=rm.disk_warn_hours,
             )
-        to_go = int(self.cfg.trainer.total_train_steps) - self.step
+        to_go = self.spec.trainer.total_train_steps - self.step
         warning, stop = self.disk.observe(self.step, to_go)
         if warning:
             self.parts.progress.warn(warning)

@@ -14,7 +14,9 @@ from nexrl.driver.controller.state import ControllerState, committed_group_ids
 
 if TYPE_CHECKING:
     from nexrl.driver.controller.components import Components
+    from nexrl.driver.controller.counters import RunCounters
     from nexrl.driver.controller.scheduler import RolloutScheduler
+    from nexrl.driver.recipe import Recipe
 
 __all__ = ["finished_run", "restore_state", "say_resumed"]
 
@@ -23,16 +25,14 @@ logger = logging.getLogger(
 )  # the controller's log lines keep one name
 
 
-def finished_run(cfg: Any) -> RunResult | None:
+def finished_run(recipe: Recipe) -> RunResult | None:
     """A rerun of a finished run: no cluster is started, the run's summary is shown
     again (from metrics.jsonl) with how to train on; None for a run not finished."""
-    from nexrl.core.config.record import another_run
     from nexrl.driver.controller.rundir import RunDir
-    from nexrl.driver.controller.setup import absolute_output_dir
     from nexrl.driver.metrics import format_summary, read_metrics, summarize
 
-    run = RunDir(absolute_output_dir(cfg))
-    line = run.finished(cfg)
+    run = RunDir(recipe.output_dir)
+    line = run.finished(recipe)
     if line is None:
         return None
     step = run.checkpoint_step()
@@ -45,7 +45,7 @@ def finished_run(cfg: Any) -> RunResult | None:
             f"{run.root} finished at step {step} having trained on "
             "nothing but evaluator errors (eval/evaluator_error 1.0 at every step; see "
             f"logs/dask-worker-*.log); fix the evaluator and start a new run with "
-            f"{another_run(cfg)}"
+            f"{recipe.new_run_advice()}"
         )
     print(f"{line}\n{summary}", file=sys.stderr, flush=True)
     return RunResult(step, run.root, None, summary)
@@ -53,9 +53,9 @@ def finished_run(cfg: Any) -> RunResult | None:
 
 def restore_state(
     parts: Components,
-    cfg: Any,
+    recipe: Recipe,
     info: dict[str, Any],
-    counters: dict[str, float],
+    counters: RunCounters,
     scheduler: RolloutScheduler,
     step: int,
 ) -> ControllerState | None:
@@ -63,7 +63,7 @@ def restore_state(
     (``info``: rank 0's setup) back: the loader's, the pool's, ``counters`` and the
     ``scheduler``'s; None on a fresh run (its config is recorded)."""
     if not info.get("resumed_from"):
-        parts.run.record_config(cfg)
+        parts.run.record_config(recipe)
         return None
     extra = parts.trainer.call("extra_state")[0]
     state = ControllerState.from_extra_state(extra)
@@ -80,11 +80,11 @@ def restore_state(
         except ValueError as exc:  # the pool the checkpoint was written with is gone
             raise ControllerError(
                 f"checkpoint {info['resumed_from']} cannot resume the trajectory pool "
-                f"{cfg.trajectory_pool.store} ({exc}): was it deleted, moved or "
+                f"{recipe.spec.trajectory_pool.store} ({exc}): was it deleted, moved or "
                 "replaced since? Put the run's pool back there (trajectory_pool.store), "
                 "or start a new run in another output_dir"
             ) from exc
-    counters.update(state.counters)
+    counters.restore(state.counters)
     scheduler.restore(
         state.pending, state.trained, committed_group_ids(parts.pool), state.trained_ranges
     )
@@ -95,7 +95,7 @@ def restore_state(
 
 def say_resumed(
     parts: Components,
-    cfg: Any,
+    recipe: Recipe,
     info: dict[str, Any],
     state: ControllerState,
     step: int,
@@ -108,7 +108,7 @@ def say_resumed(
         parts.progress.warn(info["resume_note"])
     if info.get("schedule_note"):  # the resumed recipe moved the LR schedule's end
         parts.progress.warn(info["schedule_note"])
-    _record_changes(parts, parts.run.record_config(cfg))
+    _record_changes(parts, parts.run.record_config(recipe))
     parts.progress.write(f"nexrl: resumed at step {step} from {info['resumed_from']}")
     logger.info(
         "resumed from %s at step %d (policy v%d); %d groups were in flight, %d groups "

@@ -38,13 +38,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from nexrl.core.config.record import another_run, changed_fields, recorded_yaml
+from nexrl.core.config.record import changed_fields
 from nexrl.core.errors import NexrlError
 from nexrl.core.util.files import atomic_write_text
 from nexrl.core.util.run_parent import PARENT_FILE
 from nexrl.core.weights.checkpoint import CheckpointManager
+
+if TYPE_CHECKING:
+    from nexrl.driver.recipe import Recipe
 
 __all__ = ["LOCK_FILE", "RunDir", "RunDirError"]
 
@@ -91,18 +94,19 @@ class RunDir:
         found = CheckpointManager(self.checkpoints).latest()
         return int(found.name.split("_", 1)[1]) if found is not None else 0
 
-    def finished(self, cfg: Any) -> str | None:
+    def finished(self, recipe: Recipe) -> str | None:
         """What to say when a ``resume.mode=auto`` rerun has nothing to train: its newest
         checkpoint is at or past ``trainer.total_train_steps``. None otherwise."""
-        if str(cfg.resume.mode) != "auto":
+        spec = recipe.spec
+        if spec.resume.mode != "auto":
             return None
-        total, step = int(cfg.trainer.total_train_steps), self.checkpoint_step()
+        total, step = spec.trainer.total_train_steps, self.checkpoint_step()
         if step < total:
             return None
         return (
             f"nexrl: {self.root} finished at step {step} (trainer.total_train_steps={total}): "
             "nothing to train; to train on, raise trainer.total_train_steps (resume.mode=auto "
-            f"continues from its checkpoint), or start a new run with {another_run(cfg)}"
+            f"continues from its checkpoint), or start a new run with {recipe.new_run_advice()}"
         )
 
     def lock(self) -> Callable[[], None]:
@@ -139,36 +143,36 @@ class RunDir:
             "another output_dir (or experiment_name) or make it writable"
         )
 
-    def prepare(self, cfg: Any, pool_store: str) -> None:
+    def prepare(self, recipe: Recipe, pool_store: str) -> None:
         """Create the folders, apply the resume policy, write ``config.yaml``."""
         try:
-            self._prepare(cfg, pool_store)
+            self._prepare(recipe, pool_store)
         except OSError as exc:
             raise self._unwritable(exc) from None
 
-    def _prepare(self, cfg: Any, pool_store: str) -> None:
-        mode = str(cfg.resume.mode)
+    def _prepare(self, recipe: Recipe, pool_store: str) -> None:
+        mode = recipe.spec.resume.mode
         pool = Path(pool_store)
         holds_run = self.has_checkpoint() or pool.exists() or self.metrics.exists()
         if mode == "disable" and holds_run:
             raise RunDirError(
                 f"{self.root} already holds a run (checkpoints, pool or metrics); continue it "
-                f"with resume.mode=auto, or start a new one with {another_run(cfg)}"
+                f"with resume.mode=auto, or start a new one with {recipe.new_run_advice()}"
             )
         if mode == "auto" and holds_run and not self.has_checkpoint():
             self._abandon([pool, self.metrics])
         for d in (self.root, self.logs, self.plots, self.batches):
             d.mkdir(parents=True, exist_ok=True)
         if not self.has_checkpoint():  # a resume records its recipe once it is accepted
-            self.record_config(cfg)
+            self.record_config(recipe)
             # a start over records its parent anew (nexrl.driver.modeling.prepare), if it has one
             (self.root / PARENT_FILE).unlink(missing_ok=True)
 
-    def record_config(self, cfg: Any) -> list[str]:
+    def record_config(self, recipe: Recipe) -> list[str]:
         """Write ``config.yaml`` (no environment values: secrets); the fields that differ
         from the one it replaces (a resume with changed settings), ``key: old -> new``."""
         path = self.root / "config.yaml"
-        text = recorded_yaml(cfg)
+        text = recipe.record_yaml()
         try:
             before = path.read_text()
         except FileNotFoundError:

@@ -26,7 +26,7 @@ The controller's loop asks it two things, it keeps the bookkeeping behind them:
 
 What it holds goes into each checkpoint through ``ControllerState`` (``pending``:
 the running groups plus the retry queue, ``trained``, ``counters``) and comes back
-with ``restore``. ``counters`` is the controller's dict (shared, not copied).
+with ``restore``. ``counters`` is the controller's ``RunCounters`` (shared, not copied).
 """
 
 from __future__ import annotations
@@ -34,12 +34,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from nexrl.driver.controller.dispatch import InFlight, RolloutDispatcher, TaskFailure
 from nexrl.driver.controller.trained import TrainedGroups
+
+if TYPE_CHECKING:
+    from nexrl.driver.controller.counters import RunCounters
 
 __all__ = ["RolloutScheduler"]
 
@@ -53,7 +56,7 @@ class RolloutScheduler:
 
     def __init__(
         self,
-        counters: dict[str, float],
+        counters: RunCounters,
         *,
         task_retries: int,
         max_in_flight: int,
@@ -102,12 +105,11 @@ class RolloutScheduler:
 
     # -- results ----------------------------------------------------------------
     def record_done(self, summary: Any) -> None:
-        self.counters["groups_rolled_out"] += 1
-        self.counters["evaluator_errors"] += summary.evaluator_errors
+        self.counters.group_done(summary.evaluator_errors)
 
     def record_failure(self, group: InFlight, failure: TaskFailure) -> None:
         """Count a failed group; a training group is queued again while it has tries left."""
-        self.counters["failed_groups"] += 1
+        self.counters.group_failed()
         self.last_failure = failure
         if group.tag == "train":
             tries = self.attempts.get(group.group_id, 0) + 1
@@ -116,8 +118,7 @@ class RolloutScheduler:
                 delay = self.backoff(tries)
                 self.not_before[group.group_id] = self._clock() + delay
                 self.retry.append(group.items)
-                self.counters["retried_groups"] = self.counters.get("retried_groups", 0) + 1
-                self.counters["retry_backoff_s"] = self.counters.get("retry_backoff_s", 0) + delay
+                self.counters.group_retried(delay)
                 logger.warning(
                     "group %d failed (attempt %d of %d); rolled out again in %.1fs (backoff: "
                     "rollout_worker.retry_backoff_s=%g doubled per failure, at most "
@@ -215,7 +216,7 @@ class RolloutScheduler:
                 keep.append(i)
         dropped = len(batch) - len(keep)
         if dropped:
-            self.counters["duplicate_trajectories_dropped"] += dropped
+            self.counters.duplicates_dropped(dropped)
             logger.warning("dropped %d trajectories of groups already trained", dropped)
         return np.asarray(keep, dtype=np.int64)
 

@@ -13,11 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from nexrl.core.config.paths import resolve_path
-from nexrl.core.config.schema import typed
-from nexrl.core.config.sections.data import DataConfig
+from nexrl.core.config.schema import RecipeConfig
 from nexrl.core.plugins import split_spec
 from nexrl.core.pool.config import PoolConfig
 from nexrl.driver.controller.sync import SyncPolicy
@@ -28,7 +25,6 @@ from nexrl.inference.lora import request_model_name
 from nexrl.rollout.worker.tasks import RolloutSpec
 
 __all__ = [
-    "absolute_output_dir",
     "data_config",
     "load_tokenizer",
     "loaded_classes_line",
@@ -42,14 +38,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def absolute_output_dir(cfg: DictConfig) -> Path:
-    """Make ``output_dir`` absolute (workers may run elsewhere); every path that
-    interpolates it (pool, snapshots) follows."""
-    out = Path(str(cfg.output_dir)).expanduser().resolve()
-    OmegaConf.update(cfg, "output_dir", str(out))
-    return out
-
-
 def _resolve_files(recipe: Recipe, files: list[str]) -> list[str]:
     return [str(recipe.resolve(f)) for f in files]
 
@@ -59,21 +47,20 @@ def data_config(recipe: Recipe, model_dir: Path | None = None) -> LoaderConfig:
     fields every row must hold (the evaluator's ``required_fields``: a row without one
     is a bad row, named with its file and line, ``data.bad_rows``); with ``model_dir``,
     the longest prompt its context leaves room for (``context_limit``)."""
-    from nexrl.rollout.worker.dry_run import required_data_fields
-
-    data: DataConfig = typed(recipe.cfg.data)
-    data = replace(data, data_files=_resolve_files(recipe, list(data.data_files)))
+    spec = recipe.spec
+    data = replace(spec.data, data_files=_resolve_files(recipe, list(spec.data.data_files)))
     loader = LoaderConfig.from_section(
         data,
-        int(recipe.cfg.rollout_worker.group_size),
-        required_data_fields(recipe.cfg, list(recipe.roots)),
+        spec.rollout_worker.group_size,
+        recipe.required_data_fields(),
     )
-    return replace(loader, context_limit=context_limit(recipe.cfg, model_dir))
+    limit = context_limit(spec.rollout_worker.max_response_length, model_dir)
+    return replace(loader, context_limit=limit)
 
 
-def context_limit(cfg: DictConfig, model_dir: Path | None) -> tuple[int, str] | None:
+def context_limit(answer: int, model_dir: Path | None) -> tuple[int, str] | None:
     """``(tokens, why)``: the longest prompt that leaves room for an answer of
-    ``rollout_worker.max_response_length`` tokens in the model's context
+    ``answer`` (``rollout_worker.max_response_length``) tokens in the model's context
     (``max_position_embeddings`` of its ``config.json``); None when not known. A longer
     prompt failed every rollout of its group with the server's 400 ("maximum context
     length is 512 tokens") until ``max_task_failures`` stopped the run."""
@@ -85,20 +72,19 @@ def context_limit(cfg: DictConfig, model_dir: Path | None) -> tuple[int, str] | 
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    answer = int(cfg.rollout_worker.max_response_length)
     why = f"the model's context of {ctx} tokens less rollout_worker.max_response_length={answer}"
     return max(1, ctx - answer), why
 
 
-def pool_config(cfg: DictConfig, policy: SyncPolicy) -> PoolConfig:
+def pool_config(cfg: RecipeConfig, policy: SyncPolicy) -> PoolConfig:
     """The pool's config: the ``trajectory_pool`` section, the group size, dynamic
     sampling (``algorithm.filter_zero_variance_groups``: the pool filters the groups) and
     dedup (a group that a re-run Dask task committed twice is delivered once, and its
     batch is filled up from the pool)."""
     pool = PoolConfig.from_section(
-        typed(cfg.trajectory_pool),
+        cfg.trajectory_pool,
         cfg.rollout_worker.group_size,
-        filter_zero_variance=bool(cfg.algorithm.filter_zero_variance_groups),
+        filter_zero_variance=cfg.algorithm.filter_zero_variance_groups,
         dedup_groups=True,
     )
     if pool.max_staleness is None and policy.max_staleness is not None:
@@ -118,7 +104,7 @@ def evaluator_spec(recipe: Recipe) -> tuple[str, str]:
     named one."""
     from nexrl.rollout.evaluators.registry import NAMED_SOURCE, is_named
 
-    spec = str(recipe.cfg.rollout_worker.evaluator)
+    spec = recipe.spec.rollout_worker.evaluator
     if is_named(spec):
         return NAMED_SOURCE, spec
     return split_spec(spec, "rollout_worker.evaluator")
@@ -126,17 +112,17 @@ def evaluator_spec(recipe: Recipe) -> tuple[str, str]:
 
 def loaded_classes_line(recipe: Recipe) -> str:
     """One line naming the rollout worker and evaluator classes the run loads, and where."""
-    rw = recipe.cfg.rollout_worker
+    rw = recipe.spec.rollout_worker
     if rw.custom_worker:
-        spec = split_spec(str(rw.custom_worker), "rollout_worker.custom_worker")
+        spec = split_spec(rw.custom_worker, "rollout_worker.custom_worker")
         worker = f"{_where(recipe, spec)} (rollout_worker.custom_worker)"
-    elif ":" in str(rw.type):
-        spec = split_spec(str(rw.type), "rollout_worker.type")
+    elif ":" in rw.type:
+        spec = split_spec(rw.type, "rollout_worker.type")
         worker = f"{_where(recipe, spec)} (rollout_worker.type)"
     else:
         from nexrl.rollout.worker.registry import ROLLOUT_WORKERS
 
-        cls = ROLLOUT_WORKERS.get(str(rw.type))
+        cls = ROLLOUT_WORKERS.get(rw.type)
         if cls.__module__.startswith("nexrl."):
             worker = f"built-in type '{rw.type}' (rollout_worker.type)"
         else:  # a plugin's
@@ -147,46 +133,44 @@ def loaded_classes_line(recipe: Recipe) -> str:
 
 
 def rollout_spec(recipe: Recipe, pool: PoolConfig, base_urls: list[str]) -> RolloutSpec:
-    cfg = recipe.cfg
+    cfg = recipe.spec
     rw, svc = cfg.rollout_worker, cfg.service.inference_service
     logger.info(loaded_classes_line(recipe))
     custom = None
     if rw.custom_worker:
-        custom = split_spec(str(rw.custom_worker), "rollout_worker.custom_worker")
+        custom = split_spec(rw.custom_worker, "rollout_worker.custom_worker")
     sampling = {
-        "temperature": float(rw.temperature),
-        "top_p": float(rw.top_p),
-        "max_tokens": int(rw.max_response_length),
+        "temperature": rw.temperature,
+        "top_p": rw.top_p,
+        "max_tokens": rw.max_response_length,
     }
     return RolloutSpec(
-        worker_type=str(rw.type),
+        worker_type=rw.type,
         evaluator=evaluator_spec(recipe),
-        evaluator_options=json.dumps(OmegaConf.to_container(rw.evaluator_options), sort_keys=True),
+        evaluator_options=json.dumps(rw.evaluator_options, sort_keys=True),
         roots=tuple(str(r) for r in recipe.roots),
         base_urls=tuple(base_urls),
         served_model_name=request_model_name(cfg),  # LoRA on vLLM: the adapter's name
         sampling=tuple(sampling.items()),
         pool=pool,
         custom_worker=custom,
-        api_key=str(svc.api_key),
-        timeout_s=float(rw.request_timeout_s),
-        max_retries=int(rw.max_retries),
-        prompt_key=str(cfg.data.prompt_key),
-        agent_config=(
-            str(recipe.resolve(str(rw.agent_config_path))) if rw.agent_config_path else None
-        ),
-        agent_trajectory=str(rw.agent_trajectory),
-        agent_entrypoint=str(rw.agent_entrypoint) if rw.agent_entrypoint else None,
-        agent_timeout_s=float(rw.agent_timeout_s),
-        seed=int(cfg.seed) if rw.seeded_requests else None,
-        group_requests=bool(rw.one_request_per_group),
+        api_key=svc.api_key,
+        timeout_s=rw.request_timeout_s,
+        max_retries=rw.max_retries,
+        prompt_key=cfg.data.prompt_key,
+        agent_config=str(recipe.resolve(rw.agent_config_path)) if rw.agent_config_path else None,
+        agent_trajectory=rw.agent_trajectory,
+        agent_entrypoint=rw.agent_entrypoint or None,
+        agent_timeout_s=rw.agent_timeout_s,
+        seed=cfg.seed if rw.seeded_requests else None,
+        group_requests=rw.one_request_per_group,
         # replicas given by URL (vLLM, SGLang) do not report the version they serve:
         # the controller's record of what it loaded tags the replies
         # engines that report no policy version: replicas at base_urls, or one that
         # nexrl starts by service.inference_service.command (vLLM, SGLang)
         versions_from_pool=bool(svc.base_urls or svc.command),
         # only the embedded server nexrl starts has the batch route
-        batch_requests=bool(rw.batch_requests) and not (svc.base_urls or svc.command),
+        batch_requests=rw.batch_requests and not (svc.base_urls or svc.command),
     )
 
 
@@ -217,7 +201,7 @@ def validation_groups(
     """Every validation prompt once (one sample each, file order)."""
     from nexrl.driver.data import DataLoader
 
-    v = recipe.cfg.validate
+    v = recipe.spec.validate
     if not v.data_files:
         return []
     data = data_config(recipe, model_dir)

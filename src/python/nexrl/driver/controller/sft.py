@@ -29,10 +29,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from nexrl.core.config.record import recorded_config
 from nexrl.driver.controller.errors import ControllerError
 from nexrl.driver.controller.rundir import RunDir
-from nexrl.driver.controller.setup import absolute_output_dir, load_tokenizer, pad_token_id
+from nexrl.driver.controller.setup import load_tokenizer, pad_token_id
 from nexrl.driver.modeling.folder import (
     chat_template_needed,
     require_chat_template,
@@ -71,7 +70,7 @@ class SftRun:
         should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self.recipe = recipe
-        self.cfg = recipe.cfg
+        self.cfg = recipe.spec  # the checked recipe, typed
         self.show_progress = progress
         self.should_stop = should_stop or (lambda: False)
         self.step = 0
@@ -98,12 +97,12 @@ class SftRun:
         from nexrl.trainer.sft_data import SftDataset, encode_files
 
         cfg, recipe = self.cfg, self.recipe
-        out = absolute_output_dir(cfg)
+        out = Path(cfg.output_dir)
         self.run_dir = RunDir(out)
         self._closers.append(self.run_dir.lock())  # one run per folder
-        self.run_dir.prepare(cfg, str(out / "pool.zarr"))
+        self.run_dir.prepare(recipe, str(out / "pool.zarr"))
         self._closers.append(
-            log_to_file(self.run_dir, str(cfg.logger.level), LogRotation.from_config(cfg.logger))
+            log_to_file(self.run_dir, cfg.logger.level, LogRotation.from_config(cfg.logger))
         )
 
         # model and data first: a bad row stops the run before any cluster starts
@@ -117,12 +116,12 @@ class SftRun:
         self.pad_id = pad_token_id(tok)
         stops = self.stop_ids = _stop_ids(model_dir, tok)
         d = cfg.data
-        self.packing, self.max_length = bool(d.sft_packing), int(d.sft_max_length)
+        self.packing, self.max_length = d.sft_packing, d.sft_max_length
         files = [str(recipe.resolve(f)) for f in d.data_files]
         train = encode_files(tok, files, "data.data_files", self.max_length, stops)
         if d.max_samples:
-            train = train[: int(d.max_samples)]
-        self.data = SftDataset(train, int(d.sft_batch_size), int(d.seed), bool(d.shuffle))
+            train = train[: d.max_samples]
+        self.data = SftDataset(train, d.sft_batch_size, d.seed, d.shuffle)
         self.val: list[Any] = []
         if cfg.validate.data_files:
             vfiles = [str(recipe.resolve(f)) for f in cfg.validate.data_files]
@@ -131,8 +130,8 @@ class SftRun:
 
         self.cluster = start_cluster(
             cfg.cluster,
-            str(cfg.experiment_name),
-            max(1, int(cfg.resource.trainer_gpus)),
+            cfg.experiment_name,
+            max(1, cfg.resource.trainer_gpus),
             plugins=recipe.plugins,
             roots=recipe.roots,
             should_stop=self.should_stop,
@@ -143,9 +142,9 @@ class SftRun:
         self.trainer = TrainerGroup.create(
             self.cluster.client,
             spec,
-            gpus_per_rank=int(cfg.resource.trainer_gpus),
-            timeout_s=float(cfg.runtime_monitor.task_timeout_s) + 600.0,
-            silent_s=float(cfg.runtime_monitor.trainer_silent_s),
+            gpus_per_rank=cfg.resource.trainer_gpus,
+            timeout_s=cfg.runtime_monitor.task_timeout_s + 600.0,
+            silent_s=cfg.runtime_monitor.trainer_silent_s,
         )
         self._closers.append(self.trainer.close)
         info = self.trainer.setup_info()[0]
@@ -163,23 +162,23 @@ class SftRun:
             self._resumed_line = f"nexrl: resumed at step {self.step} from {info['resumed_from']}"
             if info.get("resume_note"):  # a corrupted checkpoint or snapshot was passed over
                 logger.warning("%s", info["resume_note"])
-            for change in self.run_dir.record_config(cfg):
+            for change in self.run_dir.record_config(recipe):
                 logger.warning("setting changed on resume: %s", change)
         else:
-            self.run_dir.record_config(cfg)
+            self.run_dir.record_config(recipe)
         self._last_ckpt = self.step
         self.version = self._published = int(info["policy_version"] or 0)
         self.tracker = MetricsTracker(
             list(cfg.logger.backends),
             out,
-            run_name=str(cfg.experiment_name),
-            config=recorded_config(cfg),  # ${oc.env:...} kept: no secret goes to a tracker
+            run_name=cfg.experiment_name,
+            config=recipe.record(),  # ${oc.env:...} kept: no secret goes to a tracker
             resume_step=self.step if resumed else None,
             roots=self.recipe.roots,
         )
         self._closers.append(self.tracker.close)
         self.progress = ProgressDisplay(
-            int(cfg.trainer.total_train_steps),
+            cfg.trainer.total_train_steps,
             self.step,
             enabled=self.show_progress,
             log=logging.getLogger(DETAILS_LOGGER),  # each step's line in logs/driver.log too
@@ -192,8 +191,8 @@ class SftRun:
         from nexrl.driver.metrics.plots import plot_sft_curve
 
         cfg = self.cfg
-        total = int(cfg.trainer.total_train_steps)
-        every = int(cfg.validate.every)
+        total = cfg.trainer.total_train_steps
+        every = cfg.validate.every
         self.progress.write(f"nexrl: run folder {self.run_dir.root}")
         if self._resumed_line:
             self.progress.write(self._resumed_line)
@@ -205,7 +204,7 @@ class SftRun:
             if self.val and every and self.step % every == 0:
                 row.update(self._validate())
             self.tracker.log(self.step, row)  # before the checkpoint: a resume keeps it
-            save_every = int(cfg.trainer.save_every)
+            save_every = cfg.trainer.save_every
             if save_every and self.step % save_every == 0:
                 self._checkpoint()
             self.progress.update(self.step, row)
@@ -283,7 +282,7 @@ class SftRun:
 
         t = time.perf_counter()
         nll, tokens = 0.0, 0.0
-        size = int(self.cfg.data.sft_batch_size)
+        size = self.cfg.data.sft_batch_size
         for k in range(0, len(self.val), size):
             batch = sft_batch(
                 self.val[k : k + size],

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nexrl.driver.controller.evaluator_stats import summary_metrics
 
 if TYPE_CHECKING:
+    from nexrl.core.config.sections.runtime import ValidateConfig
     from nexrl.driver.controller.components import Components
     from nexrl.driver.controller.harvest import HarvestRecorder
 
@@ -24,15 +25,15 @@ VAL_ITEMS_PER_TASK = 16
 
 def validate(
     parts: Components,
-    cfg: Any,
+    settings: ValidateConfig,
     step: int,
     harvest: HarvestRecorder,
     service: Callable[[], None],
 ) -> dict[str, float]:
-    """Roll out the validation prompts and wait for them (``service``: what the loop
-    does meanwhile); the ``val/*`` metrics, and one line on the terminal."""
+    """Roll out the validation prompts (at ``settings.temperature``, the ``validate``
+    section's) and wait for them (``service``: what the loop does meanwhile); the ``val/*`` metrics, and one line on the terminal."""
     t = time.perf_counter()
-    spec = parts.dispatcher.spec.with_sampling(temperature=float(cfg.validate.temperature))
+    spec = parts.dispatcher.spec.with_sampling(temperature=settings.temperature)
     items = [i for g in parts.val_groups for i in g]
     for k in range(0, len(items), VAL_ITEMS_PER_TASK):  # few futures: less overhead
         parts.dispatcher.submit(

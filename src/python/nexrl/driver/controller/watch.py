@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nexrl.driver.controller.components import Components
+    from nexrl.driver.controller.counters import RunCounters
 
 __all__ = ["ClusterWatch", "scheduler_gone"]
 
@@ -35,7 +36,7 @@ class ClusterWatch:
     ``cluster.json`` is out of date (``changed``: a worker joined or left, the server
     restarted)."""
 
-    def __init__(self, counters: dict[str, float], health_check_interval_s: float) -> None:
+    def __init__(self, counters: RunCounters, health_check_interval_s: float) -> None:
         self.counters = counters
         self.interval_s = health_check_interval_s
         self.changed = False
@@ -83,13 +84,13 @@ class ClusterWatch:
         nanny restarts comes back under a new address)."""
         while self._lost_workers:
             worker, tasks = self._lost_workers.popleft()
-            self.counters["workers_lost"] += 1
+            self.counters.worker_lost()
             logger.warning(
                 "Dask worker %s was lost with %d tasks running (%d workers lost so far); its "
                 "tasks run again elsewhere",
                 worker,
                 tasks,
-                int(self.counters["workers_lost"]),
+                self.counters.workers_lost,
             )
 
     def follow_inference_restarts(self, parts: Components) -> None:
@@ -97,6 +98,6 @@ class ClusterWatch:
         new = parts.supervisor.restarts - self._seen_restarts
         if new > 0:
             self._seen_restarts = parts.supervisor.restarts
-            self.counters["inference_restarts"] += new
+            self.counters.inference_restarted(new)
             self.changed = True  # the server's new pid (and job) in cluster.json
             parts.dispatcher.spec = parts.dispatcher.spec.with_base_urls(parts.supervisor.base_urls)

@@ -167,12 +167,12 @@ class RunHistory:
         out: dict[str, Any] = {}
         if not path.exists():
             return out
-        from omegaconf import OmegaConf
+        import yaml
 
         try:
-            cfg = OmegaConf.load(path)
-            out["experiment"] = str(OmegaConf.select(cfg, "experiment_name", default=""))
-            out["total_steps"] = int(OmegaConf.select(cfg, "trainer.total_train_steps"))
+            cfg = yaml.safe_load(path.read_text())
+            out["experiment"] = str(cfg.get("experiment_name") or "")
+            out["total_steps"] = int(cfg["trainer"]["total_train_steps"])
         except Exception:  # a config the page cannot read: the page shows less
             pass
         self._config = out

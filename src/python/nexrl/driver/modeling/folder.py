@@ -129,7 +129,7 @@ def chat_template_needed(cfg: Any) -> str | None:
     the embedded server formats with the model folder's template; an engine at
     ``base_urls`` or started by ``command`` has its own, and a custom worker may call
     ``complete()`` instead."""
-    if str(cfg.get("mode", "rl")) == "sft":
+    if cfg.mode == "sft":
         return "SFT encodes each conversation with it"
     rw, svc = cfg.rollout_worker, cfg.service.inference_service
     if rw.custom_worker or svc.base_urls or svc.command:

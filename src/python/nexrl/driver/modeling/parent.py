@@ -84,9 +84,9 @@ def _run_config(run: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        from omegaconf import OmegaConf
+        import yaml
 
-        data: Any = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        data: Any = yaml.safe_load(path.read_text())
     except Exception:  # a damaged record: the snapshot folder's default is used
         return {}
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}

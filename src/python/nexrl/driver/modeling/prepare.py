@@ -41,7 +41,7 @@ def prepare_model(
     ``should_stop`` can interrupt the warm start (``KeyboardInterrupt``; nothing kept)."""
     if cfg.model.path:
         # another run's folder or snapshot: its verified snapshot, recorded in parent.json
-        source = resolve_model_source(str(cfg.model.path), _found(str(cfg.model.path), roots))
+        source = resolve_model_source(cfg.model.path, _found(cfg.model.path, roots))
         model = source.path
         if not (model / "config.json").is_file():
             lora = " (a LoRA adapter snapshot is not a model)" if is_adapter_snapshot(model) else ""

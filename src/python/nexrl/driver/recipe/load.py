@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from nexrl.core.config.checks import run_checks
 from nexrl.core.config.errors import RecipeError
 from nexrl.core.config.paths import expand_pattern, is_pattern, resolve_path
+from nexrl.core.config.record import another_run, recorded_config, recorded_yaml
 from nexrl.core.config.renames import migrate
 from nexrl.core.config.schema import RecipeConfig
 from nexrl.core.config.structure import structure_problems
@@ -61,6 +62,50 @@ class Recipe:
     roots: list[Path] = field(default_factory=list)
     plugins: tuple[str, ...] = ()
     deprecations: tuple[str, ...] = ()
+
+    @property
+    def output_dir(self) -> Path:
+        """``output_dir``, absolute (workers may run elsewhere)."""
+        return Path(str(self.cfg.output_dir)).expanduser().resolve()
+
+    @property
+    def spec(self) -> RecipeConfig:
+        """The checked recipe as its dataclasses: every value typed, every interpolation
+        resolved, ``output_dir`` absolute (the pool and snapshot paths that interpolate
+        it follow). The driver reads this; the processes get specs built from it.
+        ``rollout_worker.evaluator`` is ``""`` in ``mode: sft`` (nothing is scored)."""
+        cfg = self._absolute()
+        if OmegaConf.is_missing(cfg.rollout_worker, "evaluator"):  # mode: sft
+            cfg.rollout_worker.evaluator = ""
+        spec = OmegaConf.to_object(cfg)
+        assert isinstance(spec, RecipeConfig)
+        return spec
+
+    def record(self) -> dict[str, Any]:
+        """The recipe as metric sinks keep it (``nexrl.core.config.record``: resolved but
+        for environment values), ``output_dir`` absolute."""
+        return recorded_config(self._absolute())
+
+    def record_yaml(self) -> str:
+        """The recipe as a run folder's ``config.yaml`` records it (see ``record``)."""
+        return recorded_yaml(self._absolute())
+
+    def new_run_advice(self) -> str:
+        """How to start another run instead, for error lines
+        (``nexrl.core.config.record.another_run``)."""
+        return another_run(self.cfg)
+
+    def required_data_fields(self) -> tuple[tuple[str, str], ...]:
+        """``(field, who reads it)``: what every data row must hold for the run's
+        evaluator and custom worker (``nexrl.rollout.worker.dry_run``)."""
+        from nexrl.rollout.worker.dry_run import required_data_fields
+
+        return required_data_fields(self.cfg, list(self.roots))
+
+    def _absolute(self) -> DictConfig:
+        cfg = self.cfg.copy()
+        OmegaConf.update(cfg, "output_dir", str(self.output_dir))
+        return cfg
 
     def resolve(self, value: str) -> Path:
         found = resolve_path(value, self.roots)

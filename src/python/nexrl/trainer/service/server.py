@@ -44,7 +44,7 @@ def build_core(spec: TrainerSpec) -> TrainingCore:
 
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        torch.set_num_threads(cpu_threads(1, int(spec.trainer.cpu_threads)))
+        torch.set_num_threads(cpu_threads(1, spec.trainer.cpu_threads))
     return TrainingCore(create_trainer(spec))
 
 
