@@ -151,7 +151,8 @@ class Controller:
                 should_stop=lambda: self.stop_reason is not None,
             )
             parts = self.components
-            self.watch.subscribe(parts.cluster)
+            local = self.spec.cluster.type == "local"
+            self.watch.subscribe(parts, self.spec.runtime_monitor.worker_silent_s, local)
             self._target = parts.groups_per_batch * parts.sync_policy.batches_dispatched
             self.scheduler.target = self._target
             self.scheduler.hold_for_retries = parts.sync_policy.retries_hold_their_place
@@ -414,6 +415,7 @@ class Controller:
             raise ControllerError(self._diagnosis().scheduler_lost())
         # a stopped trainer worker also holds rollout tasks (a service: nothing to check)
         parts.trainer.check_heartbeats(f"worker (step {self.step + 1})")
+        self.watch.drop_silent_workers(parts)  # a stopped rollout worker's tasks move on
         self.harvest.record(parts.dispatcher.harvest(), parts)
         self.watch.health_check(parts)
         if dispatch:

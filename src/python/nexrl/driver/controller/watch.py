@@ -1,5 +1,6 @@
-"""Watching the cluster while the run goes on: Dask workers lost, the Dask scheduler
-gone, the inference server restarted (rollouts then go to the new one)."""
+"""Watching the cluster while the run goes on: Dask workers lost or silent (dropped:
+``silent_workers``), the Dask scheduler gone, the inference server restarted
+(rollouts then go to the new one)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import collections
 import logging
 import time
 from typing import TYPE_CHECKING, Any
+
+from nexrl.driver.controller.silent_workers import SilentWorkers
 
 if TYPE_CHECKING:
     from nexrl.driver.controller.components import Components
@@ -43,11 +46,26 @@ class ClusterWatch:
         self._lost_workers: collections.deque[tuple[str, int]] = collections.deque()
         self._last_health = 0.0
         self._seen_restarts = 0  # the inference supervisor's restarts counted so far
+        self.silent: SilentWorkers | None = None  # made once the run is built (subscribe)
 
-    def subscribe(self, cluster: Any) -> None:
+    def subscribe(self, parts: Components, worker_silent_s: float, local: bool) -> None:
         """Hear of every Dask worker the scheduler removes (its ``remove-worker`` events,
         pushed to the client: no polling). A worker killed, out of memory or whose job
-        ended is ``expected: False``; one closed on purpose is not counted."""
+        ended is ``expected: False``; one closed on purpose is not counted. Watch the
+        heartbeats of the workers that are not trainer ranks' (``worker_silent_s``;
+        ``local``: a local cluster, whose silent workers are also killed)."""
+        cluster = parts.cluster
+
+        def trainer_workers() -> set[str]:
+            beats = parts.trainer.heartbeats
+            return set(beats.addrs) if beats is not None else set()
+
+        self.silent = SilentWorkers(
+            cluster.client,
+            worker_silent_s,
+            trainer_workers,
+            kill_local=local,
+        )
 
         def on_event(event: Any) -> None:  # on the client's event loop thread
             _, msg = event
@@ -77,6 +95,16 @@ class ClusterWatch:
             if self.changed:
                 self.changed = False
                 parts.record_cluster()
+
+    def drop_silent_workers(self, parts: Components) -> None:
+        """Drop the workers silent for ``runtime_monitor.worker_silent_s`` (one warning
+        each, counted in ``cluster/workers_lost``)."""
+        if self.silent is None:
+            return
+        for line in self.silent.check():
+            self.counters.worker_lost()
+            self.changed = True
+            parts.progress.warn(line)
 
     def count_lost_workers(self) -> None:
         """Count the workers lost since the last check: Dask reruns their tasks

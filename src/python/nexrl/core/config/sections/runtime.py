@@ -208,6 +208,17 @@ class RuntimeMonitorConfig:
         "trainer call's own deadline (task_timeout_s + 600 s).",
         minimum=0.0,
     )
+    worker_silent_s: float = cfg_field(
+        45.0,
+        help="A Dask worker running rollouts or evaluators (not a trainer rank's) that sends "
+        "the scheduler no heartbeat for this long is taken for lost (stopped with SIGSTOP "
+        "or a debugger, swapped out, wedged): the scheduler drops it at once, so its tasks "
+        "run again on the other workers (a group it commits if it wakes is trained once); "
+        "on a local cluster it is killed and its nanny starts a fresh one. One line names "
+        "it. 45 s is about ten heartbeat intervals of a busy worker (0.5-5 s) and far "
+        "below task_timeout_s. 0 = never (wait for task_timeout_s).",
+        minimum=0.0,
+    )
     min_free_disk_gb: float = cfg_field(
         1.0,
         help="Free space kept on every disk the run writes (output_dir, checkpoints, "

@@ -1,0 +1,118 @@
+"""Rollout workers that stop answering: found by their heartbeats, dropped, replaced.
+
+A Dask worker heartbeats to the scheduler every 0.5-5 s from its event loop, also
+while a task runs. One that has sent none for ``runtime_monitor.worker_silent_s`` is
+stopped (``SIGSTOP``, a debugger), swapped out or wedged. Dask alone waits: its
+``worker-ttl`` (5 minutes) asks the worker's nanny to restart it, and that restart
+waits on the stopped process (a run once waited out a 420 s stop). So the driver
+asks the scheduler to drop the worker (``Scheduler.remove_worker``): its tasks go
+back to the scheduler and run on the other workers at once; if it wakes, the
+scheduler no longer knows it and it closes itself, and a group it commits meanwhile
+is a second copy, which the pool delivers once. On a local cluster the process is
+killed, and its nanny starts a fresh worker in its place.
+
+Trainer ranks' workers are left to the trainer's own heartbeats
+(``runtime_monitor.trainer_silent_s``: the run stops, resumable). Silence is measured
+on this process's clock between probes of the scheduler's ``last_seen``, as for the
+trainer (``nexrl.trainer.heartbeats``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from nexrl.core.util.dask_workers import workers_of
+
+__all__ = ["SilentWorkers", "drop_worker"]
+
+logger = logging.getLogger("nexrl.driver.controller.loop")  # the controller's lines
+
+
+async def drop_worker(dask_scheduler: Any, address: str) -> tuple[int, int | None]:
+    """On the scheduler: remove the worker at ``address`` (its tasks are rescheduled);
+    ``(tasks it was running, its pid)``, ``(-1, None)`` when it is already gone."""
+    ws = dask_scheduler.workers.get(address)
+    if ws is None:
+        return -1, None
+    running, pid = len(ws.processing), ws.pid
+    await dask_scheduler.remove_worker(
+        address, stimulus_id=f"nexrl-silent-{time.time()}", expected=True, close=True
+    )
+    return running, pid
+
+
+class SilentWorkers:
+    """Probe the scheduler at most every ``every_s``; drop each worker (not in
+    ``exclude()``) silent for ``silent_s``; ``kill_local``: also SIGKILL its process
+    (a local cluster: same machine, a nanny restarts it). 0 ``silent_s`` = off."""
+
+    def __init__(
+        self,
+        client: Any,
+        silent_s: float,
+        exclude: Callable[[], set[str]] = set,
+        *,
+        kill_local: bool = False,
+        every_s: float = 1.0,
+    ) -> None:
+        self.client, self.silent_s, self.every_s = client, silent_s, every_s
+        self.exclude, self.kill_local = exclude, kill_local
+        self._seen: dict[str, tuple[Any, float]] = {}  # addr -> (last_seen, when it moved)
+        self._next = 0.0
+        self.dropped: list[str] = []  # addresses dropped, in order
+
+    def check(self) -> list[str]:
+        """Drop the workers silent for ``silent_s``; one line each (returned)."""
+        now = time.monotonic()
+        if not self.silent_s or now < self._next:
+            return []
+        self._next = now + self.every_s
+        try:
+            workers = workers_of(self.client)
+        except Exception:  # a scheduler that does not answer: the controller's watch
+            return []
+        skip = self.exclude()
+        lines = []
+        for addr in [a for a in self._seen if a not in workers]:
+            del self._seen[addr]  # left on its own
+        for addr, info in workers.items():
+            seen = info.get("last_seen")
+            before = self._seen.get(addr)
+            if before is None or before[0] != seen:
+                self._seen[addr] = before = (seen, now)
+            quiet = now - before[1]
+            if addr in skip or quiet < self.silent_s:
+                continue
+            line = self._drop(addr, info, quiet)
+            if line:
+                lines.append(line)
+        return lines
+
+    def _drop(self, addr: str, info: dict[str, Any], quiet: float) -> str | None:
+        try:
+            running, pid = self.client.run_on_scheduler(drop_worker, address=addr)
+        except Exception as exc:
+            logger.warning("could not drop the silent Dask worker %s: %s", addr, exc)
+            return None
+        self._seen.pop(addr, None)
+        if running < 0:
+            return None  # it left meanwhile: the cluster watch counts it
+        self.dropped.append(addr)
+        host = info.get("host")
+        then = "it closes itself if it wakes"
+        if self.kill_local and isinstance(pid, int):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                then = "killed; its nanny starts a fresh worker"
+            except OSError as exc:
+                then = f"could not be killed ({exc.strerror}); it closes itself if it wakes"
+        return (
+            f"Dask worker {addr} (pid {pid} on {host}) sent no heartbeat for {quiet:.0f}s "
+            f"(stopped, swapped out or wedged): dropped, its {running} running tasks go to "
+            f"the other workers; {then} (runtime_monitor.worker_silent_s={self.silent_s:g})"
+        )
