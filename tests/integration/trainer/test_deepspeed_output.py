@@ -22,7 +22,8 @@ print("TORCH_EXTENSIONS_DIR=" + os.environ["TORCH_EXTENSIONS_DIR"], file=sys.std
 
 def run(tmp_path: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "DS_ACCELERATOR": "cpu"}
-    env.pop("WORLD_SIZE", None)
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)  # a rank an earlier test in this process set up: not ours
     env.pop("TORCH_EXTENSIONS_DIR", None)
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     env.update(extra_env)
