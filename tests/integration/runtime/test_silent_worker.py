@@ -7,6 +7,7 @@ local`` starts them); the stopped worker is a real process under ``SIGSTOP``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -30,7 +31,9 @@ def _pids(client: Client) -> dict[str, int]:
 
 def test_a_stopped_worker_is_dropped_its_task_moves_and_a_fresh_one_starts() -> None:
     with (
-        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc,
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as lc,
         Client(lc) as client,
     ):
         pids = _pids(client)
@@ -53,10 +56,8 @@ def test_a_stopped_worker_is_dropped_its_task_moves_and_a_fresh_one_starts() -> 
                 time.sleep(0.2)
             dropped_after = time.monotonic() - t0
         finally:
-            try:
+            with contextlib.suppress(ProcessLookupError):  # killed, as it should be
                 os.kill(pids[stopped], signal.SIGCONT)
-            except ProcessLookupError:
-                pass  # killed, as it should be
         (line,) = lines
         assert line.startswith(f"Dask worker {stopped} (pid {pids[stopped]} on 127.0.0.1) sent ")
         assert "dropped, its 1 running tasks go to the other workers" in line
