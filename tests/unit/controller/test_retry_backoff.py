@@ -63,7 +63,7 @@ def _scheduler(clock: Clock, counters: RunCounters) -> RolloutScheduler:
 
 
 def test_the_backoff_doubles_per_failure_up_to_its_cap() -> None:
-    sched = _scheduler(Clock(), {"failed_groups": 0})
+    sched = _scheduler(Clock(), RunCounters())
     assert [sched.backoff(n) for n in (1, 2, 3, 4)] == [1.0, 2.0, 3.0, 3.0]
     sched.retry_backoff_s = 0.0
     assert sched.backoff(5) == 0.0  # 0 = retry at once

@@ -53,6 +53,7 @@ def test_free_bytes_of_a_path_not_created_yet_is_its_parent_s(tmp_path: Path) ->
     # the other tests write meanwhile: the same disk's figure, within a few MiB
     before = shutil.disk_usage(tmp_path).free
     got = free_bytes(tmp_path / "a" / "b")
+    assert got is not None
     after = shutil.disk_usage(tmp_path).free
     assert min(before, after) - (8 << 20) <= got <= max(before, after) + (8 << 20)
     assert human_bytes(512) == "512 B" and human_bytes(3 << 20) == "3.0 MiB"
