@@ -121,21 +121,19 @@ def fork_warm(
 
 
 def terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    if proc.poll() is not None:
-        # The leader is gone (killed, crashed), its children may not be: vLLM's
-        # engine-core and worker processes outlive a kill -9 of its API server.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)  # the child's own group (start_new_session)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
+    """SIGTERM to the server's process group, up to ``grace_s`` for its leader to
+    exit, then SIGKILL to whatever of the group is left. The leader (vLLM's API
+    server) may exit while its engine-core and worker processes are still on their
+    way out, or outlive it (a kill -9 of the API server): none is left running."""
+    if proc.poll() is None:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGTERM)  # the child's own group (start_new_session)
         except ProcessLookupError:
             return
-        proc.wait(timeout=10)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return  # the whole group is gone
+    proc.wait(timeout=10)
