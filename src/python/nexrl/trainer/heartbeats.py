@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from nexrl.core.util.dask_workers import workers_of
+from nexrl.core.util.dask_workers import SilenceClock, workers_of
 from nexrl.trainer.errors import TrainerLostError, TrainerSilentError
 
 __all__ = ["Heartbeats", "QuietNotice", "raise_if_gone", "raise_if_silent"]
@@ -42,7 +42,7 @@ class Heartbeats:
     def __init__(self, client: Any, addrs: list[str], silent_s: float, every_s: float = 1.0):
         self.client, self.addrs = client, list(addrs)
         self.silent_s, self.every_s = float(silent_s), float(every_s)
-        self._seen: dict[str, tuple[Any, float]] = {}  # addr -> (last_seen, when it moved)
+        self._clock = SilenceClock()
         self._next_probe = 0.0
         self._quiet: dict[int, float] = {}
         self._known: set[str] = set()  # workers a probe has listed
@@ -61,20 +61,16 @@ class Heartbeats:
             workers = workers_of(self.client)  # not scheduler_info(): see workers_of
         except Exception:  # a scheduler that does not answer is found by the controller
             return self._quiet
+        mine = {a: workers[a] for a in self.addrs if a in workers}
+        silent = self._clock.observe(mine, now)
         quiet, gone = {}, []
         for rank, addr in enumerate(self.addrs):
-            info = workers.get(addr)
-            if info is None:
-                self._seen.pop(addr, None)
+            if addr not in silent:
                 if addr in self._known:
                     gone.append(rank)
                 continue
             self._known.add(addr)
-            seen = info.get("last_seen")
-            before = self._seen.get(addr)
-            if before is None or before[0] != seen:
-                self._seen[addr] = before = (seen, now)
-            quiet[rank] = now - before[1]
+            quiet[rank] = silent[addr]
         self._quiet, self._gone = quiet, gone
         return quiet
 

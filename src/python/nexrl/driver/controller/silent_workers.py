@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nexrl.core.util.dask_workers import workers_of
+from nexrl.core.util.dask_workers import SilenceClock, workers_of
 
 __all__ = ["SilentWorkers", "drop_worker"]
 
@@ -62,7 +62,7 @@ class SilentWorkers:
     ) -> None:
         self.client, self.silent_s, self.every_s = client, silent_s, every_s
         self.exclude, self.kill_local = exclude, kill_local
-        self._seen: dict[str, tuple[Any, float]] = {}  # addr -> (last_seen, when it moved)
+        self._clock = SilenceClock()
         self._next = 0.0
         self.dropped: list[str] = []  # addresses dropped, in order
 
@@ -78,17 +78,10 @@ class SilentWorkers:
             return []
         skip = self.exclude()
         lines = []
-        for addr in [a for a in self._seen if a not in workers]:
-            del self._seen[addr]  # left on its own
-        for addr, info in workers.items():
-            seen = info.get("last_seen")
-            before = self._seen.get(addr)
-            if before is None or before[0] != seen:
-                self._seen[addr] = before = (seen, now)
-            quiet = now - before[1]
+        for addr, quiet in self._clock.observe(workers, now).items():
             if addr in skip or quiet < self.silent_s:
                 continue
-            line = self._drop(addr, info, quiet)
+            line = self._drop(addr, workers[addr], quiet)
             if line:
                 lines.append(line)
         return lines
@@ -99,7 +92,7 @@ class SilentWorkers:
         except Exception as exc:
             logger.warning("could not drop the silent Dask worker %s: %s", addr, exc)
             return None
-        self._seen.pop(addr, None)
+        self._clock.forget(addr)
         if running < 0:
             return None  # it left meanwhile: the cluster watch counts it
         self.dropped.append(addr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,12 +69,13 @@ class Recipe:
         """``output_dir``, absolute (workers may run elsewhere)."""
         return Path(str(self.cfg.output_dir)).expanduser().resolve()
 
-    @property
+    @functools.cached_property
     def spec(self) -> RecipeConfig:
         """The checked recipe as its dataclasses: every value typed, every interpolation
         resolved, ``output_dir`` absolute (the pool and snapshot paths that interpolate
         it follow). The driver reads this; the processes get specs built from it.
-        ``rollout_worker.evaluator`` is ``""`` in ``mode: sft`` (nothing is scored)."""
+        ``rollout_worker.evaluator`` is ``""`` in ``mode: sft`` (nothing is scored).
+        Built once, on first use; read-only by convention (the recipe does not change)."""
         cfg = self._absolute()
         if OmegaConf.is_missing(cfg.rollout_worker, "evaluator"):  # mode: sft
             cfg.rollout_worker.evaluator = ""
