@@ -7,7 +7,7 @@ by a file once step 3 is logged).
   still match their checksums and the pool still reads; once the file is deleted the
   same command resumes and finishes, each step and each group once.
 * Filled to below the disk watch's floor (``runtime_monitor.min_free_disk_gb``, at
-  most 5 % of the 48 MB disk: 2.4 MB) but not full: the run checkpoints the step and
+  most 5 % of the 96 MB disk: 4.8 MB) but not full: the run checkpoints the step and
   stops with one ``error:`` line ("disk nearly full", the folder, the setting) before
   any write fails, and resumes from that step once space is freed."""
 
@@ -37,7 +37,7 @@ from tests.e2e.test_train_run import processes_using
 # a step takes ~0.15 s, and a run of 6 once reached its last step before the watch saw
 # the fill (its rerun then found the run finished, nothing to resume).
 STEPS = 16
-SIZE = "48M"  # the run folder of 6 steps (checkpoints every 2) took ~8 MB
+SIZE = "96M"  # the run folder of 6 steps (checkpoints every 2) took ~8 MB
 BALLAST = "ballast"  # 4 MB written at mount time, deleted before the resume
 
 
@@ -152,13 +152,15 @@ def test_below_the_floor_the_run_checkpoints_and_stops_before_a_write_fails(
     small_disk: Path,
 ) -> None:
     out = small_disk / "run"
-    # 3 MB free, then step 4 writes ~0.6 MB: below the 2.4 MB floor, no write fails
-    args, line, err, filler = fill_after_step_3(small_disk, out, 3 << 20)
+    # 4 MB free: below the 4.8 MB floor at the next step's end, and room for that
+    # step's checkpoint and the pool's writes meanwhile. (Filled to 3 MB free above a
+    # 2.4 MB floor, a loaded machine once wrote 2 MB between two watches: ENOSPC.)
+    args, line, err, filler = fill_after_step_3(small_disk, out, 4 << 20)
     assert line.startswith("error: the run stopped: disk nearly full: "), line
     assert f"free on {out}, below" in line, line
-    assert "below runtime_monitor.min_free_disk_gb (here 2.4 MiB)" in line, line
+    assert "below runtime_monitor.min_free_disk_gb (here 4.8 MiB)" in line, line
     stopped = int(line.split("the run stopped after step ")[1].split()[0])
-    assert stopped >= 4 and f"resume from its checkpoint of step {stopped}" in line, line
+    assert stopped >= 3 and f"resume from its checkpoint of step {stopped}" in line, line
     assert "Traceback" not in err and "no space left" not in err.lower(), err[-3000:]
     assert processes_using(out) == []
     assert verify_checkpoint(out / "checkpoints" / f"step_{stopped}") is None
