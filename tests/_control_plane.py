@@ -11,7 +11,7 @@ the recipe's evaluator on the workers, a zarr ``TrajectoryPool`` (``dedup_groups
 the controller's), and the engine behind ``base_urls`` (vLLM's path: one request with
 ``n`` per group, versions read from the pool's record).
 
-The loop is ``Controller._next_batch`` and the driver's share of
+The loop is ``RolloutService.next_batch`` and the driver's share of
 ``_train_one_step``: harvest finished tasks into the scheduler, top up, ask the pool
 for a batch, wait for a task (at most 0.2 s); a batch is deduplicated
 (``first_copy_index``), taken into columns, padded into the trainer's ``Batch`` and

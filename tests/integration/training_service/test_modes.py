@@ -12,6 +12,7 @@ import pytest
 from safetensors.torch import load_file
 
 from nexrl.trainer import TrainerGroup, save_batch
+from nexrl.trainer.rank_calls import RankCall
 from nexrl.trainer.service import TrainingClient
 from nexrl.trainer.service.actor import start_service_on_cluster
 from nexrl.trainer.service.group import ServiceTrainerGroup
@@ -73,9 +74,9 @@ def test_both_modes_give_the_same_step_on_the_same_batch(
     service = ServiceTrainerGroup(TrainingClient(handle.url), timeout_s=300, handle=handle)
     try:
         assert service.setup_info()[0]["global_step"] == 0
-        served = service.start("step", str(path)).result()[0]  # as the controller calls it
+        served = service.start(RankCall.STEP, str(path)).result()[0]  # as the controller calls it
         checkpoint = service.save_checkpoint({"controller": {"step": 1}})
-        extra = service.call("extra_state")[0]
+        extra = service.call(RankCall.EXTRA_STATE)[0]
     finally:
         service.close()
 

@@ -1,9 +1,12 @@
-"""Both trainer front-ends are a ``TrainerHandle``; their calls are one ``PendingCall``."""
+"""Both trainer front-ends are a ``TrainerHandle``; their calls are one ``PendingCall``,
+named from one table (``RankCall``): a name outside it fails before anything is sent."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +15,8 @@ from nexrl.trainer.actor import TrainerGroup
 from nexrl.trainer.errors import TrainerGroupError
 from nexrl.trainer.handle import TrainerHandle
 from nexrl.trainer.pending import PendingCall
+from nexrl.trainer.rank_actor import TrainerActor
+from nexrl.trainer.rank_calls import CALLS, RankCall
 from nexrl.trainer.service.client import TrainingClientError
 from nexrl.trainer.service.group import ServiceTrainerGroup
 
@@ -80,13 +85,35 @@ def test_both_front_ends_are_trainer_handles() -> None:
 def test_a_service_call_is_a_one_rank_pending_call() -> None:
     service = ServiceTrainerGroup(_Client(extra_state={"a": 1}), timeout_s=5.0)  # type: ignore[arg-type]
     try:
-        pending = service.start("extra_state")
+        pending = service.start(RankCall.EXTRA_STATE)
         assert isinstance(pending, PendingCall)
         assert pending.wait(5.0) and pending.result() == [{"a": 1}]
-        with pytest.raises(TrainerGroupError, match=r"^training service: no method 'nope'$"):
-            service.call("nope")
+        with pytest.raises(
+            TrainerGroupError, match=r"^no trainer call 'nope'; the calls are: setup"
+        ):
+            service.call("nope")  # type: ignore[arg-type]  # a name outside the table
+        # a rank call the service has no route for: named, with the ones it answers
+        with pytest.raises(
+            TrainerGroupError,
+            match=r"^training service: no 'greedy_answers' call \(.* answers describe, step,",
+        ):
+            service.call(RankCall.GREEDY_ANSWERS, [[1]], 1, [], 0)
     finally:
         service.close()
+
+
+def test_the_call_table_is_the_rank_actors_methods_and_a_stray_name_sends_nothing() -> None:
+    public = {
+        n
+        for n in vars(TrainerActor)
+        if not n.startswith("_") and callable(getattr(TrainerActor, n))
+    }
+    assert {c.value for c in RankCall} == public
+    assert set(CALLS) == set(RankCall)
+    # the self-hosted group refuses before touching an actor (it has none here)
+    group = TrainerGroup(None, [], [], [], timeout_s=5.0)
+    with pytest.raises(TrainerGroupError, match=r"^no trainer call 'stepp'; the calls are: "):
+        group.start("stepp")  # type: ignore[arg-type]
 
 
 def test_a_failed_service_call_names_the_service() -> None:
@@ -94,7 +121,7 @@ def test_a_failed_service_call_names_the_service() -> None:
     service = ServiceTrainerGroup(failing, timeout_s=5.0)  # type: ignore[arg-type]
     try:
         with pytest.raises(TrainerGroupError, match=r"^training service: extra_state: ") as err:
-            service.call("extra_state")
+            service.call(RankCall.EXTRA_STATE)
         assert err.value.ranks == (0,)
     finally:
         service.close()
@@ -116,3 +143,19 @@ def test_a_pending_call_names_the_failed_ranks() -> None:
         assert err.value.ranks == (1,)
         ok: PendingCall[int] = PendingCall("step", [pool.submit(lambda: 3)], time.monotonic() + 5.0)
         assert ok.result() == [3]
+
+
+def test_no_trainer_call_is_named_by_a_string_in_the_code() -> None:
+    """The driver and the trainer name calls by ``RankCall`` (a typo is a NameError
+    at import, not a failed step an hour in)."""
+    names = "|".join(c.value for c in RankCall)
+    by_string = re.compile(rf"\.(call|start)\(\s*['\"]({names})['\"]")
+    root = Path(__file__).resolve().parents[3] / "src" / "python"
+    found = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted(root.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if by_string.search(line)
+    ]
+    assert len(list(root.rglob("*.py"))) > 100  # the tree was found
+    assert found == []

@@ -39,6 +39,7 @@ from nexrl.trainer.handle import RankZeroCalls
 from nexrl.trainer.heartbeats import Heartbeats, raise_if_silent
 from nexrl.trainer.pending import PendingCall
 from nexrl.trainer.rank_actor import RankInfo, TrainerActor
+from nexrl.trainer.rank_calls import RankCall
 from nexrl.trainer.spec import TrainerSpec
 
 # TrainerActor, RankInfo, PendingCall and the errors are re-exported: callers import
@@ -181,7 +182,7 @@ class TrainerGroup(RankZeroCalls):
             raise
         group = cls(client, futures, actors, infos, timeout_s, addrs, silent_s)
         try:
-            group.call("setup")
+            group.call(RankCall.SETUP)
         except BaseException:
             group.close()  # leave no half-joined process group behind on those workers
             raise
@@ -192,20 +193,21 @@ class TrainerGroup(RankZeroCalls):
         return len(self.actors)
 
     def call(
-        self, method: str, *args: Any, timeout_s: float | None = None, **kwargs: Any
+        self, method: RankCall, *args: Any, timeout_s: float | None = None, **kwargs: Any
     ) -> list[Any]:
         """Call ``method`` on every rank concurrently; the per-rank results in rank order."""
         return self.start(method, *args, timeout_s=timeout_s, **kwargs).result()
 
     def start(
-        self, method: str, *args: Any, timeout_s: float | None = None, **kwargs: Any
+        self, method: RankCall, *args: Any, timeout_s: float | None = None, **kwargs: Any
     ) -> PendingCall[Any]:
         """Start ``method`` on every rank and return at once (``PendingCall.done()`` /
         ``.result()``), so a controller can keep working while the ranks run."""
+        method = RankCall.named(method)  # a name outside the table fails before sending
         pending = []
         for rank, actor in enumerate(self.actors):
             try:
-                pending.append(getattr(actor, method)(*args, **kwargs))
+                pending.append(getattr(actor, method.value)(*args, **kwargs))
             except RuntimeError as exc:  # distributed: "Worker holding Actor was lost"
                 raise TrainerLostError(
                     f"rank {rank}'s worker is gone (its process, job or node died): {exc}",
@@ -222,7 +224,7 @@ class TrainerGroup(RankZeroCalls):
 
     # -- the named calls (rank 0's answer) are RankZeroCalls' ----------------------
     def full_state_dict(self) -> dict[str, Any] | None:
-        state: dict[str, Any] | None = self.call("full_state_dict")[0]
+        state: dict[str, Any] | None = self.call(RankCall.FULL_STATE_DICT)[0]
         return state
 
     def close(self) -> None:
@@ -243,7 +245,7 @@ class TrainerGroup(RankZeroCalls):
                     "for the other ranks to leave the process group",
                     tuple(gone),
                 )
-            self.call("close", timeout_s=60.0)
+            self.call(RankCall.CLOSE, timeout_s=60.0)
         except TrainerGroupError as exc:  # a rank that never set up (or died)
             logger.warning("closing trainer group: %s", exc)
         finally:

@@ -9,14 +9,13 @@ Two front-ends implement it:
 
 A controller starts a step and keeps working while it runs::
 
-    pending = trainer.start("step", str(batch_path))   # a PendingCall
+    pending = trainer.start(RankCall.STEP, str(batch_path))   # a PendingCall
     while not pending.done(): ...; pending.wait(POLL_S)
     result = pending.result()[0]                       # rank 0's StepResult
 
-``call``/``start`` take a trainer method by name (``describe``, ``step``,
-``train_step``, ``validation_loss``, ``extra_state``, ``publish_snapshot``,
-``save_checkpoint``); the named wrappers (``RankZeroCalls``) return rank 0's
-answer. ``heartbeats``/``check_heartbeats`` watch the workers the trainer runs on
+``call``/``start`` take a ``RankCall`` (``nexrl.trainer.rank_calls``: the table
+of every call, what it takes and answers); the named wrappers (``RankZeroCalls``)
+return rank 0's answer. ``heartbeats``/``check_heartbeats`` watch the workers the trainer runs on
 (a training service has none: ``None`` and a no-op). Failures raise
 ``TrainerGroupError`` (``nexrl.trainer.errors``).
 """
@@ -29,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from nexrl.trainer.heartbeats import Heartbeats
 from nexrl.trainer.pending import PendingCall
+from nexrl.trainer.rank_calls import RankCall
 from nexrl.trainer.result import StepResult
 
 __all__ = ["RankZeroCalls", "TrainerHandle"]
@@ -57,11 +57,13 @@ class TrainerHandle(Protocol):
         calls (``what``: what the caller waits for)."""
         ...
 
-    def start(self, method: str, *args: Any, timeout_s: float | None = None) -> PendingCall[Any]:
+    def start(
+        self, method: RankCall, *args: Any, timeout_s: float | None = None
+    ) -> PendingCall[Any]:
         """Start ``method`` on every rank and return at once."""
         ...
 
-    def call(self, method: str, *args: Any, timeout_s: float | None = None) -> list[Any]:
+    def call(self, method: RankCall, *args: Any, timeout_s: float | None = None) -> list[Any]:
         """``start(...).result()``: the per-rank results in rank order."""
         ...
 
@@ -95,33 +97,35 @@ class RankZeroCalls(ABC):
     ``call``), on top of the front-end's own ``start``."""
 
     @abstractmethod
-    def start(self, method: str, *args: Any, timeout_s: float | None = None) -> PendingCall[Any]:
+    def start(
+        self, method: RankCall, *args: Any, timeout_s: float | None = None
+    ) -> PendingCall[Any]:
         """Start ``method`` on every rank; the pending call of the front-end."""
 
-    def call(self, method: str, *args: Any, timeout_s: float | None = None) -> list[Any]:
+    def call(self, method: RankCall, *args: Any, timeout_s: float | None = None) -> list[Any]:
         """``start(...).result()``: the per-rank results in rank order."""
         return self.start(method, *args, timeout_s=timeout_s).result()
 
     def setup_info(self) -> list[dict[str, Any]]:
-        return self.call("describe")
+        return self.call(RankCall.DESCRIBE)
 
     def step(self, batch: Any, /) -> StepResult:
         """One step on the global batch (a ``save_batch`` path; the self-hosted group
         also takes a ``Batch``) as rank 0's ``StepResult`` (it holds the snapshot's path)."""
-        result: StepResult = self.call("step", _sendable(batch))[0]
+        result: StepResult = self.call(RankCall.STEP, _sendable(batch))[0]
         return result
 
     def train_step(self, batch: Any, /) -> dict[str, float]:
         """``step`` as its metrics row."""
-        metrics: dict[str, float] = self.call("train_step", _sendable(batch))[0]
+        metrics: dict[str, float] = self.call(RankCall.TRAIN_STEP, _sendable(batch))[0]
         return metrics
 
     def publish_snapshot(self) -> str | None:
-        path: str | None = self.call("publish_snapshot")[0]
+        path: str | None = self.call(RankCall.PUBLISH_SNAPSHOT)[0]
         return path
 
     def save_checkpoint(self, extra_state: dict[str, Any] | None = None) -> str | None:
-        path: str | None = self.call("save_checkpoint", extra_state)[0]
+        path: str | None = self.call(RankCall.SAVE_CHECKPOINT, extra_state)[0]
         return path
 
 

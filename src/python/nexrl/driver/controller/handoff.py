@@ -18,6 +18,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nexrl.trainer.rank_calls import RankCall
+
 if TYPE_CHECKING:
     from nexrl.core.config.schema import RecipeConfig
     from nexrl.inference.supervisor import InferenceSupervisor
@@ -53,7 +55,7 @@ class WeightHandoff:
         """One warning, the trainer back to snapshots (its last one written), files on."""
         logger.warning("weight handoff: %s; snapshots (files) from now on", why)
         self.memory, self.why = False, why
-        trainer.call("disable_weight_handoff")
+        trainer.call(RankCall.DISABLE_WEIGHT_HANDOFF)
 
 
 def _why_files(cfg: RecipeConfig, supervisor: InferenceSupervisor) -> str | None:
@@ -105,7 +107,7 @@ def start_handoff(
         log("weight handoff: files (weight.handoff: %s, but %s)", setting, why)
         return WeightHandoff(False, why)
     try:
-        info = trainer.call("enable_weight_handoff")[0]
+        info = trainer.call(RankCall.ENABLE_WEIGHT_HANDOFF)[0]
     except Exception as exc:
         logger.warning("weight handoff: files (the trainer cannot hand over in memory: %s)", exc)
         return WeightHandoff(False, str(exc))

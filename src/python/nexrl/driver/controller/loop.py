@@ -12,9 +12,10 @@ One step (``Controller._train_one_step``), its stages in order::
 While the trainer runs, the controller keeps servicing rollouts (harvests results,
 counts failures, restarts a dead inference server, in the async modes dispatches
 more). Which groups go out (top-up, retry, skip) and which come back to be trained
-(dedup) is the ``RolloutScheduler``'s business. Dynamic sampling
-(``algorithm.filter_zero_variance_groups``): the pool drops groups whose rewards are
-all equal, the top-up rolls out replacements, and after
+(dedup) is the ``RolloutScheduler``'s business; ``RolloutService``
+(``nexrl.driver.controller.rollouts``) keeps it going while the controller waits.
+Dynamic sampling (``algorithm.filter_zero_variance_groups``): the pool drops groups
+whose rewards are all equal, the top-up rolls out replacements, and after
 ``algorithm.max_extra_sampling_rounds`` rounds a step takes a short batch and says
 so (``filter/short_batch``). Every wait is bounded; Ctrl-C (SIGINT) or SIGTERM stops
 at the next safe point, checkpoints and shuts everything down. The controller's
@@ -29,8 +30,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from nexrl.core.util.heap import trim_heap
 from nexrl.driver.controller.build import build_components
 from nexrl.driver.controller.checkpoints import save_checkpoint
@@ -40,25 +39,22 @@ from nexrl.driver.controller.disk_watch import DiskWatch
 from nexrl.driver.controller.driver_log import DETAILS_LOGGER
 from nexrl.driver.controller.errors import ControllerError, RunResult
 from nexrl.driver.controller.evaluator_stats import EvaluatorFailurePolicy
-from nexrl.driver.controller.harvest import HarvestRecorder
 from nexrl.driver.controller.reload import WeightSyncError, sync_weights
 from nexrl.driver.controller.report import (
     counter_metrics,
     filter_row,
     step_row,
     timed,
-    waiting_line,
     warn_skipped_update,
 )
 from nexrl.driver.controller.resume import finished_run, restore_state, say_resumed
-from nexrl.driver.controller.sampling import FilterCount
-from nexrl.driver.controller.scheduler import RolloutScheduler
+from nexrl.driver.controller.rollouts import RolloutService
 from nexrl.driver.controller.signals import StopSignals
 from nexrl.driver.controller.validation import validate
-from nexrl.driver.controller.watch import ClusterWatch, scheduler_gone
 from nexrl.driver.metrics.learning_signal import LearningSignalWatch
 from nexrl.driver.recipe import Recipe
 from nexrl.trainer.heartbeats import QuietNotice
+from nexrl.trainer.rank_calls import RankCall
 
 if TYPE_CHECKING:
     from nexrl.driver.controller.components import Components
@@ -84,24 +80,16 @@ class Controller:
         self.signals = StopSignals()  # Ctrl-C, SIGTERM: stop_reason
         self.summary: str | None = None  # the end-of-run summary, once written
         self.counters = RunCounters()
-        rw, rm = self.spec.rollout_worker, self.spec.runtime_monitor
-        self.scheduler = RolloutScheduler(
-            self.counters,
-            task_retries=rw.task_retries,
-            max_in_flight=rw.max_groups_in_flight,
-            retry_backoff_s=rw.retry_backoff_s,
-            retry_backoff_max_s=rw.retry_backoff_max_s,
-        )
-        self.watch = ClusterWatch(self.counters, rm.health_check_interval_s)
-        self.harvest = HarvestRecorder(
-            self.scheduler, self.counters, self.watch, rm.max_task_failures
-        )
-        # dynamic sampling's filtered groups, counted from the first batch (run())
-        self.filtered = FilterCount(self.spec.algorithm.max_extra_sampling_rounds)
+        # generate and score: scheduler, cluster watch, harvest, dynamic sampling's count
+        self.rollouts = RolloutService(self.spec, self.counters)
+        self.scheduler = self.rollouts.scheduler
+        self.watch = self.rollouts.watch
+        self.harvest = self.rollouts.harvest
+        self.filtered = self.rollouts.filtered
         self._last_ckpt_step = -1
-        self._target = 1  # groups running or in the pool to aim for (set with the parts)
         self.disk: DiskWatch | None = None  # made with the run's folders (_watch_disk)
         self._first_step = 0  # the step this command started at (set by _loop)
+        rw = self.spec.rollout_worker
         self.evaluator_policy = EvaluatorFailurePolicy(
             rw.max_evaluator_error_steps, rw.evaluator or "none"
         )
@@ -151,11 +139,7 @@ class Controller:
                 should_stop=lambda: self.stop_reason is not None,
             )
             parts = self.components
-            local = self.spec.cluster.type == "local"
-            self.watch.subscribe(parts, self.spec.runtime_monitor.worker_silent_s, local)
-            self._target = parts.groups_per_batch * parts.sync_policy.batches_dispatched
-            self.scheduler.target = self._target
-            self.scheduler.hold_for_retries = parts.sync_policy.retries_hold_their_place
+            self.rollouts.attach(parts)
             try:
                 self._resume()
                 self.filtered.start(parts.pool)
@@ -267,22 +251,16 @@ class Controller:
         return row
 
     def _batch(self) -> tuple[Any, Any, int] | None:
-        """``(batch, trained, filtered)``: the pool's next batch, the columns trained
-        (first copies, in (group, run) order: commit order depends on timing, this
-        order makes a seeded run repeatable), and the groups dynamic sampling filtered
-        while it waited."""
-        while True:
-            batch = self._next_batch()
-            if batch is None:
-                return None
-            self.counters.delivered(len(batch))
-            keep = self.scheduler.first_copy_index(batch)
-            if len(keep):
-                break  # (a batch holding only second copies is skipped whole)
-        filtered = self.filtered.take(self.parts.pool)
-        cols = batch.columns
-        keep = keep[np.lexsort((cols.run_id[keep], cols.group_id[keep]))]
-        return batch, cols.take(keep), filtered
+        """``(batch, trained, filtered)`` (``RolloutService.next_batch``); None when no
+        batch will come (data out, a stop)."""
+        return self.rollouts.next_batch(
+            self.parts,
+            self.step,
+            self.version,
+            self._first_step,
+            lambda: self.stop_reason is not None,
+            self._lost,
+        )
 
     def _train(self, trained: Any) -> StepResult:
         """The trainer's step on ``trained`` (rollouts go on meanwhile); rank 0's result,
@@ -293,7 +271,7 @@ class Controller:
         parts = self.parts
         path = parts.run.batches / f"step_{self.step + 1}.pt"
         save_batch(Batch.from_columns(trained, parts.pad_token_id), path)
-        pending = parts.trainer.start("step", str(path))  # TrainerGroupError: see run()
+        pending = parts.trainer.start(RankCall.STEP, str(path))  # TrainerGroupError: see run()
         notice = QuietNotice(self.spec.runtime_monitor.wait_notice_s)
         while not pending.done():
             if time.monotonic() > pending.deadline:
@@ -366,62 +344,16 @@ class Controller:
         if self.parts.val_groups and every and (self.step % every == 0 or last):
             row.update(self._validate())
 
-    def _next_batch(self) -> Any:
-        """Top up rollouts and wait until the pool hands out a batch; None when the
-        data is exhausted or a stop was asked for."""
-        parts = self.parts
-        started = said = time.monotonic()
-        notice_s = self.spec.runtime_monitor.wait_notice_s
-        while self.stop_reason is None:
-            self._service(dispatch=True)
-            if time.monotonic() - said >= notice_s:
-                said = time.monotonic()
-                self._say_waiting(said - started)
-            quiet = self.scheduler.idle(parts.dispatcher)
-            batch = parts.pool.get_batch(
-                current_version=self.version,
-                loaded_batch_finished=quiet,
-                min_trajectories=self.filtered.short_batch_floor(parts),
-            )
-            if batch is not None:
-                return batch
-            self.filtered.check_not_all_filtered(parts, self.step, self._first_step)
-            if quiet and self.scheduler.loader_done:
-                logger.info("data exhausted (data.total_epochs) and the pool has no full batch")
-                return None
-            parts.dispatcher.wait_any(0.2)
-        return None
-
-    def _say_waiting(self, waited: float) -> None:
-        """One line for a step whose batch is long in coming (``report.waiting_line``)."""
-        parts = self.parts
-        self.parts.progress.write(
-            waiting_line(
-                self.step + 1,
-                waited,
-                parts,
-                self.spec.trajectory_pool.batch_size,
-                self.filtered.since_mark(parts.pool),
-                self.spec.runtime_monitor.task_timeout_s,
-            )
+    def _service(self, dispatch: bool, training: bool = False) -> None:
+        """One turn of the rollouts' work while the controller waits
+        (``RolloutService.service``)."""
+        self.rollouts.service(
+            self.parts, self.step, self._lost, dispatch=dispatch, training=training
         )
 
-    def _service(self, dispatch: bool, training: bool = False) -> None:
-        """Harvest finished rollouts, count failures, watch inference, top up: no more
-        groups than the steps left need (``training``: the next step's batch is training
-        now), so the last step is not followed by rollouts nobody trains."""
-        parts = self.parts
-        if scheduler_gone(parts.cluster):
-            raise ControllerError(self._diagnosis().scheduler_lost())
-        # a stopped trainer worker also holds rollout tasks (a service: nothing to check)
-        parts.trainer.check_heartbeats(f"worker (step {self.step + 1})")
-        self.watch.drop_silent_workers(parts)  # a stopped rollout worker's tasks move on
-        self.harvest.record(parts.dispatcher.harvest(), parts)
-        self.watch.health_check(parts)
-        if dispatch:
-            left = self.spec.trainer.total_train_steps - self.step - int(training)
-            self.scheduler.target = min(self._target, max(0, left) * parts.groups_per_batch)
-            self.scheduler.top_up(parts.dispatcher, parts.loader, parts.pending_groups)
+    def _lost(self) -> str:
+        """The stop line when the Dask scheduler is gone."""
+        return self._diagnosis().scheduler_lost()
 
     # -- validation and checkpoints ---------------------------------------------
     def _validate(self) -> dict[str, float]:

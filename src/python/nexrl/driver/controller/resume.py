@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from nexrl.driver.controller.driver_log import DETAILS_LOGGER
 from nexrl.driver.controller.errors import ControllerError, RunResult
 from nexrl.driver.controller.state import ControllerState, committed_group_ids
+from nexrl.trainer.rank_calls import RankCall
 
 if TYPE_CHECKING:
     from nexrl.driver.controller.components import Components
@@ -65,7 +66,7 @@ def restore_state(
     if not info.get("resumed_from"):
         parts.run.record_config(recipe)
         return None
-    extra = parts.trainer.call("extra_state")[0]
+    extra = parts.trainer.call(RankCall.EXTRA_STATE)[0]
     state = ControllerState.from_extra_state(extra)
     if state is None:
         raise ControllerError(

@@ -39,6 +39,7 @@ from nexrl.driver.modeling.folder import (
 )
 from nexrl.driver.modeling.prepare import prepare_model
 from nexrl.driver.recipe import Recipe
+from nexrl.trainer.rank_calls import RankCall
 
 __all__ = ["SftRun"]
 
@@ -151,7 +152,7 @@ class SftRun:
         self.step = int(info["global_step"] or 0)
         resumed = info.get("resumed_from") is not None
         if resumed:
-            state = self.trainer.call("extra_state")[0].get(STATE_KEY)
+            state = self.trainer.call(RankCall.EXTRA_STATE)[0].get(STATE_KEY)
             if state is None:
                 raise ControllerError(
                     f"checkpoint {info['resumed_from']} has no SFT data position (written by "
@@ -212,7 +213,7 @@ class SftRun:
             self.tracker.log(self.step, self._validate())  # the final weights are validated
         if self.version > self._published:  # the final weights are always a snapshot
             try:
-                self.trainer.call("publish_snapshot")
+                self.trainer.call(RankCall.PUBLISH_SNAPSHOT)
             except Exception as exc:
                 raise ControllerError(f"trainer: final snapshot: {exc}") from exc
             self._published = self.version
@@ -231,7 +232,7 @@ class SftRun:
     def _title(self) -> str:
         return f"{self.cfg.experiment_name}: SFT"
 
-    def _wait(self, method: str, path: Path, what: str) -> Any:
+    def _wait(self, method: RankCall, path: Path, what: str) -> Any:
         pending = self.trainer.start(method, str(path))
         try:
             while not pending.done():
@@ -257,7 +258,7 @@ class SftRun:
         examples = self.data.next_examples()
         batch = sft_batch(examples, self.pad_id, packing=self.packing, max_length=self.max_length)
         path = save_batch(batch, self.run_dir.batches / f"step_{self.step + 1}.pt")
-        result = self._wait("step", path, f"train_step {self.step + 1}")
+        result = self._wait(RankCall.STEP, path, f"train_step {self.step + 1}")
         self.step, self.version = int(result.global_step), int(result.policy_version)
         if result.published_version is not None:
             self._published = int(result.published_version)
@@ -291,7 +292,7 @@ class SftRun:
                 max_length=self.max_length,
             )
             path = save_batch(batch, self.run_dir.batches / f"val_{k}.pt")
-            out = self._wait("validation_loss", path, f"validation at step {self.step}")
+            out = self._wait(RankCall.VALIDATION_LOSS, path, f"validation at step {self.step}")
             nll, tokens = nll + out["nll_sum"], tokens + out["tokens"]
         loss = nll / tokens if tokens else math.nan
         row = {"val/loss": loss, "val/tokens": tokens}
@@ -313,9 +314,9 @@ class SftRun:
         answers = [a for _, a in turns]
         longest = max(len(a) for a in answers)
         try:
-            out = self.trainer.call("greedy_answers", prompts, longest, self.stop_ids, self.pad_id)[
-                0
-            ]
+            out = self.trainer.call(
+                RankCall.GREEDY_ANSWERS, prompts, longest, self.stop_ids, self.pad_id
+            )[0]
         except Exception as exc:
             raise ControllerError(
                 f"trainer: validation answers at step {self.step}: {exc}"

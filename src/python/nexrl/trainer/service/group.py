@@ -23,6 +23,7 @@ from nexrl.trainer.errors import TrainerGroupError
 from nexrl.trainer.handle import RankZeroCalls
 from nexrl.trainer.heartbeats import Heartbeats
 from nexrl.trainer.pending import PendingCall
+from nexrl.trainer.rank_calls import CALLS, RankCall
 from nexrl.trainer.result import StepResult
 from nexrl.trainer.service.client import TrainingClient, TrainingClientError
 
@@ -57,26 +58,32 @@ class ServiceTrainerGroup(RankZeroCalls):
     def url(self) -> str:
         return self.client.base_url
 
-    def _run(self, method: str, *args: Any) -> Any:
-        if method == "step":
+    def _run(self, method: RankCall, *args: Any) -> Any:
+        if method in (RankCall.STEP, RankCall.TRAIN_STEP):
             (path,) = args
-            return _step_result(self.client.train_step(str(path)))
-        if method == "train_step":
-            (path,) = args
-            return _step_result(self.client.train_step(str(path))).row()
-        if method == "describe":
-            info = self.client.info()
-            return {**info, "rank": 0, "service_url": self.url}
-        if method == "extra_state":
+            result = _step_result(self.client.train_step(str(path)))
+            return result if method is RankCall.STEP else result.row()
+        if method is RankCall.DESCRIBE:
+            return {**self.client.info(), "rank": 0, "service_url": self.url}
+        if method is RankCall.EXTRA_STATE:
             return self.client.extra_state()
-        if method == "publish_snapshot":
+        if method is RankCall.PUBLISH_SNAPSHOT:
             return self.client.save_weights_for_sampler()["path"]
-        if method == "save_checkpoint":
-            (extra,) = args or (None,)
-            return self.client.save_state(extra)["path"]
-        raise TrainerGroupError(f"training service: no method {method!r}")
+        (extra,) = args or (None,)  # SAVE_CHECKPOINT, the last of CALLS' service calls
+        return self.client.save_state(extra)["path"]
 
-    def start(self, method: str, *args: Any, timeout_s: float | None = None) -> PendingCall[Any]:
+    def start(
+        self, method: RankCall, *args: Any, timeout_s: float | None = None
+    ) -> PendingCall[Any]:
+        """Start ``method`` on the service's thread; a call the table does not mark
+        ``service`` (``nexrl.trainer.rank_calls.CALLS``) fails before anything is sent."""
+        method = RankCall.named(method)
+        if not CALLS[method].service:
+            served = ", ".join(c.value for c, info in CALLS.items() if info.service)
+            raise TrainerGroupError(
+                f"training service: no {method.value!r} call (trainer.mode: training-service "
+                f"answers {served})"
+            )
         future = self._pool.submit(self._run, method, *args)
         deadline = time.monotonic() + (timeout_s or self.timeout_s)
         return PendingCall(method, [future], deadline, failure=_service_failure)
