@@ -113,6 +113,7 @@ def test_replicas_that_never_get_healthy_are_named_with_why_and_the_setting(
     answers 503: a line while it waits, then one error naming each replica's problem
     and ``startup_timeout_s``."""
     from nexrl.core.config.sections.runtime import InferenceServiceConfig
+    from nexrl.inference.spec import InferenceSpec
     from nexrl.inference.supervisor import InferenceSupervisor, ServiceError
 
     unready = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unready)
@@ -122,7 +123,7 @@ def test_replicas_that_never_get_healthy_are_named_with_why_and_the_setting(
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     ready = f"http://127.0.0.1:{unready.server_address[1]}"
     config = InferenceServiceConfig(base_urls=[closed, ready], startup_timeout_s=3.0)
-    supervisor = InferenceSupervisor(config, log_dir=tmp_path, wait_notice_s=1.0)
+    supervisor = InferenceSupervisor(InferenceSpec(config, wait_notice_s=1.0), log_dir=tmp_path)
     try:
         with caplog.at_level(logging.WARNING), pytest.raises(ServiceError) as info:
             supervisor.start(tmp_path / "unused", 0)

@@ -22,6 +22,7 @@ from backends.inference.embedded import EmbeddedServer, ServerStartError
 from nexrl.core.chat import Generation, InferenceClient
 from nexrl.core.config.sections.runtime import InferenceServiceConfig
 from nexrl.core.util.auth import INFERENCE_TOKEN_ENV
+from nexrl.inference.spec import InferenceSpec
 from nexrl.inference.supervisor import InferenceSupervisor
 from tests.integration.inference._helpers import SERVED_NAME
 
@@ -172,7 +173,9 @@ def test_the_supervisor_sends_the_token(
     """Start (health wait), health checks and reloads of the supervisor all pass the
     token; a reload outside the root does not change the weights served."""
     config = InferenceServiceConfig(served_model_name=SERVED_NAME, api_key=TOKEN)
-    supervisor = InferenceSupervisor(config, log_dir=tmp_path, snapshot_root=snapshot_root)
+    supervisor = InferenceSupervisor(
+        InferenceSpec(config, snapshot_root=snapshot_root), log_dir=tmp_path
+    )
     try:
         (url,) = supervisor.start(snapshots["a"], 0)
         assert httpx.get(f"{url}/health", timeout=10).status_code == 401
@@ -198,7 +201,9 @@ def test_the_supervisor_gives_the_server_its_cpu_threads(
     assert not torch.cuda.is_available()  # the CPU path: a GPU server gets no thread flag
     for configured, expected in ((3, 3), (0, cpu_threads(1))):
         config = InferenceServiceConfig(served_model_name=SERVED_NAME, cpu_threads=configured)
-        supervisor = InferenceSupervisor(config, log_dir=tmp_path, snapshot_root=snapshot_root)
+        supervisor = InferenceSupervisor(
+            InferenceSpec(config, snapshot_root=snapshot_root), log_dir=tmp_path
+        )
         try:
             (url,) = supervisor.start(snapshots["a"], 0)
             assert httpx.get(f"{url}/health", timeout=10).json()["torch_threads"] == expected

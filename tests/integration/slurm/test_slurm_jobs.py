@@ -141,6 +141,7 @@ def test_the_embedded_server_runs_in_the_inference_job_and_moves_to_a_new_one_wh
     import openai
 
     from nexrl.core.config.sections.runtime import InferenceServiceConfig
+    from nexrl.inference.spec import InferenceSpec
     from nexrl.inference.supervisor import InferenceSupervisor
 
     slurm = SlurmConfig(
@@ -157,7 +158,7 @@ def test_the_embedded_server_runs_in_the_inference_job_and_moves_to_a_new_one_wh
     )
     service = InferenceServiceConfig(startup_timeout_s=300, api_key=SLURM_TOKEN)
     supervisor = InferenceSupervisor(
-        service, log_dir=tmp_path / "logs", server_factory=handle.server_factory()
+        InferenceSpec(service), log_dir=tmp_path / "logs", server_factory=handle.server_factory()
     )
     ids: list[str] = []
     try:

@@ -41,10 +41,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nexrl.core.config.sections.runtime import InferenceServiceConfig
 from nexrl.core.util.auth import token_of
 from nexrl.core.util.logfile import NO_ROTATION, LogRotation, rotate_copytruncate
 from nexrl.inference.launch import ServiceError, cpu_threads_args, launch, what_runs
+from nexrl.inference.spec import InferenceSpec
 
 __all__ = ["InferenceSupervisor", "ServiceError"]
 
@@ -56,47 +56,41 @@ class InferenceSupervisor:
 
     def __init__(
         self,
-        config: InferenceServiceConfig,
+        spec: InferenceSpec,
         *,
         log_dir: Path,
-        seed: int = 0,
-        reload_timeout_s: float = 300.0,
         server_factory: Callable[..., Any] | None = None,
-        health_timeout_s: float = 10.0,
-        unhealthy_after: int = 3,
-        wait_notice_s: float = 60.0,
-        snapshot_root: Path | None = None,
-        lora_name: str | None = None,
         snapshot_ready: Callable[[str, int], Any] | None = None,
         log_rotation: LogRotation = NO_ROTATION,
     ) -> None:
-        """``server_factory(model, **kwargs)`` makes the embedded server's handle
-        (default: ``EmbeddedServer``, a child of this process; on Slurm the
-        controller passes one that starts it in the inference job).
-        ``snapshot_root``: the only place the embedded server reloads from.
-        ``lora_name``: see the module doc. ``snapshot_ready(path, version)``: waits for a
-        snapshot written behind (``weight.handoff`` in memory) before a restart, giving
+        """``spec``: the recipe's side (``nexrl.inference.spec``). ``server_factory(model,
+        **kwargs)`` makes the embedded server's handle (default: ``EmbeddedServer``, a
+        child of this process; on Slurm the controller passes one that starts it in
+        the inference job). ``snapshot_ready(path, version)``: waits for a snapshot
+        written behind (``weight.handoff`` in memory) before a restart, giving
         ``(version, path)`` to start on (or None). ``log_rotation``: ``inference.log``,
         which the server writes, is rotated by it at each health check."""
+        config = spec.service
+        self.spec = spec
         self.snapshot_ready = snapshot_ready
         self.config = config
-        self.lora_name = lora_name
-        self.snapshot_root = snapshot_root
+        self.lora_name = spec.lora_name
+        self.snapshot_root = spec.snapshot_root
         self.token = token_of(config.api_key)
         self.server_factory = server_factory
         self.log_dir = log_dir
         self.log_rotation = log_rotation
-        self.seed = seed
-        self.reload_timeout_s = reload_timeout_s
+        self.seed = spec.seed
+        self.reload_timeout_s = spec.reload_timeout_s
         self.server: Any = None  # EmbeddedServer when we own it
         self.model_path: str | None = None
         self.version = 0
         self.restarts = 0
         self._urls: list[str] = list(config.base_urls)
         self._adapter: Any = None
-        self.health_timeout_s = health_timeout_s
-        self.unhealthy_after = unhealthy_after
-        self.wait_notice_s = wait_notice_s  # given replicas not healthy yet: a line this often
+        self.health_timeout_s = spec.health_timeout_s
+        self.unhealthy_after = spec.unhealthy_after
+        self.wait_notice_s = spec.wait_notice_s  # given replicas not healthy yet: a line this often
         self._missed = 0  # consecutive /health checks without an answer
         self._written_behind = False  # model_path: a snapshot the trainer may still be writing
 

@@ -40,7 +40,7 @@ from nexrl.driver.modeling.folder import (
 )
 from nexrl.driver.modeling.prepare import prepare_model
 from nexrl.driver.recipe import Recipe
-from nexrl.inference.lora import adapter_model_name
+from nexrl.inference.spec import InferenceSpec
 from nexrl.inference.supervisor import InferenceSupervisor
 
 if TYPE_CHECKING:
@@ -141,15 +141,9 @@ def _build(
 
     snapshot_dir = Path(cfg.weight.snapshot_dir)
     supervisor = InferenceSupervisor(
-        inference_cfg,
+        InferenceSpec.from_recipe(cfg),
         log_dir=run.logs,
-        seed=cfg.seed,
         server_factory=cluster.server_factory(),  # Slurm: in the inference job
-        health_timeout_s=cfg.runtime_monitor.health_timeout_s,
-        unhealthy_after=cfg.runtime_monitor.unhealthy_after,
-        wait_notice_s=cfg.runtime_monitor.wait_notice_s,
-        snapshot_root=snapshot_dir,
-        lora_name=adapter_model_name(cfg),
         snapshot_ready=lambda path, version: wait_for_snapshot(
             path, version, inference_cfg.startup_timeout_s, root=snapshot_dir
         ),  # a restart while the handoff's snapshot is written behind (weight.handoff)
