@@ -27,7 +27,7 @@ def _lines(path: Path) -> list[str]:
 def test_the_driver_log_rotates_through_one_handler_and_keeps_its_backups(tmp_path: Path) -> None:
     cfg = load_recipe_checked(
         RECIPE, ["logger.log_file_max_mb=0.001", "logger.log_file_backups=2"]
-    ).cfg
+    ).spec
     rotation = LogRotation.from_config(cfg.logger)
     assert rotation == LogRotation(max_bytes=1048, backups=2)  # 0.001 MiB, rounded down
     run = RunDir(tmp_path / "run")

@@ -43,6 +43,10 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nexrl.core.config.sections.runtime import LoggerConfig
 
 __all__ = [
     "DETAILS_LOGGER",
@@ -172,10 +176,9 @@ class LogRotation:
     backups: int = 3
 
     @classmethod
-    def from_config(cls, logger_cfg: object) -> LogRotation:
+    def from_config(cls, logger_cfg: LoggerConfig) -> LogRotation:
         """From the recipe's ``logger`` section (``log_file_max_mb``, ``log_file_backups``)."""
-        mb = float(getattr(logger_cfg, "log_file_max_mb", 0) or 0)
-        return cls(int(mb * 1024 * 1024), int(getattr(logger_cfg, "log_file_backups", 3)))
+        return cls(int(logger_cfg.log_file_max_mb * 1024 * 1024), logger_cfg.log_file_backups)
 
 
 NO_ROTATION = LogRotation()  # never rotated (max_bytes 0)
