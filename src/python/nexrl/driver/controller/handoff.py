@@ -3,9 +3,10 @@
 ``start_handoff`` (once, when the run is built) decides: ``files`` always publishes
 and reloads snapshots; ``memory`` and ``auto`` turn the trainer's channel on
 (``nexrl.trainer.handoff``) when the server can take it: the embedded engine
-started by nexrl or named by ``base_urls``, a self-hosted trainer, no LoRA; ``auto``
-also needs every replica on trainer rank 0's host (hostnames) and, for a trainer on
-a GPU, on its CUDA device (UUIDs). ``WeightHandoff.sync`` (each step that
+started by nexrl or named by ``base_urls``, or vLLM (its ``/update_weights`` with
+nexrl's ``nexrl_shm`` engine), a self-hosted trainer, no LoRA; ``auto`` also needs
+every replica on trainer rank 0's host (hostnames; vLLM: its handshake answered)
+and, for a trainer on a GPU, on its CUDA device (UUIDs). ``WeightHandoff.sync`` (each step that
 published) has inference copy the step's weights from the channel, and after a
 failed copy warns once, turns the trainer's channel off (which waits for the
 step's snapshot to be on disk) and reloads that snapshot: files from then on, no
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
 __all__ = ["WeightHandoff", "start_handoff"]
 
 logger = logging.getLogger(__name__)
+#: Engines that copy weights from the trainer's channel: the embedded server, and vLLM
+#: through its own weight-transfer API with nexrl's engine (``backends.inference.adapters``).
+MEMORY_BACKENDS = ("embedded", "vllm")
 
 
 @dataclass
@@ -65,8 +69,10 @@ def _why_files(cfg: RecipeConfig, supervisor: InferenceSupervisor) -> str | None
     inference = cfg.service.inference_service
     if cfg.trainer.mode != "self-hosted":
         return f"trainer.mode is {cfg.trainer.mode}"
-    if inference.backend != "embedded" or inference.command:
-        return f"the inference engine is {inference.command or inference.backend}, not embedded"
+    if inference.backend not in MEMORY_BACKENDS:
+        return f"the {inference.backend} engine loads snapshots (files)"
+    if inference.backend == "embedded" and inference.command:
+        return f"the inference engine is {inference.command}, not the embedded server"
     if lora_enabled(cfg.trainer):
         return "trainer.lora: snapshots are LoRA adapters"
     if not supervisor.base_urls:

@@ -28,10 +28,12 @@ class WeightConfig:
         "auto",
         help="How new weights reach inference at each sync. 'files': the trainer publishes "
         "the snapshot and the server reloads it. 'memory': trainer rank 0 copies them into "
-        "a buffer shared with the embedded server (/dev/shm on the CPU, CUDA IPC on a GPU) "
-        "and the server copies them from there; the snapshot is still written, behind the "
-        "next step. 'auto': memory when the server is the embedded one on the same host "
-        "(and CUDA device) as trainer rank 0 and the run is not LoRA, else files. A failed "
-        "memory handoff logs one warning and uses files for the rest of the run.",
+        "a buffer shared with the server (/dev/shm on the CPU; CUDA IPC on a GPU, embedded "
+        "server only) and the server copies them from there: the embedded server, or vLLM "
+        "through its own weight-update API with nexrl's engine (build-support/vllm.sh "
+        "serve); the snapshot is still written, behind the next step. 'auto': memory when "
+        "the server is on the same host (and CUDA device) as trainer rank 0 and the run "
+        "is not LoRA, else files. A failed memory handoff logs one warning and uses files "
+        "for the rest of the run.",
         choices=("auto", "files", "memory"),
     )
