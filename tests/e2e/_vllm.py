@@ -5,12 +5,17 @@ nexrl through ``recipes/max_digit/max_digit_vllm.yaml``'s command."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 
 from tests.e2e._recipe import overrides, subprocess_env
@@ -27,6 +32,48 @@ def build_vllm() -> str:
     )
     assert proc.returncode == 0, f"build-support/vllm.sh failed:\n{proc.stderr[-3000:]}"
     return proc.stdout.strip()
+
+
+@contextlib.contextmanager
+def serve_vllm(model_dir: Path, *extra: str, start_s: float = 600.0) -> Iterator[str]:
+    """A vLLM of ``model_dir`` (float32, served as ``policy``) started by
+    ``build-support/vllm.sh serve`` (with nexrl's weight-transfer engine); its URL
+    once ``/health`` answers (~40 s on 2 idle cores). Killed with its process group
+    after; its log is ``vllm.log`` beside the model folder."""
+    from nexrl.core.util.net import free_port
+
+    build_vllm()
+    port = free_port()
+    log_path = model_dir.parent / "vllm.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [
+                "bash",
+                "build-support/vllm.sh",
+                "serve",
+                *("--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port)),
+                *("--served-model-name", "policy", "--dtype", "float32"),
+                *("--enforce-eager", "--disable-log-stats", "--max-num-seqs", "8"),
+                *extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + start_s
+            while True:
+                assert proc.poll() is None, log_path.read_text()[-3000:]
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                        break
+                assert time.monotonic() < deadline, f"vLLM did not start in {start_s:g}s"
+                time.sleep(1)
+            yield url
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
 
 
 def assert_real_vllm(out: Path) -> list[int]:

@@ -15,9 +15,6 @@ started by ``build-support/vllm.sh serve``) and a real weight channel under
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,14 +23,12 @@ import httpx
 import pytest
 import torch
 
-from nexrl.core.util.net import free_port
 from nexrl.core.weights.handoff.channel import WeightChannel
 from nexrl.inference.reload import ReloadError
-from tests.e2e._vllm import build_vllm
+from tests.e2e._vllm import serve_vllm
 
 PROMPTS = [[5, 9, 7, 11], [12, 6, 8], [4, 4, 10, 13, 7]]
 ANSWER_TOKENS = 6
-START_S = 600.0  # vLLM's start on 2 busy cores (~40 s alone)
 
 
 @pytest.fixture(scope="module")
@@ -44,39 +39,8 @@ def model_dir(tiny_model: Any) -> Path:
 
 @pytest.fixture(scope="module")
 def vllm_url(model_dir: Path) -> Iterator[str]:
-    build_vllm()
-    port = free_port()
-    log = open(model_dir.parent / "vllm.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [
-            "bash",
-            "build-support/vllm.sh",
-            "serve",
-            *("--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port)),
-            *("--served-model-name", "policy", "--dtype", "float32", "--max-model-len", "64"),
-            *("--enforce-eager", "--disable-log-stats", "--max-num-seqs", "8"),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_S
-        while True:
-            assert proc.poll() is None, (model_dir.parent / "vllm.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "vLLM did not start"
-            time.sleep(1)
+    with serve_vllm(model_dir, "--max-model-len", "64") as url:
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-        log.close()
 
 
 def vllm_answers(url: str) -> list[tuple[list[int], list[float]]]:

@@ -231,9 +231,17 @@ class VLLMReloadAdapter(ReloadAdapter):
         vLLM closes a connection after an error reply, and the next call on the pooled
         connection meets the reset (each call is bounded by the client's timeout)."""
         try:
-            return self._post(url, json, params)
-        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
-            return self._post(url, json, params)
+            try:
+                return self._post(url, json, params)
+            except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
+                return self._post(url, json, params)
+        except httpx.TimeoutException:
+            phase = url.rsplit("/", 1)[-1]
+            raise ReloadError(
+                f"{url}: vLLM's {phase} did not answer in {self.timeout_s:g}s "
+                "(service.inference_service.reload_timeout_s)",
+                {},
+            ) from None
 
     def _init_engine(self, base_url: str) -> None:
         if base_url in self._engine_ready:

@@ -33,7 +33,8 @@ class InferenceSpec:
         snapshot_root: ``weight.snapshot_dir``: the only folder a server reloads from.
         lora_name: the adapter's served name when the policy is a LoRA adapter its
             backend serves by name (``nexrl.inference.lora``), else None.
-        reload_timeout_s: one reload request's deadline.
+        reload_timeout_s: ``service.inference_service.reload_timeout_s``: each call
+            of a weight sync.
     """
 
     service: InferenceServiceConfig
@@ -58,4 +59,5 @@ class InferenceSpec:
             wait_notice_s=rm.wait_notice_s,
             snapshot_root=Path(cfg.weight.snapshot_dir),
             lora_name=adapter_model_name(cfg),
+            reload_timeout_s=cfg.service.inference_service.reload_timeout_s,
         )

@@ -83,6 +83,15 @@ class InferenceServiceConfig:
         "min to start on 2 cores; a large model on a GPU, minutes.",
         minimum=1.0,
     )
+    reload_timeout_s: float = cfg_field(
+        300.0,
+        help="Seconds each call of a weight sync may take: a reload from disk, the "
+        "embedded server's copy from memory, each phase of vLLM's update (pause, start, "
+        "update, finish, resume). Past it the sync fails with one line naming the phase "
+        "and this setting (from memory: files for the rest of the run; from disk: the "
+        "step is checkpointed and the run stops).",
+        minimum=1.0,
+    )
     max_batch_size: int = cfg_field(
         128,
         help="Embedded server: most sequences generated together in one forward loop (a "
