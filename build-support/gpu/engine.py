@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from gen_heavy import prepared_model
 
-from backends.inference.embedded.generation import SamplingParams
+from backends.inference.embedded.sampling import SamplingParams
 from backends.inference.embedded.slot_decode import SlotDecoder
 from bench.engine import chat_prompts, compare, ours
 

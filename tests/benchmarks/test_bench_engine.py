@@ -47,7 +47,7 @@ def test_engine_alone_vs_hf_generate(benchmark: Any, tmp_path: Path, shape: str)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from backends.inference.embedded.generation import SamplingParams
+    from backends.inference.embedded.sampling import SamplingParams
     from backends.inference.embedded.slot_decode import SlotDecoder
     from bench.engine import chat_prompts, compare, ours
     from bench.side_by_side import RECIPE

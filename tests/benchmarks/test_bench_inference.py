@@ -219,7 +219,8 @@ def test_shared_prefill(benchmark: Any, tiny_model_dir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from backends.inference.embedded.generation import SamplingParams, generate
+    from backends.inference.embedded.generation import generate
+    from backends.inference.embedded.sampling import SamplingParams
     from tests.e2e._recipe import DATA
 
     threads = torch.get_num_threads()

@@ -27,7 +27,8 @@ from typing import Any
 
 import torch
 
-from backends.inference.embedded.generation import DecodeBatch, SamplingParams, run_batch
+from backends.inference.embedded.generation import DecodeBatch, run_batch
+from backends.inference.embedded.sampling import SamplingParams
 from backends.inference.embedded.slot_batch import SlotBatch
 from backends.inference.embedded.slot_decode import SlotDecoder
 

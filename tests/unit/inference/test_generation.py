@@ -9,13 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from backends.inference.embedded.generation import (
-    DecodeBatch,
-    LogprobsMode,
-    SamplingParams,
-    generate,
-    run_batch,
-)
+from backends.inference.embedded.generation import DecodeBatch, generate, run_batch
+from backends.inference.embedded.sampling import LogprobsMode, SamplingParams
 from backends.inference.embedded.slot_batch import SlotBatch
 from backends.inference.embedded.slot_decode import SlotDecoder, unsupported
 from nexrl.driver.modeling import build_tiny_model, build_tokenizer
@@ -244,7 +239,7 @@ def test_sample_next_by_hand() -> None:
     0 / 1 / 2 / 2; temperature 0 is the argmax whatever the draw; top_p 0.6 keeps the
     0.5 and 0.3 tokens (the mass above the 0.2 token is 0.8 >= 0.6), renormalised to
     (0, 0.375, 0.625): draw 0.3 -> token 1, draw 0.4 -> token 2."""
-    from backends.inference.embedded.generation import sample_next
+    from backends.inference.embedded.sampling import sample_next
 
     row = torch.log(torch.tensor([0.2, 0.3, 0.5]))
     logits = row.repeat(7, 1)

@@ -1,27 +1,9 @@
 """``SelfHostedTrainer``: one data-parallel rank of a trainer on a training engine.
 
-One ``train_step(batch)`` (every rank gets the same global batch)::
-
-    metrics  = stats of the batch as received (rewards, lengths, groups)
-    batch, m = self.prepare_batch(batch)          # hook; on the global batch
-    N        = loss units of the prepared batch    # tokens or sequences (agg mode)
-    shard    = rows [r*n, (r+1)*n) of the batch padded to a multiple of W ranks
-    for epoch in range(ppo_epochs):               # one optimizer step per pass
-        for each micro-batch b of the shard:      # the last one sets the boundary
-            L_b = self.compute_loss(b, log_probs, entropy)    # mean over b's n_b units
-            backward(L_b * n_b / N * W)
-        step()                                    # DeepSpeed averages over W ranks
-
-so the gradient is that of the loss averaged over the *global* batch, whatever
-the micro-batch size and world size: ``(1/W) sum_ranks sum_b L_b n_b W / N =
-sum_b L_b n_b / N``. Every rank runs the same number of forwards (the shard
-padding guarantees it), which ZeRO-3 collectives need.
-
-An epoch whose loss is NaN/inf on any rank (or whose gradient norm is) applies
-no update: the gradients are dropped (``engine.discard_gradients``), the step is
-counted (``train/skipped_nonfinite``, ``train/skipped_nonfinite_total``) and the
-run goes on; ``trainer.max_nonfinite_steps`` such steps in a row raise
-``TrainerError`` (a run that only produces NaNs stops, it never "finishes").
+``train_step(batch)`` (every rank gets the same global batch) prepares the batch,
+updates the policy on this rank's shard, micro-batch by micro-batch, and
+publishes and checkpoints when due: ``nexrl.trainer.step`` has the loop and how
+the gradient stays that of the global batch's loss.
 
 The default loss is the policy gradient through the registries
 (``nexrl.trainer.loss.policy_gradient_loss``)::
@@ -42,21 +24,19 @@ Subclasses override the hooks ``prepare_batch`` (must leave ``advantages`` and
 (the micro-batch's response log-probs and entropy). Their old names
 (``_prepare_batch``, ...) still work, with a warning (``nexrl.trainer.hooks``).
 
-Where the parts live: the micro-batch update and the global log-probs in
-``nexrl.trainer.update``, snapshots, checkpoints and the resume in
-``nexrl.trainer.saving``, the batch's metrics in ``nexrl.trainer.step_metrics``.
+Where the parts live: the step in ``nexrl.trainer.step``, the micro-batch update
+and the global log-probs in ``nexrl.trainer.update``, snapshots, checkpoints and
+the resume in ``nexrl.trainer.saving``, the batch's metrics in
+``nexrl.trainer.step_metrics``, the algorithm check, seeds and model loading in
+``nexrl.trainer.rank_setup``.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import random
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -73,12 +53,13 @@ from nexrl.trainer.handoff import TrainerHandoff
 from nexrl.trainer.hooks import adopt_old_hook_names
 from nexrl.trainer.lora import apply_lora, lora_enabled
 from nexrl.trainer.loss import policy_gradient_loss
-from nexrl.trainer.ops import disable_dropout, loss_units, model_inputs, response_log_probs
+from nexrl.trainer.ops import disable_dropout, model_inputs, response_log_probs
+from nexrl.trainer.rank_setup import check_algorithm, load_model, seed_everything
 from nexrl.trainer.result import StepResult
 from nexrl.trainer.schedule import schedule_change_note
 from nexrl.trainer.spec import TrainerSpec
-from nexrl.trainer.step_metrics import input_metrics, stats, timed
-from nexrl.trainer.update import count_nonfinite, global_log_probs, update_policy
+from nexrl.trainer.step import run_step
+from nexrl.trainer.update import global_log_probs, update_policy
 
 __all__ = ["SelfHostedTrainer", "TrainerError", "call_with_options"]
 
@@ -105,13 +86,8 @@ class SelfHostedTrainer:
         self.spec, self.cfg = spec, spec.trainer
         self.algo = resolve_algorithm(spec.algorithm)
         self.loss_agg_mode: str = self.algo.loss_agg_mode or "token-mean"
-        if _needs_norm_length(self.algo):
-            raise TrainerError(
-                f"algorithm.loss_norm_length: loss_agg_mode {self.algo.loss_agg_mode!r} divides "
-                "by a constant length; set it (TrainerSpec.from_recipe uses "
-                "rollout_worker.max_response_length)"
-            )
-        _seed_everything(spec.seed)
+        check_algorithm(self.algo)
+        seed_everything(spec.seed)
         if model is None:
             model = self._load_model(spec.model_path, torch.float32)
         if self.cfg.disable_dropout:
@@ -176,14 +152,7 @@ class SelfHostedTrainer:
         ``trainer.total_train_steps``)."""
         return self.cfg.lr_schedule_steps or self.cfg.total_train_steps
 
-    @staticmethod
-    def _load_model(path: str, dtype: torch.dtype) -> torch.nn.Module:
-        from transformers import AutoModelForCausalLM
-
-        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, local_files_only=True
-        )
-        return model
+    _load_model = staticmethod(load_model)
 
     @property
     def needs_reference(self) -> bool:
@@ -242,63 +211,7 @@ class SelfHostedTrainer:
         when configured. Returns the step's counters, what it published (the
         snapshot's path on rank 0) and its metrics (the same on every rank).
         """
-        start = time.perf_counter()
-        if not isinstance(batch, Batch):
-            batch = load_batch(batch)
-        timings: dict[str, float] = {}
-        metrics = input_metrics(batch)
-        self.defer_old_log_probs = self._old_log_probs_from_update()
-        try:
-            with timed(timings, "prepare"):
-                batch, prepared = self.prepare_batch(batch)
-        finally:
-            self.defer_old_log_probs = False
-        metrics.update(prepared)
-        units = loss_units(batch, self.loss_agg_mode) if len(batch) else 0
-        updated = units > 0
-        nonfinite = False
-        if updated:
-            with timed(timings, "update"):
-                metrics.update(self._update(batch, units))
-            nonfinite = metrics.pop("train/nonfinite_epochs", 0.0) > 0
-            applied = metrics.pop("train/applied_epochs", 1.0) > 0
-            updated = applied
-            if applied:
-                self.policy_version += 1
-            kl = metrics.get("actor/reward_kl", metrics.get("actor/kl_loss"))
-            if applied and kl is not None and math.isfinite(kl):
-                self.kl_ctrl.update(kl, n_steps=len(batch))
-        self.global_step += 1
-        count_nonfinite(self, nonfinite, metrics)
-        metrics["actor/update_skipped"] = 0.0 if updated else 1.0
-        metrics["actor/kl_coef"] = float(self.kl_ctrl.value)
-        if "advantages" in batch and len(batch):
-            metrics.update(stats("critic/advantages", batch["advantages"], batch["response_mask"]))
-        tokens = float(batch["attention_mask"].sum()) if len(batch) else 0.0
-        compute = time.perf_counter() - start
-        metrics["perf/tokens"] = tokens
-        metrics["perf/tokens_per_s"] = tokens / compute if compute > 0 else 0.0
-        published: int | None = None
-        snapshot_path: str | None = None
-        channel: dict[str, Any] | None = None
-        if saving.snapshot_due(self, updated):
-            with timed(timings, "snapshot"):
-                snapshot_path, channel, handoff_metrics = saving.publish_for_step(self)
-            metrics.update(handoff_metrics)
-            published = self.policy_version
-        if saving.checkpoint_due(self):
-            with timed(timings, "checkpoint"):
-                self.save_checkpoint()
-        metrics.update({f"timing/{k}": v for k, v in timings.items()})
-        metrics["timing/step"] = time.perf_counter() - start
-        return StepResult(
-            global_step=self.global_step,
-            policy_version=self.policy_version,
-            published_version=published,
-            snapshot_path=snapshot_path,
-            handoff=channel,
-            metrics=metrics,
-        )
+        return run_step(self, batch)
 
     # -- hooks (subclasses override these) --------------------------------------------
     def build_extra_engines(self) -> dict[str, TrainingEngine]:
@@ -416,16 +329,3 @@ class SelfHostedTrainer:
         if self.publisher is not None:
             self.publisher.wait()
         self.engine.close(destroy_process_group=destroy_process_group)
-
-
-def _needs_norm_length(algo: Any) -> bool:
-    from nexrl.trainer.algorithms import LOSS_AGGREGATIONS
-
-    mode = LOSS_AGGREGATIONS.get(algo.loss_agg_mode or "token-mean")
-    return mode.uses_norm_length and algo.loss_norm_length is None
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)

@@ -11,13 +11,13 @@ import time
 import uuid
 from typing import Any
 
-from backends.inference.embedded.generation import SamplingParams, SequenceOutput
 from backends.inference.embedded.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     OpenAIError,
     invalid,
 )
+from backends.inference.embedded.sampling import SamplingParams, SequenceOutput
 from backends.inference.embedded.service import InferenceService, Row, new_seed
 from backends.inference.embedded.tools import parse_tool_calls
 

@@ -15,14 +15,13 @@ from typing import Any
 
 import torch
 
-from backends.inference.embedded.generation import (
+from backends.inference.embedded.generation import _pad_right, prefill
+from backends.inference.embedded.sampling import (
     LogprobsMode,
     SamplingParams,
     _draws,
     _finalize_text,
-    _pad_right,
     _RowState,
-    prefill,
     sample_rows,
 )
 from backends.inference.embedded.slot_decode import SlotDecoder
