@@ -191,3 +191,19 @@ def test_backends_packages_form_no_cycle() -> None:
                 graph.setdefault(here, set()).add(target)
     found = find_cycle(graph)
     assert found is None, "package cycle in backends: " + " -> ".join(found or [])
+
+
+MAX_MODULE_LINES = 400  # "one responsibility per module; modules of a few hundred lines"
+
+
+def test_no_module_is_over_the_size_agreed() -> None:
+    """Every module of ``nexrl`` and ``backends`` (vLLM's plugin included) stays under
+    ``MAX_MODULE_LINES``: a module that grows past it is split by responsibility."""
+    roots = (SRC, SRC.parent / "backends")
+    sizes = {
+        str(p.relative_to(SRC.parent)): len(p.read_text().splitlines())
+        for root in roots
+        for p in root.rglob("*.py")
+    }
+    assert len(sizes) > 250  # both trees were found
+    assert {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES} == {}
