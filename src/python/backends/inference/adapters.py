@@ -274,10 +274,13 @@ class VLLMReloadAdapter(ReloadAdapter):
                 self._control(f"{base_url}/update_weights", update)
             except ReloadError as exc:
                 refused = exc
-            # the session ends either way; a refused update leaves the served weights as
-            # they were (vLLM's layerwise reload puts them back) and is raised below
+            # the session ends either way, labelled only when the update went in. nexrl's
+            # engine refuses a stale buffer or a misfit tensor before it loads anything
+            # (the served model untouched); a buffer overwritten during the copy leaves a
+            # mix, which the caller's fallback replaces with the snapshot from disk
+            label = {"weight_version": str(version)} if refused is None else None
             try:
-                self._control(f"{base_url}/finish_weight_update", {"weight_version": str(version)})
+                self._control(f"{base_url}/finish_weight_update", label)
             except ReloadError:
                 if refused is None:
                     raise
