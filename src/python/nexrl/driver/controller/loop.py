@@ -48,7 +48,7 @@ from nexrl.driver.controller.report import (
     warn_skipped_update,
 )
 from nexrl.driver.controller.resume import finished_run, restore_state, say_resumed
-from nexrl.driver.controller.rollouts import RolloutService
+from nexrl.driver.controller.rollouts import RolloutService, Waiting
 from nexrl.driver.controller.signals import StopSignals
 from nexrl.driver.controller.validation import validate
 from nexrl.driver.metrics.learning_signal import LearningSignalWatch
@@ -253,14 +253,14 @@ class Controller:
     def _batch(self) -> tuple[Any, Any, int] | None:
         """``(batch, trained, filtered)`` (``RolloutService.next_batch``); None when no
         batch will come (data out, a stop)."""
-        return self.rollouts.next_batch(
-            self.parts,
+        at = Waiting(
             self.step,
             self.version,
             self._first_step,
             lambda: self.stop_reason is not None,
             self._lost,
         )
+        return self.rollouts.next_batch(self.parts, at)
 
     def _train(self, trained: Any) -> StepResult:
         """The trainer's step on ``trained`` (rollouts go on meanwhile); rank 0's result,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,9 +31,22 @@ if TYPE_CHECKING:
     from nexrl.core.config.schema import RecipeConfig
     from nexrl.driver.controller.components import Components
 
-__all__ = ["RolloutService"]
+__all__ = ["RolloutService", "Waiting"]
 
 logger = logging.getLogger("nexrl.driver.controller.loop")  # the controller's lines: one name
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Where the run is while it waits for a batch: the step done, the policy version
+    rollouts run on, the step this command started at, whether a stop was asked for,
+    and the stop line when the Dask scheduler is gone."""
+
+    step: int
+    version: int
+    first_step: int
+    stopped: Callable[[], bool]
+    lost: Callable[[], str]
 
 
 class RolloutService:
@@ -87,21 +101,13 @@ class RolloutService:
             self.scheduler.target = min(self.target, max(0, left) * parts.groups_per_batch)
             self.scheduler.top_up(parts.dispatcher, parts.loader, parts.pending_groups)
 
-    def next_batch(
-        self,
-        parts: Components,
-        step: int,
-        version: int,
-        first_step: int,
-        stopped: Callable[[], bool],
-        lost: Callable[[], str],
-    ) -> tuple[Any, Any, int] | None:
+    def next_batch(self, parts: Components, at: Waiting) -> tuple[Any, Any, int] | None:
         """``(batch, trained, filtered)``: the pool's next batch, the columns trained
         (first copies, in (group, run) order: commit order depends on timing, this
         order makes a seeded run repeatable), and the groups dynamic sampling filtered
         while it waited. None when the data is exhausted or a stop was asked for."""
         while True:
-            batch = self._wait_for_batch(parts, step, version, first_step, stopped, lost)
+            batch = self._wait_for_batch(parts, at)
             if batch is None:
                 return None
             self.scheduler.counters.delivered(len(batch))
@@ -113,31 +119,23 @@ class RolloutService:
         keep = keep[np.lexsort((cols.run_id[keep], cols.group_id[keep]))]
         return batch, cols.take(keep), filtered
 
-    def _wait_for_batch(
-        self,
-        parts: Components,
-        step: int,
-        version: int,
-        first_step: int,
-        stopped: Callable[[], bool],
-        lost: Callable[[], str],
-    ) -> Any:
+    def _wait_for_batch(self, parts: Components, at: Waiting) -> Any:
         started = said = time.monotonic()
         notice_s = self.spec.runtime_monitor.wait_notice_s
-        while not stopped():
-            self.service(parts, step, lost, dispatch=True)
+        while not at.stopped():
+            self.service(parts, at.step, at.lost, dispatch=True)
             if time.monotonic() - said >= notice_s:
                 said = time.monotonic()
-                self._say_waiting(parts, step, said - started)
+                self._say_waiting(parts, at.step, said - started)
             quiet = self.scheduler.idle(parts.dispatcher)
             batch = parts.pool.get_batch(
-                current_version=version,
+                current_version=at.version,
                 loaded_batch_finished=quiet,
                 min_trajectories=self.filtered.short_batch_floor(parts),
             )
             if batch is not None:
                 return batch
-            self.filtered.check_not_all_filtered(parts, step, first_step)
+            self.filtered.check_not_all_filtered(parts, at.step, at.first_step)
             if quiet and self.scheduler.loader_done:
                 logger.info("data exhausted (data.total_epochs) and the pool has no full batch")
                 return None
