@@ -302,5 +302,16 @@ def test_ctrl_c_with_groups_in_flight_then_resume_of_whole_loaded_batches(
         if f"at step {reached} " in line and "groups were in flight" in line
     ]
     assert resumed and " 0 groups were in flight" not in resumed[-1], resumed  # the case
-    assert [r["step"] for r in train_rows(out)] == list(range(1, reached + 3))
+    rows = train_rows(out)
+    assert [r["step"] for r in rows] == list(range(1, reached + 3))
+    # The staleness accounting survives the resume (AReaL #1388 counted it from a
+    # version reset to 0): versions go on from the checkpoint's, and the trajectories
+    # rolled out before the stop are as old as they are, never fresher.
+    for r in rows:
+        assert r["version/trainer"] == r["step"], r
+        assert r["version/rollout_max"] <= r["step"] - 1, r
+        assert r["version/lag_max"] == r["step"] - 1 - r["version/rollout_min"], r
+        assert r["version/lag_max"] >= 0, r
+        shares = [r[f"version/tokens_lag_{k}"] for k in ("0", "1", "2plus")]
+        assert abs(sum(shares) - 1.0) < 1e-6, r
     assert processes_using(out) == []

@@ -131,8 +131,9 @@ def test_fully_async_on_a_real_vllm_reloads_with_requests_in_flight(tmp_path: Pa
     keep generating on it (``/pause?mode=keep``: requests in flight freeze and go on
     with the new weights, their KV recomputed: partial rollouts). Each trajectory is
     tagged with the version vLLM had loaded when its request started (a request that
-    straddles an update gets the older one), so no trajectory looks fresher than it
-    is, none is more than ``staleness_threshold`` versions behind the step that
+    straddles an update gets the older one) and the newest it may have been served by
+    (``version/straddled`` counts those that differ), so no trajectory looks fresher
+    than it is, none is more than ``staleness_threshold`` versions behind the step that
     trains it, every group is trained once, vLLM labels every version, and no step
     reloads a weight file."""
     out = tmp_path / "run"
@@ -154,6 +155,11 @@ def test_fully_async_on_a_real_vllm_reloads_with_requests_in_flight(tmp_path: Pa
         assert r["inference/restarts"] == 0
     assert max(r["version/lag_max"] for r in rows) >= 1  # rollouts really ran ahead
     assert sum(r["weight/in_flight_at_reload"] for r in rows) > 0  # reloads mid-generation
+    # ... and requests that straddled one are tagged with both versions: trained, counted
+    assert sum(r["version/straddled"] for r in rows) > 0, rows
+    for r in rows:
+        assert abs(r["version/tokens_lag_0"] + r["version/tokens_lag_1"]
+                   + r["version/tokens_lag_2plus"] - 1.0) < 1e-6, r  # fmt: skip
     trained = sum(r["batch/size"] for r in rows)
     assert trained == 8 * len(controller.scheduler.trained) == steps * 32
     assert group_gone(pid)

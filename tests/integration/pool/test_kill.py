@@ -20,6 +20,7 @@ from nexrl.core.pool import PoolWriter, TrajectoryPool
 from nexrl.core.pool.commits import CommitLog
 from nexrl.core.pool.config import PoolConfig
 from nexrl.core.pool.kv import LocalKV
+from nexrl.core.pool.layout import ROW_COLUMNS
 from tests.unit.pool._data import fast_check, fast_columns, make_columns, must
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -77,7 +78,7 @@ def test_writer_killed_mid_append_leaves_only_whole_trajectories(tmp_path):
         g: Any = zarr.open_group(str(seg), mode="r")
         mine = [m for m in markers if m.writer == seg.name]
         for m in mine:
-            assert np.asarray(g["rows"][m.row : m.row + m.n]).shape == (m.n, 11)
+            assert np.asarray(g["rows"][m.row : m.row + m.n]).shape == (m.n, len(ROW_COLUMNS))
             assert (
                 len(g["response_ids"][m.response[0] : m.response[1]])
                 == m.response[1] - m.response[0]

@@ -11,7 +11,7 @@ import zarr
 from nexrl.core.pool import Chunking, PoolDataError, PoolStoreError, TrajectoryColumns
 from nexrl.core.pool.columns import PROMPT_DTYPE, RESPONSE_DTYPES, SCALAR_DTYPES
 from nexrl.core.pool.kv import FsspecKV, LocalKV, open_kv
-from nexrl.core.pool.layout import ensure_pool
+from nexrl.core.pool.layout import COL, ensure_pool
 from nexrl.core.pool.segment import Positions, Segment
 from nexrl.core.types.trajectory import RAGGED_FIELDS, SCALAR_FIELDS, Trajectory
 from tests.unit.pool._data import check_columns, make_columns
@@ -128,7 +128,9 @@ def test_direct_chunk_io_is_plain_zarr(tmp_path, codec):
     np.testing.assert_array_equal(z["values"][:10, 0], cols.reward)
     np.testing.assert_array_equal(z["values"][:10, 2], cols.metrics["uid"])
     assert np.isnan(z["values"][:10, 3]).all()
-    assert (z["rows"][:10, 9] == 1).all() and (z["rows"][pos2.row : pos2.row + 3, 10] == 456).all()
+    rows = z["rows"]
+    assert (rows[:10, COL["weight_sync"]] == 1).all()
+    assert (rows[pos2.row : pos2.row + 3, COL["created_ns"]] == 456).all()
     # and the direct reader reads it back whole
     ro = Segment.open(url, "w1", None)
     (rows, values), (rows2, values2) = ro.read_index([(pos.row, 10, 2), (pos2.row, 3, 2)])

@@ -139,7 +139,12 @@ class InferenceClient:
     replica (None: unknown). It is read when a request *starts*; a request that
     straddles a reload is therefore tagged with the older version, the oldest
     weights that may have produced its tokens (staleness is never underestimated).
-    A version the engine does report wins.
+    ``version_ceiling`` (default: ``version_source``) is read when the reply
+    arrives: the newest version that may have produced a token (during a weight
+    sync, the version being loaded), the reply's ``policy_version_last``; a
+    request with ``policy_version < policy_version_last`` straddled an update
+    (a partial rollout: the engine went on with the new weights). A version the
+    engine does report wins.
 
     ``batch_calls``: chat calls made before the event loop next runs its callbacks
     (a rollout task's groups, gathered) go to their replica in one request to the
@@ -158,10 +163,12 @@ class InferenceClient:
         max_retries: int = 2,
         require_token_ids: bool = True,
         version_source: Callable[[], int | None] | None = None,
+        version_ceiling: Callable[[], int | None] | None = None,
         batch_calls: bool = False,
     ) -> None:
         _check_limits(timeout_s, max_retries)
         self.version_source = version_source
+        self.version_ceiling = version_ceiling or version_source
         self.batch_calls = batch_calls
         self._queued: dict[int, list[_Queued]] = {}
         self._sending: set[asyncio.Task[None]] = set()
@@ -269,12 +276,16 @@ class InferenceClient:
         except InferenceError as exc:
             exc.base_url = url
             raise
-        if loaded is not None:
-            gens = [
-                g if g.policy_version is not None else replace(g, policy_version=loaded)
-                for g in gens
-            ]
-        return gens
+        if loaded is None:
+            return gens
+        ceiling = self.version_ceiling() if self.version_ceiling is not None else None
+        last = loaded if ceiling is None else max(loaded, ceiling)
+        return [
+            g
+            if g.policy_version is not None
+            else replace(g, policy_version=loaded, policy_version_last=last)
+            for g in gens
+        ]
 
     # -- batched chat calls (the embedded server's /v1/chat/completions/batch) ----
     async def _queue_chat(self, kwargs: dict[str, Any]) -> list[Generation]:

@@ -42,6 +42,9 @@ class Generation:
     ``logprobs`` has one entry per ``token_ids`` entry, or is ``None`` when
     log-probs were not requested; ``policy_version`` is ``None`` when the
     server does not report one (vLLM, SGLang: the caller knows it).
+    ``policy_version_last`` is the newest version that may have produced a token
+    (a request that straddled a weight update, a partial rollout, has
+    ``policy_version < policy_version_last``); ``None``: the same as ``policy_version``.
     """
 
     index: int
@@ -52,6 +55,7 @@ class Generation:
     finish_reason: str
     policy_version: int | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    policy_version_last: int | None = None
 
 
 def malformed(what: str) -> InferenceError:

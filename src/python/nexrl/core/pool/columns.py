@@ -74,6 +74,7 @@ class TrajectoryColumns(Columns):
         group_id: np.ndarray,
         run_id: np.ndarray | None = None,
         policy_version: np.ndarray | None = None,
+        policy_version_last: np.ndarray | None = None,
         metrics: dict[str, np.ndarray] | None = None,
         meta: Sequence[str] | None = None,
     ) -> TrajectoryColumns:
@@ -89,6 +90,11 @@ class TrajectoryColumns(Columns):
             raw = [m.encode() for m in meta]
             meta_bytes = np.frombuffer(b"".join(raw), dtype=np.uint8).copy()
             meta_lens = np.fromiter((len(r) for r in raw), dtype=np.int64, count=n)
+        version = (
+            np.zeros(n, np.int64)
+            if policy_version is None
+            else np.asarray(policy_version, dtype=np.int64)
+        )
         cols = cls(
             prompt_ids=np.asarray(prompt_ids, dtype=PROMPT_DTYPE),
             prompt_lens=np.asarray(prompt_lens, dtype=np.int64),
@@ -99,10 +105,11 @@ class TrajectoryColumns(Columns):
             reward=np.asarray(reward, dtype=SCALAR_DTYPES["reward"]),
             group_id=np.asarray(group_id, dtype=SCALAR_DTYPES["group_id"]),
             run_id=np.zeros(n, np.int32) if run_id is None else np.asarray(run_id, np.int32),
-            policy_version=(
-                np.zeros(n, np.int64)
-                if policy_version is None
-                else np.asarray(policy_version, dtype=np.int64)
+            policy_version=version,
+            policy_version_last=(
+                version.copy()
+                if policy_version_last is None
+                else np.asarray(policy_version_last, dtype=np.int64)
             ),
             meta_bytes=meta_bytes,
             meta_lens=meta_lens,
@@ -140,6 +147,7 @@ class TrajectoryColumns(Columns):
             group_id=scalar("group_id"),
             run_id=scalar("run_id"),
             policy_version=scalar("policy_version"),
+            policy_version_last=scalar("policy_version_last"),
             metrics=metrics,
             meta=[r["meta"] for r in recs],
         )
@@ -154,6 +162,7 @@ class TrajectoryColumns(Columns):
             "group_id",
             "run_id",
             "policy_version",
+            "policy_version_last",
             "meta_lens",
         ):
             if len(getattr(self, name)) != n:
@@ -163,6 +172,8 @@ class TrajectoryColumns(Columns):
         for name, arr in self.metrics.items():
             if len(arr) != n:
                 raise PoolDataError(f"metrics[{name!r}]: {len(arr)} values for {n} trajectories")
+        if n and (self.policy_version_last < self.policy_version).any():
+            raise PoolDataError("policy_version_last: older than policy_version")
         if n and (self.prompt_lens.min() < 1 or self.response_lens.min() < 1):
             raise PoolDataError("prompt_ids/response_ids: every trajectory needs >= 1 token")
         if int(self.prompt_lens.sum()) != len(self.prompt_ids):
@@ -238,6 +249,7 @@ class TrajectoryColumns(Columns):
             group_id=self.group_id[order],
             run_id=self.run_id[order],
             policy_version=self.policy_version[order],
+            policy_version_last=self.policy_version_last[order],
             meta_bytes=self.meta_bytes[midx],
             meta_lens=self.meta_lens[order],
             metrics={k: v[order] for k, v in self.metrics.items()},

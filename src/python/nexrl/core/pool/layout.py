@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 FORMAT = "nexrl-trajectory-pool"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 SEGMENTS = "segments"
 COMMITS = "_commits"
 CONSUMERS = "_consumers"
@@ -57,6 +57,7 @@ ROW_COLUMNS: tuple[str, ...] = (
     "group_id",
     "run_id",
     "policy_version",
+    "policy_version_last",
     "prompt_off",
     "prompt_len",
     "response_off",
@@ -125,10 +126,17 @@ def ensure_pool(kv: KVStore) -> None:
             "the store exists but is not a NexRL trajectory pool (no 'nexrl_pool' attribute "
             "in zarr.json); point trajectory_pool.store at a new or pool folder"
         )
-    if int(info.get("version", 0)) > FORMAT_VERSION:
+    found = int(info.get("version", 0))
+    if found > FORMAT_VERSION:
         raise PoolStoreError(
-            f"pool format version {info.get('version')} is newer than this nexrl "
-            f"(reads <= {FORMAT_VERSION}); upgrade nexrl"
+            f"pool format version {found} is newer than this nexrl "
+            f"(reads {FORMAT_VERSION}); upgrade nexrl"
+        )
+    if found < FORMAT_VERSION:
+        raise PoolStoreError(
+            f"pool format version {found} is older than this nexrl's ({FORMAT_VERSION}: "
+            "each trajectory's newest policy version was added); point "
+            "trajectory_pool.store (or output_dir) at a new folder"
         )
     kv.put(f"{SEGMENTS}/zarr.json", _group_json({}), exclusive=True)
 

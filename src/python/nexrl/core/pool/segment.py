@@ -186,6 +186,7 @@ class Segment:
         rows[:, COL["group_id"]] = cols.group_id
         rows[:, COL["run_id"]] = cols.run_id
         rows[:, COL["policy_version"]] = cols.policy_version
+        rows[:, COL["policy_version_last"]] = cols.policy_version_last
         rows[:, COL["prompt_off"]] = pos.prompt + offsets_of(cols.prompt_lens)[:-1]
         rows[:, COL["prompt_len"]] = cols.prompt_lens
         rows[:, COL["response_off"]] = pos.response + offsets_of(cols.response_lens)[:-1]
@@ -265,6 +266,7 @@ def read_columns(
         group_id=rows[:, COL["group_id"]].copy(),
         run_id=rows[:, COL["run_id"]].astype(np.int32),
         policy_version=rows[:, COL["policy_version"]].copy(),
+        policy_version_last=rows[:, COL["policy_version_last"]].copy(),
         meta_bytes=flat["meta"],
         meta_lens=rows[:, COL["meta_len"]].copy(),
         metrics={

@@ -24,7 +24,14 @@ from nexrl.core.pool.segment import Segment
 __all__ = ["STATUS", "pool_to_xarray", "read_pool", "read_traces"]
 
 STATUS = {"pending": 0, "delivered": 1, "dropped": 2}
-ROW_VARS = ("group_id", "run_id", "policy_version", "prompt_len", "response_len")
+ROW_VARS = (
+    "group_id",
+    "run_id",
+    "policy_version",
+    "policy_version_last",
+    "prompt_len",
+    "response_len",
+)
 
 
 class _Window:

@@ -39,6 +39,7 @@ class Columns:
     group_id: np.ndarray
     run_id: np.ndarray
     policy_version: np.ndarray
+    policy_version_last: np.ndarray  # newest version that may have produced a token
     meta_bytes: np.ndarray
     meta_lens: np.ndarray
 

@@ -130,6 +130,9 @@ def call_trajectory(
         group_id=int(item["group_id"]),
         run_id=int(item["run_id"]),
         policy_version=int(gen.policy_version or 0),
+        policy_version_last=(
+            None if gen.policy_version_last is None else int(gen.policy_version_last)
+        ),
         metrics={**result.metrics, "response_length": float(len(gen.token_ids))},
         extra_info={
             **result.extra_info,
@@ -173,6 +176,7 @@ def merge_episode(parts: list[Trajectory], episode: Episode) -> Trajectory:
         group_id=first.group_id,
         run_id=first.run_id,
         policy_version=min(p.policy_version for p in parts),
+        policy_version_last=max(int(p.policy_version_last or p.policy_version) for p in parts),
         metrics=metrics,
         extra_info={**first.extra_info, "finish": episode.infos[-1].get("finish")},
         data_item=first.data_item,

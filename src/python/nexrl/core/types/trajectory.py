@@ -37,6 +37,7 @@ SCALAR_FIELDS: dict[str, str] = {
     "group_id": "int64",
     "run_id": "int32",
     "policy_version": "int64",
+    "policy_version_last": "int64",
 }
 
 
@@ -57,7 +58,12 @@ class Trajectory:
             (the GRPO group).
         run_id: 0..n-1 within the group; several trajectories may share a run
             id (one per LLM call of a multi-turn episode).
-        policy_version: weight version that generated the response.
+        policy_version: weight version that generated the response (its oldest
+            token's: staleness is counted from it).
+        policy_version_last: the newest version that may have produced one of its
+            tokens (None: ``policy_version``). Greater than ``policy_version`` when
+            the request straddled a weight update and the engine went on with the
+            new weights (a partial rollout).
         metrics: float metrics from the evaluator/rollout.
         extra_info: any JSON-serialisable extra data.
         data_item: the original data row the prompt came from.
@@ -71,11 +77,14 @@ class Trajectory:
     group_id: int
     run_id: int = 0
     policy_version: int = 0
+    policy_version_last: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     extra_info: dict[str, Any] = field(default_factory=dict)
     data_item: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.policy_version_last is None:
+            self.policy_version_last = self.policy_version
         self.validate()
 
     def validate(self) -> None:
@@ -90,6 +99,11 @@ class Trajectory:
                 raise TrajectoryError(
                     f"{name}: length {len(getattr(self, name))} != len(response_ids) {n}"
                 )
+        if self.policy_version_last is not None and self.policy_version_last < self.policy_version:
+            raise TrajectoryError(
+                f"policy_version_last: {self.policy_version_last} is older than "
+                f"policy_version {self.policy_version}"
+            )
         if any(m not in (0, 1) for m in self.loss_mask):
             raise TrajectoryError("loss_mask: values must be 0 or 1")
         if not math.isfinite(float(self.reward)):
@@ -136,6 +150,7 @@ class Trajectory:
                 group_id=int(scalars["group_id"]),
                 run_id=int(scalars["run_id"]),
                 policy_version=int(scalars["policy_version"]),
+                policy_version_last=int(scalars["policy_version_last"]),
                 metrics=meta.get("metrics", {}),
                 extra_info=meta.get("extra_info", {}),
                 data_item=meta.get("data_item", {}),

@@ -11,6 +11,7 @@ import numpy as np
 
 from nexrl.driver.controller.evaluator_stats import evaluator_metrics
 from nexrl.driver.metrics.learning_signal import signal_metrics
+from nexrl.driver.metrics.staleness import version_metrics
 
 if TYPE_CHECKING:
     from nexrl.driver.controller.components import Components
@@ -44,6 +45,7 @@ def step_row(
         "version/rollout_min": int(versions.min()),
         "version/rollout_max": int(versions.max()),
         "version/lag_max": int(version_before - versions.min()),  # the one lag metric
+        **version_metrics(trained, version_before),
     }
     row.update(counter_metrics(parts, counters))
     row.update(batch.metrics())

@@ -5,7 +5,8 @@ record with the fields of ``nexrl.core.types.Trajectory``::
 
     {"prompt_ids": [int], "response_ids": [int], "loss_mask": [0|1],
      "logprobs": [float <= 0], "reward": float, "group_id": int | str,
-     "run_id": int, "policy_version": int, "metrics": {str: float},
+     "run_id": int, "policy_version": int, "policy_version_last": int | null,
+     "metrics": {str: float},
      "extra_info": {...}, "data_item": {...}}
 
 Every record is checked (types, lengths, finite values, unknown fields); one
@@ -42,6 +43,7 @@ class TrajectoryRecord(BaseModel):
     group_id: int | str
     run_id: int = Field(default=0, ge=0, lt=RUN_ID_LIMIT)
     policy_version: int = Field(default=0, ge=0)
+    policy_version_last: int | None = Field(default=None, ge=0)
     metrics: dict[str, float] = Field(default_factory=dict)
     extra_info: dict[str, Any] = Field(default_factory=dict)
     data_item: dict[str, Any] = Field(default_factory=dict)
@@ -65,6 +67,13 @@ class TrajectoryRecord(BaseModel):
                 "logprobs",
                 f"entry {bad[0]} ({self.logprobs[bad[0]]!r}) is not a finite log-probability "
                 "<= 0 (send the inference service's log-probs of the sampled tokens)",
+            )
+        last = self.policy_version_last
+        if last is not None and last < self.policy_version:
+            raise _FieldProblem(
+                "policy_version_last",
+                f"{last} is older than policy_version {self.policy_version} (the newest "
+                "version that produced a token; leave it out when one version did)",
             )
         if not math.isfinite(self.reward):
             raise _FieldProblem("reward", f"must be a finite number, got {self.reward!r}")
@@ -90,6 +99,7 @@ class TrajectoryRecord(BaseModel):
             group_id=group_id_of(self.group_id),
             run_id=self.run_id,
             policy_version=self.policy_version,
+            policy_version_last=self.policy_version_last,
             metrics=dict(self.metrics),
             extra_info=extra,
             data_item=dict(self.data_item),

@@ -35,7 +35,8 @@ class RolloutSpec:
         versions_from_pool: the engines do not report policy versions (``base_urls``
             replicas: vLLM, SGLang): tag each reply with the version the controller
             last loaded everywhere, read from the pool's weight-sync record when the
-            request starts (``InferenceClient``'s ``version_source``).
+            request starts, and the newest it may serve, read when the reply arrives
+            (``InferenceClient``'s ``version_source`` and ``version_ceiling``).
     """
 
     worker_type: str

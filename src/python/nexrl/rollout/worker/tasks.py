@@ -132,13 +132,15 @@ class _LoopThread:
             spec.batch_requests,
         )
         if key not in self.clients:
+            loaded, newest = pool_versions(spec.pool) if spec.versions_from_pool else (None, None)
             self.clients[key] = InferenceClient(
                 list(spec.base_urls),
                 spec.served_model_name,
                 api_key=spec.api_key,
                 timeout_s=spec.timeout_s,
                 max_retries=spec.max_retries,
-                version_source=loaded_version(spec.pool) if spec.versions_from_pool else None,
+                version_source=loaded,
+                version_ceiling=newest,
                 batch_calls=spec.batch_requests,
             )
         return self.clients[key]
@@ -168,20 +170,28 @@ class _LoopThread:
             return self.clients[key]
 
 
-def loaded_version(pool: PoolConfig) -> Any:
-    """A function returning the policy version the controller last loaded on every
-    inference replica: ``end_weight_sync``'s version in the pool's weight-sync record
-    (during a reload it is still the old one)."""
+def pool_versions(pool: PoolConfig) -> tuple[Any, Any]:
+    """Two functions over the pool's weight-sync record: the policy version the
+    controller last loaded on every replica (``end_weight_sync``'s; during a reload
+    still the old one), read when a request starts, and the newest version a replica
+    may be serving (during a reload, the one being loaded), read when its reply
+    arrives. A request between the two straddled an update."""
     from nexrl.core.pool.kv import open_kv
     from nexrl.core.pool.writer import read_weight_sync
 
     kv = open_kv(pool.store, dict(pool.storage_options) or None)
 
-    def version() -> int | None:
+    def loaded() -> int | None:
         v = read_weight_sync(kv).get("version")
         return None if v is None else int(v)
 
-    return version
+    def newest() -> int | None:
+        state = read_weight_sync(kv)
+        v = state.get("target_version") if state.get("active") else None
+        v = state.get("version") if v is None else v
+        return None if v is None else int(v)
+
+    return loaded, newest
 
 
 _LOOP: _LoopThread | None = None
