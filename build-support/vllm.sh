@@ -175,6 +175,9 @@ install_plugin() {
 # VLLM_SERVER_DEV_MODE=1 (the /collective_rpc, /pause, /resume, /update_weight_version
 # routes nexrl reloads through), and --weight-transfer-config '{"backend": "nexrl_shm"}'
 # (nexrl's engine: weights from the trainer's memory) unless the arguments name one.
+# The caller's PYTHONPATH is dropped (nothing shadows the venv's packages);
+# NEXRL_VLLM_PYTHONPATH is the server's import path instead (extra vLLM plugins, a
+# sitecustomize: the tests' fault injection uses it).
 cmd_serve() {
   local py
   py="$(cmd_python)"
@@ -183,6 +186,7 @@ cmd_serve() {
   export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-nobind}"
   export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
   unset PYTHONPATH  # nothing from the caller's import path shadows the venv's packages
+  if [ -n "${NEXRL_VLLM_PYTHONPATH:-}" ]; then export PYTHONPATH="$NEXRL_VLLM_PYTHONPATH"; fi
   # weights from the trainer's memory (nexrl's plugin), unless the caller chose an engine
   local transfer=(--weight-transfer-config '{"backend": "nexrl_shm"}')
   case " $* " in *" --weight-transfer-config"*) transfer=() ;; esac

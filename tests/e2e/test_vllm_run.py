@@ -9,7 +9,7 @@ or, for LoRA adapters, ``/v1/load_lora_adapter``, the weights labelled with thei
 version, and stopped at the end. No stand-in: the engine's own log names its version.
 
 Each test is one short run (vLLM takes ~1-2 min to start on 2 busy cores): a sync
-run with LoRA adapters, a batch-async run with vLLM killed by SIGKILL mid-run, and a
+run with LoRA adapters, a batch-async run with vLLM killed by SIGKILL mid-transfer, and a
 fully-async run whose requests straddle the updates (partial rollouts). Together they cover a training run, an
 async run, a LoRA run and a kill against the real engine; the faults vLLM itself
 raises (a refused reload, a slow or failed start) are in ``test_vllm_faults.py``
@@ -17,33 +17,25 @@ raises (a refused reload, a slow or failed start) are in ``test_vllm_faults.py``
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import threading
 from pathlib import Path
-from typing import Any
 
+import pytest
 from omegaconf import OmegaConf
 
 from nexrl.driver.controller import Controller
 from nexrl.driver.recipe import load_recipe_checked
 from tests.e2e._recipe import overrides, train_rows
 from tests.e2e._vllm import RECIPE, assert_real_vllm, build_vllm, group_gone
-from tests.e2e.test_kill_and_resume import wait_for_step
+
+KILLPOINT = Path(__file__).resolve().parent / "_killpoint"
 
 
-def run(out: Path, *extra: str, steps: int, during: Any = None) -> Controller:
+def run(out: Path, *extra: str, steps: int) -> Controller:
     build_vllm()
     recipe = load_recipe_checked(RECIPE, overrides(out, *extra, steps=steps))
     controller = Controller(recipe, progress=False)
-    thread = None
-    if during is not None:
-        thread = threading.Thread(target=during, args=(controller,), daemon=True)
-        thread.start()
     assert controller.run().steps == steps
-    if thread is not None:
-        thread.join(timeout=30)
     return controller
 
 
@@ -84,39 +76,38 @@ def test_a_sync_lora_run_on_a_real_vllm_loads_each_adapter_by_name(tmp_path: Pat
     assert group_gone(pid)
 
 
-def test_batch_async_on_a_real_vllm_survives_a_kill_minus_9(tmp_path: Path) -> None:
-    """batch-async (one step off), weights from memory, with vLLM's API server killed by
-    SIGKILL once step 2 is logged: nexrl restarts it on the newest weights (the snapshot
-    written behind), every group is trained once, no trajectory is more than one
-    version behind the step that trains it, and no step reloads a weight file."""
-    out = tmp_path / "run"
-    steps = 6  # steps 3-6 need rollouts after the kill (4 left none once: no restart)
-    killed: list[int] = []
-
-    def kill_vllm(controller: Controller) -> None:
-        wait_for_step(out, 2)
-        c = controller.components
-        assert c is not None and c.supervisor.server is not None
-        pid = int(c.supervisor.server.pid)
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
-
-    controller = run(
-        out,
-        "weight.sync_mode=batch-async",
-        "weight.staleness_threshold=1",
-        steps=steps,
-        during=kill_vllm,
+def test_batch_async_on_a_real_vllm_killed_mid_transfer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """batch-async (one step off), weights from memory, with vLLM's worker process
+    killed by SIGKILL in the middle of taking v2 (inside ``/update_weights``: the
+    fault-injection ``sitecustomize`` on vLLM's import path, ``NEXRL_VLLM_PYTHONPATH``):
+    nexrl restarts vLLM on v2 (the snapshot written behind), keeps handing weights over
+    in memory, every group is trained once, no trajectory is more than one version
+    behind the step that trains it, and no step reloads a weight file."""
+    out, fired = tmp_path / "run", tmp_path / "fired"
+    steps = 5
+    monkeypatch.setenv("NEXRL_VLLM_PYTHONPATH", str(KILLPOINT))
+    monkeypatch.setenv(
+        "NEXRL_KILLPOINT", "|".join(["vllm_update", "receive_weights#version=2", "1", str(fired)])
     )
-    assert killed, "vLLM was not killed"
+    controller = run(
+        out, "weight.sync_mode=batch-async", "weight.staleness_threshold=1", steps=steps
+    )
+    assert fired.exists(), "the kill point in vLLM was never reached"
     pids = assert_real_vllm(out)
+    assert len(pids) == 2, pids  # the killed one, and the one started on v2
+    driver = (out / "logs" / "driver.log").read_text()
+    assert "died taking v2 in memory" in driver, driver[-3000:]
+    assert "snapshots (files) from now on" not in driver  # memory stays on
     log = (out / "logs" / "inference.log").read_text(errors="replace")
-    assert '"POST /update_weights HTTP/1.1" 200' in log, log[-3000:]  # from memory
+    after = log[log.rindex("POST /update_weights") - 200 :]
+    assert '"POST /update_weights HTTP/1.1" 200' in after  # v3.. from memory again
     assert "POST /collective_rpc" not in log  # no weight file on the step's path
-    assert len(pids) == 2 and pids[0] == killed[0] != pids[1], pids
     rows = train_rows(out)
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
     assert rows[-1]["inference/restarts"] == 1
+    assert [r["weight/handoff_memory"] for r in rows] == [1.0] * steps
     for r in rows:
         assert r["step"] - 1 - r["version/rollout_min"] in (0, 1), r
         assert r["version/rollout_max"] <= r["step"] - 1

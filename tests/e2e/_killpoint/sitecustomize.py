@@ -5,7 +5,10 @@ Put this folder first on ``PYTHONPATH`` and set ``NEXRL_KILLPOINT`` to
 ``os.replace``, ``rename``: ``os.rename``, ``link``: ``os.link``, ``open``: the
 builtin ``open`` for writing, ``torch.save``: ``torch.save`` to a path, patched when
 ``torch.serialization`` is first imported, ``jsonl``: the driver's write of a metrics
-row, whose path is ``<run>/metrics.jsonl#step=S``) whose path argument (any of them) contains ``NEEDLE``
+row, whose path is ``<run>/metrics.jsonl#step=S``, ``vllm_update``: vLLM's copy of
+one update from nexrl's weight-transfer engine, in vLLM's worker process, whose
+path is ``receive_weights#version=V``; vLLM's server imports this file when this
+folder is ``NEXRL_VLLM_PYTHONPATH``) whose path argument (any of them) contains ``NEEDLE``
 (``*`` in it matches any run of characters) kills the process with ``SIGKILL``
 before the call runs (not in a process that imported the module ``SKIP``: e.g.
 ``deepspeed`` spares the trainer's process): nothing after that point happens, as with a real ``kill -9``,
@@ -86,6 +89,18 @@ def _install(call: str, needle: str, nth: int, fired: str, skip: str) -> None:
             module.JsonlSink.log = wrapped_log
 
         sys.meta_path.insert(0, _AfterImport("nexrl.driver.metrics.sinks", patch_sink))
+    elif call == "vllm_update":
+
+        def patch_engine(module: Any) -> None:
+            original_receive = module.NexrlShmEngine.receive_weights
+
+            def wrapped_receive(self: Any, update_info: Any) -> Any:
+                hit(f"receive_weights#version={int(update_info.version)}")
+                return original_receive(self, update_info)
+
+            module.NexrlShmEngine.receive_weights = wrapped_receive
+
+        sys.meta_path.insert(0, _AfterImport("nexrl_vllm_plugin.engine", patch_engine))
     elif call == "open":
         original_open = builtins.open
 

@@ -267,14 +267,22 @@ class InferenceSupervisor:
     def reload_from_channel(self, descriptor: dict[str, Any], version: int, path: str) -> float:
         """Copy ``version`` from the trainer's weight channel everywhere (``path``: its
         snapshot, being written behind); returns the seconds. A failure raises (the
-        caller falls back to files), except a server nexrl owns that does not answer
-        ``/health``: replaced by one started on ``path`` once written."""
+        caller falls back to files), except on a server nexrl owns that does not answer
+        ``/health``, before the copy or after it failed (it died mid-transfer):
+        replaced by one started on ``path`` once written; memory stays on."""
         start = time.perf_counter()
         if self.owns_server and not self._answers():
             self._written_behind = True
             self._replace(path, version, "did not answer /health before the reload (in memory)")
             return time.perf_counter() - start
-        self._adapter_for().reload_from_channel(descriptor, int(version))
+        try:
+            self._adapter_for().reload_from_channel(descriptor, int(version))
+        except Exception as exc:
+            if not self.owns_server or self._answers():
+                raise  # it is there and refused: the caller goes back to files
+            self._written_behind = True
+            self._replace(path, version, f"died taking v{version} in memory ({_reason(exc)})")
+            return time.perf_counter() - start
         self.model_path, self.version = str(path), int(version)
         self._written_behind = True
         return time.perf_counter() - start
