@@ -138,7 +138,7 @@ def plane_cluster(workers: int, threads_per_worker: int = 4) -> Iterator[Any]:
     from nexrl.driver.cluster.cluster import local_cluster_kwargs
 
     cfg = ClusterConfig(
-        n_workers=workers, threads_per_worker=threads_per_worker, dashboard_address=":0"
+        n_workers=workers, threads_per_worker=threads_per_worker, dashboard_address="127.0.0.1:0"
     )
     kwargs = local_cluster_kwargs(cfg, gpus_per_worker=0)
     with LocalCluster(**kwargs) as cluster, Client(cluster) as client:

@@ -141,7 +141,7 @@ def local_cluster_settings() -> dict[str, Any]:
         "threads_per_worker": 1,
         "processes": True,
         "resources": {"GPU": 1},  # what trainer actors ask for
-        "dashboard_address": ":0",
+        "dashboard_address": "127.0.0.1:0",
         "silence_logs": logging.WARNING,
     }
 

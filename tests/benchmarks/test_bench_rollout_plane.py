@@ -172,7 +172,7 @@ def test_dask_futures_and_pool(
     name += "-batched" if batch else ""
     spec = _spec(server, tmp_path / "pool.zarr", group_requests, batch)
     with (
-        LocalCluster(n_workers=2, threads_per_worker=4, dashboard_address=":0") as cluster,
+        LocalCluster(n_workers=2, threads_per_worker=4, dashboard_address="127.0.0.1:0") as cluster,
         Client(cluster) as client,
     ):
         dispatcher = RolloutDispatcher(

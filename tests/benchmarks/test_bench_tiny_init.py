@@ -82,7 +82,7 @@ def command(case: Case, std: float, seed: int, out: Path, data: Path) -> list[st
     """``nexrl train`` of ``case`` into ``out`` (``data``: make_data's folder)."""
     common = [
         f"output_dir={out}",
-        "cluster.dashboard_address=:0",
+        "cluster.dashboard_address=127.0.0.1:0",
         f"seed={seed}",
         f"model.tiny.init_std={std}",
         "trainer.save_every=0",  # (the end-of-run checkpoint is kept)

@@ -27,7 +27,7 @@ MB = 32
 @pytest.fixture(scope="module", params=["tcp", "tls"])
 def handle(request: Any) -> Iterator[ClusterHandle]:
     tls = TlsConfig(temporary=request.param == "tls")
-    h = start_cluster(ClusterConfig(n_workers=2, dashboard_address=":0", tls=tls), "bench")
+    h = start_cluster(ClusterConfig(n_workers=2, dashboard_address="127.0.0.1:0", tls=tls), "bench")
     assert h.scheduler_address.startswith(f"{request.param}://")
     try:
         yield h

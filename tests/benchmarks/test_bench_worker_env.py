@@ -79,7 +79,7 @@ def _round(model_dir: Path, config: dict[str, Any]) -> dict[str, Any]:
     from distributed import Client, LocalCluster
 
     with dask.config.set(config):
-        kwargs = local_cluster_kwargs(ClusterConfig(n_workers=1, dashboard_address=":0"))
+        kwargs = local_cluster_kwargs(ClusterConfig(n_workers=1, dashboard_address="127.0.0.1:0"))
         cluster = LocalCluster(**kwargs)
     # a LocalCluster's nanny also copies its pre-spawn-environ into this process's
     # environment, which later worker processes inherit: undo that after each round

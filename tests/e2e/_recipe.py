@@ -24,7 +24,7 @@ def overrides(out: Path, *extra: str, steps: int = 3) -> list[str]:
         "validate.validate_before_train=false",
         "validate.every=0",
         "cluster.n_workers=2",
-        "cluster.dashboard_address=:0",
+        "cluster.dashboard_address=127.0.0.1:0",
         "runtime_monitor.health_check_interval_s=1",
         *extra,
     ]
@@ -62,7 +62,7 @@ def train_recipe(recipe: str, out: Path) -> subprocess.CompletedProcess[str]:
             "nexrl.driver.cli.train",
             recipe,
             f"output_dir={out}",
-            "cluster.dashboard_address=:0",
+            "cluster.dashboard_address=127.0.0.1:0",
         ],
         env=subprocess_env(),
         capture_output=True,

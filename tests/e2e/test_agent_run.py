@@ -31,7 +31,7 @@ def test_agent_episodes_become_per_call_trajectories_and_train(tmp_path: Path) -
             "trainer.total_train_steps=2",
             "trajectory_pool.batch_size=8",  # 2 prompts x 4 episodes per step
             "trainer.lr=0",  # keep the known weights: every episode calls a tool 3 times
-            "cluster.dashboard_address=:0",
+            "cluster.dashboard_address=127.0.0.1:0",
             "validate.validate_before_train=false",  # the recipe validates the tiny model
             "validate.every=0",
         ],

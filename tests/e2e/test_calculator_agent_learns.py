@@ -63,7 +63,7 @@ def test_calculator_agent_learns_to_call_the_tool(tmp_path: Path) -> None:
             f"trainer.total_train_steps={STEPS}",
             "validate.every=0",
             "validate.validate_before_train=false",
-            "cluster.dashboard_address=:0",
+            "cluster.dashboard_address=127.0.0.1:0",
             "runtime_monitor.health_check_interval_s=1",
         ],
     )

@@ -82,7 +82,7 @@ def weights(snapshot: Path) -> dict[str, torch.Tensor]:
 
 def test_sft_from_data_then_rl_from_its_snapshot(tmp_path: Path) -> None:
     sft_out = tmp_path / "sft"
-    common = [f"output_dir={sft_out}", "cluster.dashboard_address=:0"]
+    common = [f"output_dir={sft_out}", "cluster.dashboard_address=127.0.0.1:0"]
     # 1. 30 SFT steps (checkpoint at 20 and 30), then resumed to 40 steps
     first = load_recipe_checked(SFT, [*common, "trainer.total_train_steps=30"])
     assert Controller(first, progress=False).run().steps == 30
@@ -126,7 +126,7 @@ def test_sft_from_data_then_rl_from_its_snapshot(tmp_path: Path) -> None:
             "trainer.total_train_steps=1",
             "trainer.lr=0",
             "validate.every=0",
-            "cluster.dashboard_address=:0",
+            "cluster.dashboard_address=127.0.0.1:0",
         ],
     )
     assert Controller(rl, progress=False).run().steps == 1

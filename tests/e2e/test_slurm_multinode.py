@@ -123,7 +123,7 @@ def multinode_overrides(
         "output_dir": str(out),
         "trainer.total_train_steps": str(steps),
         "trainer.save_every": str(save_every),
-        "cluster.dashboard_address": ":0",
+        "cluster.dashboard_address": "127.0.0.1:0",
         "runtime_monitor.health_check_interval_s": "1",
         "cluster.slurm.inference.gpus": str(inference_gpus),
     }

@@ -30,7 +30,7 @@ def slurm_overrides(out: Path) -> list[str]:
         "trainer.world_size=2",
         "validate.validate_before_train=false",
         "validate.every=0",
-        "cluster.dashboard_address=:0",
+        "cluster.dashboard_address=127.0.0.1:0",
         *SLURM_RUN,
         "runtime_monitor.health_check_interval_s=1",
     ]

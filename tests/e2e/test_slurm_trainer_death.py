@@ -31,7 +31,7 @@ def command(out: Path) -> list[str]:
         "trainer.micro_batch_size=32",
         "validate.validate_before_train=false",
         "validate.every=0",
-        "cluster.dashboard_address=:0",
+        "cluster.dashboard_address=127.0.0.1:0",
         *SLURM_RUN,
         "runtime_monitor.health_check_interval_s=1",
     ]

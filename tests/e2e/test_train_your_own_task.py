@@ -33,7 +33,13 @@ def test_the_guides_run_learns_and_its_python_reads_the_results(task: Path) -> N
     args = shlex.split(run[len(TRAIN) :])
     env = {**subprocess_env(), "PYTHONPATH": IMPORT_PATH}
     proc = subprocess.run(
-        [sys.executable, "-m", "nexrl.driver.cli.train", *args, "cluster.dashboard_address=:0"],
+        [
+            sys.executable,
+            "-m",
+            "nexrl.driver.cli.train",
+            *args,
+            "cluster.dashboard_address=127.0.0.1:0",
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -87,7 +93,7 @@ def test_the_guides_custom_worker_trains_full_batches(task: Path) -> None:
             *args,
             "trainer.total_train_steps=3",
             "validate.validate_before_train=false",
-            "cluster.dashboard_address=:0",
+            "cluster.dashboard_address=127.0.0.1:0",
         ],
         env=env,
         capture_output=True,

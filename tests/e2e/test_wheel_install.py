@@ -111,7 +111,7 @@ def test_pip_install_the_wheel_and_train_with_the_nexrl_command(tmp_path: Path) 
             nexrl_cmd, "-c", RECIPE, "-t", "wheel", f"output_dir={out}",
             "trainer.total_train_steps=2", "trainer.save_every=0",
             "validate.validate_before_train=false", "validate.every=0",
-            "cluster.n_workers=2", "cluster.dashboard_address=:0",
+            "cluster.n_workers=2", "cluster.dashboard_address=127.0.0.1:0",
         ],
         env, Path.cwd(), timeout=900,
     )  # fmt: skip

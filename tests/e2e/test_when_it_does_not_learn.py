@@ -36,7 +36,7 @@ def run(recipe: str, out: Path, *extra: str) -> list[dict[str, Any]]:
     """``recipe`` trained into ``out`` (in this process, as ``nexrl train`` does);
     its metrics rows."""
     checked = load_recipe_checked(
-        recipe, [f"output_dir={out}", "cluster.dashboard_address=:0", *extra]
+        recipe, [f"output_dir={out}", "cluster.dashboard_address=127.0.0.1:0", *extra]
     )
     Controller(checked, progress=False).run()
     return read_rows(out)

@@ -46,7 +46,7 @@ def overrides(out: Path, steps: int, save_every: int) -> list[str]:
         "validate.validate_before_train=false",
         "validate.every=0",
         "cluster.n_workers=2",
-        "cluster.dashboard_address=:0",
+        "cluster.dashboard_address=127.0.0.1:0",
     ]
 
 

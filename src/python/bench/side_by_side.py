@@ -118,7 +118,7 @@ def ours_command(out: Path, model_dir: Path, steps: int, *extra: str) -> list[st
         f"rollout_worker.group_size={GROUP}",
         "validate.validate_before_train=false",
         "validate.every=0",
-        "cluster.dashboard_address=:0",
+        "cluster.dashboard_address=127.0.0.1:0",
         *extra,
     ]
 

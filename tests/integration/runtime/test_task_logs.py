@@ -38,7 +38,7 @@ SCRIPT = textwrap.dedent(
 
     if __name__ == "__main__":
         with LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
         ) as cluster, Client(cluster) as client:
             restore = route_logs(f"{logs}/driver.log", shown_as="logs/driver.log")
             install_task_logs(client, logs)
@@ -126,7 +126,7 @@ CLOSING = textwrap.dedent(
 
     if __name__ == "__main__":
         with LocalCluster(
-            n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0"
+            n_workers=1, threads_per_worker=2, processes=True, dashboard_address="127.0.0.1:0"
         ) as cluster, Client(cluster) as client:
             install_task_logs(client, logs)
             futures = [client.submit(rollout, i) for i in range(2)]
@@ -177,7 +177,7 @@ PER_OUTPUT = textwrap.dedent(
 
     if __name__ == "__main__":
         with LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
         ) as cluster, Client(cluster) as client:
             install_task_logs(client, logs)
             assert client.gather([client.submit(scored, i) for i in range(30)]) == [0.0] * 30

@@ -16,7 +16,7 @@ from nexrl.driver.cluster.cluster import start_cluster
 
 
 def local(tls: TlsConfig) -> ClusterConfig:
-    return ClusterConfig(n_workers=2, dashboard_address=":0", tls=tls)
+    return ClusterConfig(n_workers=2, dashboard_address="127.0.0.1:0", tls=tls)
 
 
 def test_temporary_tls_cluster_refuses_clients_without_its_certificate() -> None:

@@ -47,7 +47,7 @@ if __name__ == "__main__":  # a worker imports this file again (as spawn does)
     from nexrl.driver.cluster.cluster import start_cluster
     from backends.inference.embedded import EmbeddedServer
 
-    handle = start_cluster(ClusterConfig(n_workers=2, dashboard_address=":0"), "t")
+    handle = start_cluster(ClusterConfig(n_workers=2, dashboard_address="127.0.0.1:0"), "t")
     workers = list(handle.client.run(what_i_have).values())
     server = EmbeddedServer(sys.argv[1], log_path=sys.argv[2]).start()
     try:  # a server that cannot start says why, forked or spawned

@@ -53,7 +53,7 @@ def test_every_worker_process_imports_the_plugins_also_one_started_later(
     name = f"worker_estimator_{uuid.uuid4().hex[:8]}"
     resolved = resolve_plugins([write_plugin(tmp_path, name).name], [tmp_path])
     handle = start_cluster(
-        ClusterConfig(n_workers=2, dashboard_address=":0"), "t", plugins=resolved
+        ClusterConfig(n_workers=2, dashboard_address="127.0.0.1:0"), "t", plugins=resolved
     )
     try:
         seen = handle.client.run(knows, name)
@@ -79,7 +79,9 @@ def test_a_plugin_a_worker_cannot_import_is_a_recipe_error_naming_it(tmp_path: P
     bad = tmp_path / "broken.py"
     bad.write_text("raise ImportError('needs a package the workers lack')\n")
     with pytest.raises(RecipeError) as info:
-        start_cluster(ClusterConfig(n_workers=1, dashboard_address=":0"), "t", plugins=[str(bad)])
+        start_cluster(
+            ClusterConfig(n_workers=1, dashboard_address="127.0.0.1:0"), "t", plugins=[str(bad)]
+        )
     (problem,) = info.value.problems
     assert problem.startswith(
         f"plugins[0]: importing {bad} failed: ImportError: needs a package the workers lack "

@@ -42,7 +42,7 @@ def test_rollout_trainer_and_inference_each_run_in_their_own_slurm_jobs(tmp_path
         trainer=SlurmJobSize(cores=1, memory="1GB", gpus=1),
         inference=SlurmJobSize(cores=1, memory="1GB", gpus=0),
     )
-    cfg = ClusterConfig(type="slurm", slurm=slurm, dashboard_address=":0")
+    cfg = ClusterConfig(type="slurm", slurm=slurm, dashboard_address="127.0.0.1:0")
     handle = start_cluster(
         cfg, "jobs", 1, trainer_ranks=2, inference_job=True, log_dir=tmp_path / "slurm"
     )
@@ -152,7 +152,7 @@ def test_the_embedded_server_runs_in_the_inference_job_and_moves_to_a_new_one_wh
         rollout=SlurmRolloutJobs(jobs=1, cores=1, memory="1GB", gpus=0),
         inference=SlurmJobSize(cores=1, memory="2GB", gpus=0),
     )
-    cfg = ClusterConfig(type="slurm", slurm=slurm, dashboard_address=":0")
+    cfg = ClusterConfig(type="slurm", slurm=slurm, dashboard_address="127.0.0.1:0")
     handle = start_cluster(
         cfg, "srv", 1, trainer_ranks=0, inference_job=True, log_dir=tmp_path / "slurm"
     )
@@ -211,7 +211,7 @@ def test_rollout_jobs_adapt_to_the_backlog_between_jobs_and_max_jobs(tmp_path: P
         rollout=SlurmRolloutJobs(jobs=1, max_jobs=3, cores=1, memory="1GB", gpus=0),
         trainer=SlurmJobSize(cores=1, memory="1GB", gpus=0),
     )
-    cfg = ClusterConfig(type="slurm", slurm=slurm, dashboard_address=":0")
+    cfg = ClusterConfig(type="slurm", slurm=slurm, dashboard_address="127.0.0.1:0")
     handle = start_cluster(cfg, "adapt", 1, trainer_ranks=1, log_dir=tmp_path / "slurm")
     jobs = handle.slurm_jobs
     assert jobs is not None
@@ -263,7 +263,7 @@ def _small_slurm(**trainer: object) -> ClusterConfig:
         rollout=SlurmRolloutJobs(jobs=1, cores=1, memory="1GB", gpus=0),
         trainer=SlurmJobSize(**{"cores": 1, "memory": "1GB", "gpus": 0, **trainer}),  # type: ignore[arg-type]
     )
-    return ClusterConfig(type="slurm", slurm=slurm, dashboard_address=":0")
+    return ClusterConfig(type="slurm", slurm=slurm, dashboard_address="127.0.0.1:0")
 
 
 def test_a_job_slurm_will_never_start_is_an_error_at_once_naming_the_field(

@@ -38,7 +38,7 @@ def test_slurm_jobs_join_a_tls_scheduler_with_the_runs_temporary_certificate(
         trainer=SlurmJobSize(cores=1, memory="1GB", gpus=0),
     )
     cfg = ClusterConfig(
-        type="slurm", slurm=slurm, dashboard_address=":0", tls=TlsConfig(temporary=True)
+        type="slurm", slurm=slurm, dashboard_address="127.0.0.1:0", tls=TlsConfig(temporary=True)
     )
     log_dir = tmp_path / "slurm"
     handle = start_cluster(cfg, "tls", 1, trainer_ranks=1, log_dir=log_dir)

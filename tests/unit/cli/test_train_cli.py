@@ -63,8 +63,8 @@ def test_any_schema_field_can_be_overridden_without_plus(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # cluster.dashboard_address is not written in the recipe file, only in the schema.
-    assert main([RECIPE, "cluster.dashboard_address=:0", "--print-config"]) == 0
-    assert "dashboard_address: :0" in capsys.readouterr().out
+    assert main([RECIPE, "cluster.dashboard_address=127.0.0.1:0", "--print-config"]) == 0
+    assert "dashboard_address: 127.0.0.1:0" in capsys.readouterr().out
 
 
 def test_misspelled_override_is_reported_with_a_suggestion(
@@ -98,7 +98,7 @@ def test_a_trainer_world_size_the_cluster_cannot_place_is_one_error_line(
             RECIPE,
             f"output_dir={tmp_path / 'run'}",
             "cluster.n_workers=2",
-            "cluster.dashboard_address=:0",
+            "cluster.dashboard_address=127.0.0.1:0",
             "trainer.world_size=3",
         ]
     )

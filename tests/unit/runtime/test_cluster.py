@@ -19,7 +19,7 @@ from nexrl.driver.cluster.slurm import job_kwargs
 
 
 def test_local_cluster_offers_gpu_and_cpu_resources_per_worker() -> None:
-    handle = start_cluster(ClusterConfig(n_workers=2, dashboard_address=":0"), "t")
+    handle = start_cluster(ClusterConfig(n_workers=2, dashboard_address="127.0.0.1:0"), "t")
     try:
         info = workers_of(handle.client)
         assert len(info) == 2
@@ -120,7 +120,7 @@ def test_scheduler_lost_only_when_this_runs_scheduler_no_longer_answers() -> Non
             protocol="tcp://",
             host="127.0.0.1",
             scheduler_port=port,
-            dashboard_address=":0",
+            dashboard_address="127.0.0.1:0",
         )
 
     first = scheduler()

@@ -46,6 +46,7 @@ from backends.trainer.deepspeed_config import (
     no_shm_op,
     uses_gpu,
 )
+from backends.trainer.rendezvous import close_sockets, join_process_group
 from nexrl.core.util.net import free_port
 from nexrl.trainer.schedule import continue_schedule, lr_lambda
 
@@ -100,6 +101,9 @@ def import_deepspeed() -> Any:
     return deepspeed
 
 
+_STORES: list[Any] = []  # the rendezvous store of this process's group (kept alive)
+
+
 def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, int]:
     """Join (or create) the process group; returns ``(rank, world_size, local_rank)``."""
     import torch.distributed as dist
@@ -121,6 +125,16 @@ def init_distributed(timeout_s: float = 600.0) -> tuple[int, int, int]:
         )
     on_gpu = uses_gpu()
     if not dist.is_initialized():
+        _STORES.append(  # the store, on MASTER_ADDR only (backends.trainer.rendezvous)
+            join_process_group(
+                "nccl" if on_gpu else "gloo",
+                int(os.environ["RANK"]),
+                world,
+                os.environ["MASTER_ADDR"],
+                int(os.environ["MASTER_PORT"]),
+                timeout_s,
+            )
+        )
         printed = io.StringIO()  # "DeepSpeed ... built successfully": a log line, not output
         with contextlib.redirect_stdout(printed), no_shm_op(not on_gpu and world == 1):
             deepspeed.init_distributed(
@@ -349,6 +363,8 @@ class DeepSpeedEngine:
 
             if dist.is_initialized():  # DeepSpeed's own teardown also drops its cached groups
                 ds_comm.destroy_process_group()
+            _STORES.clear()
+            close_sockets()  # the rendezvous port closes with the group
 
 
 def build_engine(

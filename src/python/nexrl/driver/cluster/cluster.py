@@ -26,6 +26,7 @@ future (``nexrl.core.process.worker_plugin``), before ``start_cluster`` returns.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -37,6 +38,8 @@ from nexrl.core.config.sections.cluster import ClusterConfig
 from nexrl.core.plugins.registry import Registry
 from nexrl.core.process import own_session
 from nexrl.core.util.dask_workers import workers_of
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -232,9 +235,32 @@ def _address(req: ClusterRequest) -> ClusterHandle:
     return ClusterHandle(Client(req.cfg.address, timeout="60s", security=req.security), None)
 
 
+def dashboard_exposure(address: str) -> str | None:
+    """The line that says the dashboard is reachable from the network (None: it
+    listens on loopback only)."""
+    from nexrl.core.util.net import is_loopback
+
+    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
+    if host and is_loopback(host):
+        return None
+    return (
+        f"the Dask dashboard listens beyond loopback (cluster.dashboard_address="
+        f"{address!r}): anyone who reaches this machine can open it and the run's page, "
+        "without authentication; '127.0.0.1:8787' keeps it to this machine"
+    )
+
+
+def _say_exposure(address: str) -> None:
+    line = dashboard_exposure(address)
+    if line is not None:
+        logger.warning(line)
+
+
 @CLUSTER_TYPES.register("local")
 def _local(req: ClusterRequest) -> ClusterHandle:
     from distributed import Client, LocalCluster
+
+    _say_exposure(req.cfg.dashboard_address)
 
     with warnings.catch_warnings():
         # "Port 8787 is already in use ... Hosting the HTTP server on port N instead"
@@ -247,6 +273,8 @@ def _local(req: ClusterRequest) -> ClusterHandle:
 @CLUSTER_TYPES.register("slurm")
 def _slurm(req: ClusterRequest) -> ClusterHandle:
     from nexrl.driver.cluster.slurm import start_slurm
+
+    _say_exposure(req.cfg.dashboard_address)
 
     client, cluster, jobs, trainers, server = start_slurm(
         req.cfg.slurm,

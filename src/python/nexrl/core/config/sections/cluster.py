@@ -177,7 +177,13 @@ class ClusterConfig:
         None, help="Local workers (null = sized to the machine).", minimum=1
     )
     threads_per_worker: int = cfg_field(1, help="Threads per local worker.", minimum=1)
-    dashboard_address: str = cfg_field(":8787", help="Dask dashboard address.")
+    dashboard_address: str = cfg_field(
+        "127.0.0.1:8787",
+        help="Dask dashboard address (host:port; port 0: any free one). The default "
+        "listens on this machine only; an address beyond loopback (':8787' is every "
+        "interface) makes the dashboard and the run's page reachable from the network, "
+        "without authentication, and the run says so in one line.",
+    )
     warm_parent: bool = cfg_field(
         True,
         help="Type 'local': fork the workers and the embedded server from one parent "
