@@ -46,7 +46,8 @@ def join_process_group(
     backend: str, rank: int, world: int, addr: str, port: int, timeout_s: float
 ) -> Any:
     """Form (rank 0) or join the process group through a store on ``addr:port`` only;
-    returns the store (rank 0's holds the listening socket: keep it alive)."""
+    returns the store. Rank 0's listening socket stays open in ``SOCKETS`` until
+    ``close_sockets``."""
     import torch.distributed as dist
 
     timeout = timedelta(seconds=timeout_s)
