@@ -94,6 +94,7 @@ def test_batch_async_on_a_real_vllm_killed_mid_transfer(
     controller = run(
         out, "weight.sync_mode=batch-async", "weight.staleness_threshold=1", steps=steps
     )
+    assert (KILLPOINT / "sitecustomize.py").is_file(), "tests/e2e/BUILD: the :killpoint file"
     assert fired.exists(), "the kill point in vLLM was never reached"
     pids = assert_real_vllm(out)
     assert len(pids) == 2, pids  # the killed one, and the one started on v2
@@ -117,7 +118,9 @@ def test_batch_async_on_a_real_vllm_killed_mid_transfer(
     assert group_gone(pids[0]) and group_gone(pids[1])
 
 
-def test_fully_async_on_a_real_vllm_reloads_with_requests_in_flight(tmp_path: Path) -> None:
+def test_fully_async_on_a_real_vllm_reloads_with_requests_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """fully-async: vLLM takes each step's weights from memory at once while rollouts
     keep generating on it (``/pause?mode=keep``: requests in flight freeze and go on
     with the new weights, their KV recomputed: partial rollouts). Each trajectory is
@@ -126,9 +129,13 @@ def test_fully_async_on_a_real_vllm_reloads_with_requests_in_flight(tmp_path: Pa
     (``version/straddled`` counts those that differ), so no trajectory looks fresher
     than it is, none is more than ``staleness_threshold`` versions behind the step that
     trains it, every group is trained once, vLLM labels every version, and no step
-    reloads a weight file."""
+    reloads a weight file. Each update starts 1 s late in vLLM (as a large model's
+    transfer would: ``NEXRL_SLOW_TRANSFER_S``), so that requests surely arrive during
+    one on this machine, however loaded it is."""
     out = tmp_path / "run"
     steps = 5
+    monkeypatch.setenv("NEXRL_VLLM_PYTHONPATH", str(KILLPOINT))
+    monkeypatch.setenv("NEXRL_SLOW_TRANSFER_S", "1")
     controller = run(
         out, "weight.sync_mode=fully-async", "weight.staleness_threshold=2", steps=steps
     )

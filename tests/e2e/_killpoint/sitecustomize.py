@@ -18,6 +18,10 @@ inference server), and only the one doing the write matches. The kill happens
 once across all processes: the first to fire creates the file ``FIRED`` (with its
 pid and the call) and others, and a resumed run, never fire again.
 
+``NEXRL_SLOW_TRANSFER_S=S`` (with or without a kill point) makes every update vLLM's
+worker takes from nexrl's weight-transfer engine start ``S`` seconds late, as a large
+model's transfer would: requests that arrive meanwhile wait inside the update.
+
 Only the test's own processes are touched; the code under test runs unchanged.
 """
 
@@ -139,6 +143,23 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _slow_transfer(seconds: float) -> None:
+    import time
+
+    def patch_engine(module: Any) -> None:
+        original_receive = module.NexrlShmEngine.receive_weights
+
+        def slow_receive(self: Any, update_info: Any) -> Any:
+            time.sleep(seconds)
+            return original_receive(self, update_info)
+
+        module.NexrlShmEngine.receive_weights = slow_receive
+
+    sys.meta_path.insert(0, _AfterImport("nexrl_vllm_plugin.engine", patch_engine))
+
+
+if os.environ.get("NEXRL_SLOW_TRANSFER_S"):
+    _slow_transfer(float(os.environ["NEXRL_SLOW_TRANSFER_S"]))
 if _SPEC:
     _call, _needle, _nth, _fired, *_skip = _SPEC.split("|")
     _install(_call, _needle, int(_nth), _fired, _skip[0] if _skip else "")

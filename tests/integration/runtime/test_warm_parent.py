@@ -39,6 +39,7 @@ def what_i_have():
         "preloaded": [m for m in PRELOAD if m in sys.modules],
         "malloc_var": os.environ.get("MALLOC_TRIM_THRESHOLD_"),
         "hash_seed": os.environ.get("PYTHONHASHSEED"),
+        "set_later": os.environ.get("NEXRL_TEST_SET_LATER"),
     }
 
 if __name__ == "__main__":  # a worker imports this file again (as spawn does)
@@ -47,6 +48,7 @@ if __name__ == "__main__":  # a worker imports this file again (as spawn does)
     from nexrl.driver.cluster.cluster import start_cluster
     from backends.inference.embedded import EmbeddedServer
 
+    os.environ["NEXRL_TEST_SET_LATER"] = "yes"  # after the warm parent started
     handle = start_cluster(ClusterConfig(n_workers=2, dashboard_address="127.0.0.1:0"), "t")
     workers = list(handle.client.run(what_i_have).values())
     server = EmbeddedServer(sys.argv[1], log_path=sys.argv[2]).start()
@@ -106,6 +108,8 @@ def test_workers_and_server_fork_from_the_warm_parent_and_die_with_the_driver(
             # what Dask's nanny gives a spawned worker, with nexrl's change
             assert worker["malloc_var"] is None
             assert worker["hash_seed"] == "6640"
+            # what the driver set after the warm parent had started, as spawned
+            assert worker["set_later"] == "yes"
         client = openai.OpenAI(base_url=seen["url"], api_key="x", max_retries=0, timeout=60)
         reply = client.chat.completions.create(
             model=str(tiny_model_dir),

@@ -25,6 +25,8 @@ What a forked process gets:
   nanny puts into a new worker's environment (``distributed.nanny.pre-spawn-environ``
   with nexrl's change, ``nexrl.core.process.worker_env``): those variables are set
   here before the warm parent starts, as the nanny would set them before spawning;
+  a Dask worker also gets what the driver set or changed since (``changed_environ``,
+  through its nanny's ``env``), as a spawned worker would inherit it;
 * the driver's ``sys.path`` (how ``multiprocessing`` starts a forkserver), so
   recipe files and plugins resolve as in a spawned worker;
 * a session of the warm parent's own (``nexrl.core.process.own_session``, first in the
@@ -52,6 +54,7 @@ from nexrl.core.process.own_session import OWN_SESSION_VAR
 
 __all__ = [
     "PRELOAD",
+    "changed_environ",
     "start_warm_parent",
     "stop_warm_parent",
     "warm_context",
@@ -75,6 +78,7 @@ PRELOAD: tuple[str, ...] = (
 _context: Any = None  # the forkserver context once started by this process
 _method_before = "spawn"  # Dask's multiprocessing method before start_warm_parent
 _pid: int | None = None  # the warm parent's (multiprocessing starts another if it dies)
+_environ: dict[str, str] = {}  # the environment the warm parent started with
 
 
 def _worker_environ() -> dict[str, str]:
@@ -110,6 +114,7 @@ def start_warm_parent(preload: Sequence[str] = PRELOAD) -> bool:
     ctx.set_forkserver_preload(list(preload))
     saved = dict(os.environ)
     os.environ.update(_worker_environ())  # what the warm parent starts with, not this process
+    started_with = dict(os.environ)
     try:
         forkserver.ensure_running()
     except OSError as exc:
@@ -118,7 +123,8 @@ def start_warm_parent(preload: Sequence[str] = PRELOAD) -> bool:
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    global _method_before, _pid
+    global _method_before, _pid, _environ
+    _environ = started_with
     _method_before = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
     dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"})
     _keep_our_preload()
@@ -138,6 +144,15 @@ def _keep_our_preload() -> None:
             dask_utils._forkserver_preload_set = True
     except ImportError:  # pragma: no cover - distributed is a dependency
         pass
+
+
+def changed_environ() -> dict[str, str]:
+    """The variables this process has set (or changed) since it started the warm parent:
+    a local worker forked from it gets them from its nanny (``env``), so that it sees
+    the driver's environment as a spawned worker would. ``{}`` without a warm parent."""
+    if _context is None:
+        return {}
+    return {k: v for k, v in os.environ.items() if _environ.get(k) != v}
 
 
 def warm_context() -> Any:
@@ -190,6 +205,7 @@ def stop_warm_parent() -> None:
     dask.config.set({"distributed.worker.multiprocessing-method": _method_before})
     _context = None
     _pid = None
+    _environ.clear()
 
 
 def detach_from_warm_parent() -> None:

@@ -193,7 +193,11 @@ def local_cluster_kwargs(
         from nexrl.driver.cluster.tls import PROTOCOL
 
         tls = {"security": security, "protocol": PROTOCOL}
+    from nexrl.core.process.forkserver import changed_environ
+
+    env = changed_environ()  # forked from the warm parent: what the driver set since
     return {
+        **({"env": env} if env else {}),
         **tls,
         "n_workers": n,
         "threads_per_worker": cfg.threads_per_worker,
