@@ -15,7 +15,7 @@ import time
 
 from distributed import Client, LocalCluster
 
-from nexrl.driver.controller.silent_workers import SilentWorkers
+from nexrl.driver.controller.silent_workers import NoWorkerLeft, SilentWorkers
 
 logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
@@ -77,3 +77,55 @@ def test_a_stopped_worker_is_dropped_its_task_moves_and_a_fresh_one_starts() -> 
         assert client.submit(where_it_ran, 0.0, workers=[a for a in now if a != other]).result(
             timeout=30
         ) not in (pids[stopped], pids[other])
+
+
+def test_with_no_worker_left_to_run_rollouts_the_run_is_told_in_one_line() -> None:
+    """Off a local cluster (no kill, no replacement): while another worker offers the
+    rollout tasks' resources nothing is said; once every such worker was dropped and
+    none joined for ``worker_silent_s``, ``NoWorkerLeft`` names them."""
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            resources={"CPU": 1},
+        ) as lc,
+        Client(lc) as client,
+    ):
+        pids = _pids(client)
+        first, second = sorted(pids)
+        watch = SilentWorkers(client, 2.0, set, kill_local=False, every_s=0.2)
+        os.kill(pids[first], signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            while not watch.dropped and time.monotonic() - t0 < 20.0:
+                watch.check()
+                watch.none_left({"CPU": 1})  # the second one can run them: silent
+                time.sleep(0.2)
+            assert watch.dropped == [first]
+            for _ in range(20):  # 4 s: still the second worker
+                watch.check()
+                watch.none_left({"CPU": 1})
+                time.sleep(0.2)
+            os.kill(pids[second], signal.SIGSTOP)
+            raised: NoWorkerLeft | None = None
+            t1 = time.monotonic()
+            while raised is None and time.monotonic() - t1 < 30.0:
+                watch.check()
+                try:
+                    watch.none_left({"CPU": 1})
+                except NoWorkerLeft as exc:
+                    raised = exc
+                time.sleep(0.2)
+            waited = time.monotonic() - t1
+        finally:
+            for pid in pids.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        assert raised is not None, "no NoWorkerLeft with every worker dropped"
+        assert watch.dropped == [first, second]
+        assert str(raised).startswith("no Dask worker is left to run rollouts (resources CPU=1)")
+        assert f"2 dropped as silent ({first}, {second})" in str(raised)
+        assert "runtime_monitor.worker_silent_s" in str(raised)
+        assert 2.0 <= waited < 15.0  # silent 2 s, then none for 2 s

@@ -1,5 +1,5 @@
 """The one line that stops a run whose cause is known (the Dask scheduler gone, a full
-disk, a failed trainer rank), each with how to resume."""
+disk, a failed trainer rank, no rollout worker left), each with how to resume."""
 
 from __future__ import annotations
 
@@ -34,6 +34,13 @@ class StopDiagnosis:
             return self.disk_full(full)
         if isinstance(exc, trainer_error):  # a rank failed or its worker died mid-run
             return self.trainer_stopped(exc)
+        from nexrl.driver.controller.silent_workers import NoWorkerLeft
+
+        if isinstance(exc, NoWorkerLeft):
+            return (
+                f"{exc}; the run stopped at step {self.step + 1}; then run the same command "
+                f"again to resume {self.resume_hint()}"
+            )
         return None
 
     def resume_hint(self) -> str:

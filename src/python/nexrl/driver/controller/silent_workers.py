@@ -11,6 +11,11 @@ scheduler no longer knows it and it closes itself, and a group it commits meanwh
 is a second copy, which the pool delivers once. On a local cluster the process is
 killed, and its nanny starts a fresh worker in its place.
 
+Off a local cluster nothing replaces a dropped worker: once no worker that can take
+rollouts (one offering the rollout tasks' resources) has been there for another
+``worker_silent_s`` after a drop, ``none_left`` gives the line that stops the run
+(resumable) instead of waiting for tasks nothing can run.
+
 Trainer ranks' workers are left to the trainer's own heartbeats
 (``runtime_monitor.trainer_silent_s``: the run stops, resumable). Silence is measured
 on this process's clock between probes of the scheduler's ``last_seen``, as for the
@@ -27,10 +32,15 @@ from collections.abc import Callable
 from typing import Any
 
 from nexrl.core.util.dask_workers import SilenceClock, workers_of
+from nexrl.driver.controller.errors import ControllerError
 
-__all__ = ["SilentWorkers", "drop_worker"]
+__all__ = ["NoWorkerLeft", "SilentWorkers", "drop_worker"]
 
 logger = logging.getLogger("nexrl.driver.controller.loop")  # the controller's lines
+
+
+class NoWorkerLeft(ControllerError):
+    """Every worker that could run rollouts was dropped as silent and none came back."""
 
 
 async def drop_worker(dask_scheduler: Any, address: str) -> tuple[int, int | None]:
@@ -64,6 +74,8 @@ class SilentWorkers:
         self.exclude, self.kill_local = exclude, kill_local
         self._clock = SilenceClock()
         self._next = 0.0
+        self._none_since: float | None = None  # when no rollout-capable worker was seen
+        self._next_none = 0.0
         self.dropped: list[str] = []  # addresses dropped, in order
 
     def check(self) -> list[str]:
@@ -108,4 +120,38 @@ class SilentWorkers:
             f"Dask worker {addr} (pid {pid} on {host}) sent no heartbeat for {quiet:.0f}s "
             f"(stopped, swapped out or wedged): dropped, its {running} running tasks go to "
             f"the other workers; {then} (runtime_monitor.worker_silent_s={self.silent_s:g})"
+        )
+
+    def none_left(self, resources: dict[str, float] | None) -> None:
+        """After a drop: raise ``NoWorkerLeft`` once no worker offering ``resources`` (any
+        worker when None) that is not silent has been there for ``silent_s`` (time for
+        a replacement to join)."""
+        now = time.monotonic()
+        if not self.dropped or not self.silent_s or now < self._next_none:
+            return
+        self._next_none = now + self.every_s
+        try:
+            workers = workers_of(self.client)
+        except Exception:  # a scheduler that does not answer: the controller's watch
+            return
+        quiet = self._clock.observe(workers, now)
+
+        def can_run(addr: str, info: dict[str, Any]) -> bool:
+            offered = info.get("resources") or {}
+            fits = all(offered.get(k, 0) >= v for k, v in (resources or {}).items())
+            return fits and quiet.get(addr, 0.0) < self.silent_s
+
+        if any(can_run(a, i) for a, i in workers.items()):
+            self._none_since = None
+            return
+        if self._none_since is None:
+            self._none_since = now
+        if now - self._none_since < self.silent_s:
+            return
+        need = ", ".join(f"{k}={v:g}" for k, v in (resources or {}).items()) or "any"
+        raise NoWorkerLeft(
+            f"no Dask worker is left to run rollouts (resources {need}): "
+            f"{len(self.dropped)} dropped as silent ({', '.join(self.dropped)}) and none "
+            f"joined for {self.silent_s:g}s (runtime_monitor.worker_silent_s); start "
+            "workers again (or check why they stopped answering)"
         )

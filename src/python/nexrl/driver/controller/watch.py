@@ -98,13 +98,15 @@ class ClusterWatch:
 
     def drop_silent_workers(self, parts: Components) -> None:
         """Drop the workers silent for ``runtime_monitor.worker_silent_s`` (one warning
-        each, counted in ``cluster/workers_lost``)."""
+        each, counted in ``cluster/workers_lost``); ``NoWorkerLeft`` once none that can
+        run rollouts is left."""
         if self.silent is None:
             return
         for line in self.silent.check():
             self.counters.worker_lost()
             self.changed = True
             parts.progress.warn(line)
+        self.silent.none_left(parts.dispatcher.resources)
 
     def count_lost_workers(self) -> None:
         """Count the workers lost since the last check: Dask reruns their tasks
