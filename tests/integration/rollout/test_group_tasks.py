@@ -174,3 +174,71 @@ def test_a_custom_worker_returning_no_episode_fails_its_group_naming_the_hook(
         "TypeError: Bad.run_agent (or run_group) returned str, not an Episode "
         "(rollout_worker.custom_worker; see docs/train-your-own-task.md, section 5)"
     )
+
+
+SLOW_WORKER = '''
+import asyncio
+from pathlib import Path
+from nexrl.rollout.worker.simple import SimpleRolloutWorker
+
+TRIES = Path({tries!r})
+
+
+class SlowOnce(SimpleRolloutWorker):
+    """Group 3's first try takes {slow_s} s (a slow node); every other try is quick."""
+
+    async def run_group(self, items):
+        gid = items[0]["group_id"]
+        with open(TRIES / f"g{{gid}}", "a") as f:
+            f.write("try\\n")
+        if gid == 3 and len((TRIES / f"g{{gid}}").read_text().splitlines()) == 1:
+            await asyncio.sleep({slow_s})
+        return await super().run_group(items)
+'''
+
+
+def test_a_straggler_gets_a_second_copy_and_the_first_to_finish_wins(
+    local_cluster: Any, embedded_server: EmbeddedServer, tmp_path: Path
+) -> None:
+    """runtime_monitor.straggler_factor: group 3's task runs far past the median of the
+    others; a second copy starts on the other worker and is taken; group 3 is
+    delivered once, long before its first copy would have finished."""
+    from nexrl.driver.controller.stragglers import Stragglers
+
+    slow_s = 40
+    tries = tmp_path / "tries"
+    tries.mkdir()
+    worker = tmp_path / "slow_worker.py"
+    worker.write_text(SLOW_WORKER.format(tries=str(tries), slow_s=slow_s))
+    pool_cfg = PoolConfig(
+        store=str(tmp_path / "pool.zarr"),
+        key_list=["group_id"],
+        group_size=GROUP_SIZE,
+        batch_size=8 * GROUP_SIZE,
+    )
+    spec = _spec(worker, "SlowOnce", embedded_server, pool_cfg)
+    dispatcher = RolloutDispatcher(
+        local_cluster,
+        spec,
+        task_retries=0,
+        rollout_cpus=0,
+        stragglers=Stragglers(3.0, 1.0, min_samples=4),
+    )
+    t0 = time.monotonic()
+    dispatcher.submit_groups(_groups(8))
+    done: list[int] = []
+    backed_up = 0
+    while len(done) < 8 and time.monotonic() - t0 < slow_s:
+        dispatcher.wait_any(0.5)
+        h = dispatcher.harvest()
+        assert h.failed == []
+        done += [g.group_id for g, _ in h.done]
+        backed_up += h.backed_up
+    took = time.monotonic() - t0
+    assert sorted(done) == list(range(8)), done  # each group once
+    assert took < slow_s - 10, took  # not waited out
+    assert backed_up == 1  # the one straggler, once
+    assert (tries / "g3").read_text().count("try") == 2  # its first copy and the second
+    batch = TrajectoryPool(pool_cfg).get_batch(current_version=0)
+    assert batch is not None and len(batch) == 8 * GROUP_SIZE
+    assert sorted(set(map(int, batch.columns.group_id))) == list(range(8))

@@ -32,6 +32,7 @@ from nexrl.driver.controller.setup import (
     rollout_spec,
     validation_groups,
 )
+from nexrl.driver.controller.stragglers import Stragglers
 from nexrl.driver.controller.sync import SyncPolicy
 from nexrl.driver.modeling.folder import (
     chat_template_needed,
@@ -208,6 +209,7 @@ def _build(
         rollout_cpus=cfg.resource.rollout_cpus,
         task_timeout_s=rm.task_timeout_s,
         groups_per_task=cfg.rollout_worker.groups_per_task,
+        stragglers=Stragglers(rm.straggler_factor, rm.straggler_min_s),
     )
     closers.append(dispatcher.cancel_all)
     resumed = info.get("resumed_from") is not None

@@ -27,6 +27,7 @@ class RunCounters:
     retried_groups: int = 0  # failed groups rolled out again
     retry_backoff_s: float = 0.0  # the waits before those retries, summed
     workers_lost: int = 0  # Dask workers that went away with tasks running
+    stragglers_backed_up: int = 0  # training tasks given a second copy
 
     def group_done(self, evaluator_errors: int) -> None:
         self.groups_rolled_out += 1
@@ -47,6 +48,9 @@ class RunCounters:
 
     def delivered(self, trajectories: int) -> None:
         self.delivered_trajectories += trajectories
+
+    def backed_up(self, tasks: int) -> None:
+        self.stragglers_backed_up += tasks
 
     def worker_lost(self) -> None:
         self.workers_lost += 1

@@ -15,7 +15,9 @@ failed commit) and reschedules it when its worker dies; rollout futures ask for
 The dispatcher never blocks for long: ``wait_any`` waits at most its timeout,
 ``harvest`` collects what has finished, and a task running past
 ``task_timeout_s`` is cancelled and each of its groups reported as a failure
-naming the component (rollout or evaluator) that hung.
+naming the component (rollout or evaluator) that hung. A training task running far
+past the others may get a second copy (``nexrl.driver.controller.stragglers``): the
+first copy to finish is the task's result.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from nexrl.driver.controller.stragglers import Stragglers
 from nexrl.rollout.worker.tasks import (
     GroupError,
     GroupSummary,
@@ -64,12 +67,17 @@ class Task:
     submitted: float
     tag: str
     base_urls: tuple[str, ...] = ()  # the inference servers its rollouts were sent to
+    spec: RolloutSpec | None = None  # what it was submitted with (for a second copy)
+    commit: bool = True
+    backup: tuple[Any, Any] | None = None  # a second copy's (rollout, evaluate) futures
+    backed_up: bool = False  # a second copy was started (once per task)
 
     def release(self) -> None:
         """Drop the futures once harvested: a group still points at its task (``InFlight.task``,
         for ``base_urls``), and a future held past its harvest keeps its result on a worker,
         which Dask recomputes when that worker dies (old work run again)."""
         self.rollout = self.evaluate = None
+        self.backup = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,7 @@ class Harvest:
 
     done: list[tuple[InFlight, GroupSummary]] = field(default_factory=list)
     failed: list[tuple[InFlight, TaskFailure]] = field(default_factory=list)
+    backed_up: int = 0  # training tasks given a second copy (stragglers)
 
 
 class RolloutDispatcher:
@@ -106,6 +115,7 @@ class RolloutDispatcher:
         rollout_cpus: int = 1,
         task_timeout_s: float = 600.0,
         groups_per_task: int = 1,
+        stragglers: Stragglers | None = None,
         clock: Any = time.monotonic,
     ) -> None:
         self.client = client
@@ -116,6 +126,7 @@ class RolloutDispatcher:
         self.groups_per_task = max(1, int(groups_per_task))
         self._clock = clock
         self._tasks: list[Task] = []
+        self.stragglers = stragglers or Stragglers(0.0, 0.0)
 
     # -- submitting -------------------------------------------------------------
     def submit(
@@ -154,12 +165,31 @@ class RolloutDispatcher:
         message and the evaluator futures in another (``client.map``): each message is
         one graph update for the scheduler, so the last task of a step starts about
         as soon as the first."""
-        suffixes = []
-        for groups in chunks:
-            first = int(groups[0][0]["group_id"])
-            more = f"+{len(groups) - 1}" if len(groups) > 1 else ""
-            suffixes.append(f"g{first}{more}-{tag}-{uuid.uuid4().hex[:8]}")
+        suffixes = [_suffix(groups, tag) for groups in chunks]
+        rollouts, evaluates = self._map(chunks, commit, spec, suffixes)
+        out: list[InFlight] = []
+        now = self._clock()
+        for groups, rollout, evaluate in zip(chunks, rollouts, evaluates, strict=True):
+            members = [InFlight(items, tag) for items in groups]
+            task = Task(members, rollout, evaluate, now, tag, tuple(spec.base_urls), spec, commit)
+            for g in members:
+                g.task = task
+            self._tasks.append(task)
+            out += members
+        return out
+
+    def _map(
+        self,
+        chunks: list[list[list[dict[str, Any]]]],
+        commit: bool,
+        spec: RolloutSpec,
+        suffixes: list[str],
+        workers: list[str] | None = None,
+    ) -> tuple[list[Any], list[Any]]:
+        """The rollout and the evaluator futures of one task per chunk (``workers``:
+        only there)."""
         n = len(chunks)
+        placed = {"workers": workers, "allow_other_workers": False} if workers else {}
         rollouts = self.client.map(
             rollout_groups_task,
             [spec] * n,
@@ -169,6 +199,7 @@ class RolloutDispatcher:
             retries=self.task_retries,
             resources=self.resources,
             pure=False,
+            **placed,
         )
         evaluates = self.client.map(
             evaluate_groups_task,
@@ -179,17 +210,58 @@ class RolloutDispatcher:
             retries=self.task_retries,
             resources=self.resources,  # on rollout workers, never a trainer's (Slurm)
             pure=False,
+            **placed,
         )
-        out: list[InFlight] = []
-        now = self._clock()
-        for groups, rollout, evaluate in zip(chunks, rollouts, evaluates, strict=True):
-            members = [InFlight(items, tag) for items in groups]
-            task = Task(members, rollout, evaluate, now, tag, tuple(spec.base_urls))
-            for g in members:
-                g.task = task
-            self._tasks.append(task)
-            out += members
-        return out
+        return rollouts, evaluates
+
+    def _back_up(self, tasks: list[Task]) -> int:
+        """Start a second copy of each of ``tasks`` on a worker other than the one running
+        its rollout; the number started (none where no other worker can take it)."""
+        started = 0
+        for t in tasks:
+            t.backed_up = True
+            others = self._other_workers(str(t.rollout.key))
+            if not others or t.spec is None:
+                continue
+            chunk = [[g.items for g in t.groups]]
+            suffix = f"{_suffix(chunk[0], t.tag)}-backup"
+            (rollout,), (evaluate,) = self._map(chunk, t.commit, t.spec, [suffix], others)
+            t.backup = (rollout, evaluate)
+            started += 1
+            logger.info(
+                "rollout task %s still running after %.0fs (runtime_monitor.straggler_factor"
+                "): a second copy started (%s); the first to finish is taken",
+                t.rollout.key,
+                self._clock() - t.submitted,
+                rollout.key,
+            )
+        return started
+
+    def _other_workers(self, key: str) -> list[str]:
+        """The workers that could run rollouts other than the one processing ``key``."""
+        try:
+            return list(self.client.run_on_scheduler(_other_workers, key=key, need=self.resources))
+        except Exception as exc:  # a scheduler that does not answer: no second copy
+            logger.debug("straggler placement: %s", exc)
+            return []
+
+    def _settle(self, t: Task) -> None:
+        """With a second copy: keep the copy that finished first (or the one still
+        running when the other failed) as the task's futures, cancel the other."""
+        if t.backup is None:
+            return
+        b_rollout, b_evaluate = t.backup
+        first, second = t.evaluate.status, b_evaluate.status
+        failed = ("error", "cancelled")
+        if first == "finished" or (first in failed and second in failed):
+            self.client.cancel([b_rollout, b_evaluate])
+        elif second == "finished" or first in failed:
+            if first != "finished":
+                self.client.cancel([t.rollout, t.evaluate])
+            t.rollout, t.evaluate = b_rollout, b_evaluate
+        else:
+            return  # both still running
+        t.backup = None
 
     # -- watching ---------------------------------------------------------------
     def running(self, tag: str | None = None) -> list[InFlight]:
@@ -207,7 +279,7 @@ class RolloutDispatcher:
 
         with contextlib.suppress(TimeoutError):
             wait(
-                [t.evaluate for t in self._tasks],
+                [f for t in self._tasks for f in (t.evaluate, *(t.backup or ())[1:])],
                 timeout=timeout_s,
                 return_when="FIRST_COMPLETED",
             )
@@ -218,8 +290,11 @@ class RolloutDispatcher:
         now = self._clock()
         still: list[Task] = []
         for t in self._tasks:
+            self._settle(t)
             status = t.evaluate.status
             if status == "finished":
+                if t.tag == "train":
+                    self.stragglers.finished(now - t.submitted)
                 try:
                     results = t.evaluate.result(timeout=30)
                 except Exception as exc:  # lost between status and result: a failure
@@ -237,7 +312,7 @@ class RolloutDispatcher:
             elif now - t.submitted > self.task_timeout_s:
                 component = "rollout" if t.rollout.status != "finished" else "evaluator"
                 key = t.rollout.key if component == "rollout" else t.evaluate.key
-                self.client.cancel([t.rollout, t.evaluate])
+                self.client.cancel([t.rollout, t.evaluate, *(t.backup or ())])
                 self._fail_all(
                     out,
                     t,
@@ -254,6 +329,8 @@ class RolloutDispatcher:
                 t.release()
         self._tasks = still
         _warn_failures([f for _, f in out.failed])
+        if self.stragglers.enabled:
+            out.backed_up = self._back_up(self.stragglers.due(still, now))
         return out
 
     @staticmethod
@@ -281,7 +358,7 @@ class RolloutDispatcher:
             total.failed += h.failed
             if self._tasks and self._clock() >= deadline:
                 for t in self._tasks:
-                    self.client.cancel([t.rollout, t.evaluate])
+                    self.client.cancel([t.rollout, t.evaluate, *(t.backup or ())])
                     self._fail_all(total, t, "rollout", str(t.rollout.key), "drain timeout")
                     t.release()
                 self._tasks = []
@@ -290,7 +367,7 @@ class RolloutDispatcher:
     def cancel_all(self) -> list[InFlight]:
         """Cancel every running task; returns their groups (not rolled out)."""
         tasks, self._tasks = self._tasks, []
-        futures = [f for t in tasks for f in (t.rollout, t.evaluate)]
+        futures = [f for t in tasks for f in (t.rollout, t.evaluate, *(t.backup or ()))]
         if futures:
             try:
                 self.client.cancel(futures)
@@ -299,6 +376,25 @@ class RolloutDispatcher:
         for t in tasks:
             t.release()
         return [g for t in tasks for g in t.groups]
+
+
+def _suffix(groups: list[list[dict[str, Any]]], tag: str) -> str:
+    """A task's key suffix: its first group, how many more, its tag, a unique part."""
+    first = int(groups[0][0]["group_id"])
+    more = f"+{len(groups) - 1}" if len(groups) > 1 else ""
+    return f"g{first}{more}-{tag}-{uuid.uuid4().hex[:8]}"
+
+
+def _other_workers(dask_scheduler: Any, key: str, need: dict[str, float] | None) -> list[str]:
+    """On the scheduler: the workers offering ``need`` other than the one processing
+    ``key`` (all of them when it is not processing)."""
+    ts = dask_scheduler.tasks.get(key)
+    busy = ts.processing_on.address if ts is not None and ts.processing_on else None
+    return [
+        addr
+        for addr, ws in dask_scheduler.workers.items()
+        if addr != busy and all(ws.resources.get(k, 0) >= v for k, v in (need or {}).items())
+    ]
 
 
 def _warn_failures(failures: list[TaskFailure]) -> None:

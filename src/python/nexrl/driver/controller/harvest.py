@@ -81,6 +81,7 @@ class HarvestRecorder:
         )
 
     def record(self, h: Harvest, parts: Components) -> None:
+        self.counters.backed_up(h.backed_up)
         if any(
             g.tag == "train" and s.evaluator_errors < len(s.rewards) for g, s in h.done
         ):  # a row of this harvest was scored: the others' lines need not blame the evaluator

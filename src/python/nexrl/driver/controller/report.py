@@ -71,6 +71,7 @@ def counter_metrics(parts: Components, counters: RunCounters) -> dict[str, Any]:
         "rollout/retried_groups": counters.retried_groups,
         "rollout/retry_backoff_s": counters.retry_backoff_s,
         "cluster/workers_lost": counters.workers_lost,
+        "rollout/stragglers_backed_up": counters.stragglers_backed_up,
         "rollout/duplicate_trajectories_dropped": _duplicates_dropped(parts, counters),
         "rollout/in_flight": parts.dispatcher.running_trajectories("train"),
     }

@@ -217,6 +217,22 @@ class RuntimeMonitorConfig:
         "trainer call's own deadline (task_timeout_s + 600 s).",
         minimum=0.0,
     )
+    straggler_factor: float = cfg_field(
+        0.0,
+        help="A training rollout task still running after this many times the median "
+        "duration of the recent finished ones (and at least straggler_min_s) is submitted "
+        "a second time, on another worker; the first copy to finish is taken, the other "
+        "cancelled, and each group is trained once (counted in "
+        "rollout/stragglers_backed_up). Off by default (0): a second copy costs its "
+        "compute again; 3 is a common choice on clusters with slow nodes.",
+        minimum=0.0,
+    )
+    straggler_min_s: float = cfg_field(
+        30.0,
+        help="The least time a training task runs before straggler_factor may give it a "
+        "second copy.",
+        minimum=0.0,
+    )
     worker_silent_s: float = cfg_field(
         45.0,
         help="A Dask worker running rollouts or evaluators (not a trainer rank's) that sends "
