@@ -28,7 +28,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nexrl.core.util.dask_workers import SilenceClock, workers_of
@@ -122,7 +122,7 @@ class SilentWorkers:
             f"the other workers; {then} (runtime_monitor.worker_silent_s={self.silent_s:g})"
         )
 
-    def none_left(self, resources: dict[str, float] | None) -> None:
+    def none_left(self, resources: Mapping[str, float] | None) -> None:
         """After a drop: raise ``NoWorkerLeft`` once no worker offering ``resources`` (any
         worker when None) that is not silent has been there for ``silent_s`` (time for
         a replacement to join)."""
