@@ -77,7 +77,7 @@ def test_a_worker_that_fails_every_group_stops_the_run_in_a_few_lines(tmp_path: 
     log = (out / "logs" / "driver.log").read_text()
     logged = [x for x in log.splitlines() if "WARNING" in x and "rollout future rollout-g" in x]
     assert len(logged) >= int(found.group(1)), log[-3000:]  # (the last harvest: all logged)
-    shown = [x for x in err.splitlines() if "nexrl.driver.controller.dispatch: rollout future" in x]
+    shown = [x for x in err.splitlines() if "nexrl.driver.controller.failures: rollout future" in x]
     assert len(shown) == 2, err[-3000:]
     where = f"{out}/logs/driver.log"
     assert shown[0].endswith(

@@ -36,6 +36,7 @@ from nexrl.driver.cluster.slurm import SlurmError
 from nexrl.driver.controller import ControllerError
 from nexrl.driver.controller.reload import WeightSyncError
 from nexrl.driver.controller.rundir import RunDirError
+from nexrl.driver.controller.silent_workers import NoWorkerLeft
 from nexrl.driver.metrics.sinks import MetricSinkError
 from nexrl.driver.modeling.prepare import ModelSetupError
 from nexrl.inference.supervisor import ServiceError
@@ -61,6 +62,7 @@ USER_FACING: dict[type[BaseException], tuple[type[BaseException], ...]] = {
     ModelSetupError: (RuntimeError,),
     ControllerError: (RuntimeError,),
     WeightSyncError: (ControllerError, RuntimeError),
+    NoWorkerLeft: (ControllerError, RuntimeError),
     ServiceError: (RuntimeError,),
     TrajectoryError: (ValueError,),
     BatchError: (ValueError,),

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from nexrl.driver.controller.dispatch import TaskFailure, _warn_failures
+from nexrl.driver.controller.failures import TaskFailure, warn_failures
 
 
 def test_a_tasks_groups_that_failed_together_are_one_line(
@@ -22,8 +22,8 @@ def test_a_tasks_groups_that_failed_together_are_one_line(
         TaskFailure("evaluator", "evaluate-g10+3-train-3", g, "train", "KeyError: 'x'")
         for g in (10, 11, 13)
     ]
-    with caplog.at_level(logging.WARNING, logger="nexrl.driver.controller.dispatch"):
-        _warn_failures(failures)
+    with caplog.at_level(logging.WARNING, logger="nexrl.driver.controller.failures"):
+        warn_failures(failures)
     assert [r.getMessage() for r in caplog.records] == [
         f"evaluator future evaluate-g0+7-train-1 (groups 0-7): {hung}",
         "rollout future rollout-g9-train-2 (group 9): ValueError: bad",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SilenceClock", "workers_of"]
+__all__ = ["SilenceClock", "offers", "workers_of"]
 
 
 def workers_of(client: Any) -> dict[str, dict[str, Any]]:
@@ -16,6 +17,13 @@ def workers_of(client: Any) -> dict[str, dict[str, Any]]:
     with both workers of a LocalCluster up (a benchmark of the full suite)."""
     info = client.sync(client.scheduler.identity, n_workers=-1)
     return dict(info.get("workers") or {})
+
+
+def offers(resources: Mapping[str, float] | None, need: Mapping[str, float] | None) -> bool:
+    """Whether a worker offering ``resources`` (its Dask ``resources``) has room for a
+    task asking ``need``; any worker when ``need`` is None or empty."""
+    have = resources or {}
+    return all(have.get(k, 0) >= v for k, v in (need or {}).items())
 
 
 class SilenceClock:

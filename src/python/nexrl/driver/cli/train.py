@@ -114,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
 
 _TRACKER_WARNING = "ignore:resource_tracker:UserWarning"
 #: their WARNING lines (a group's rollout failed, its retry) are folded on the terminal
-ROLLOUT_FAILURE_LOGGERS = ("nexrl.driver.controller.dispatch", "nexrl.driver.controller.scheduler")
+ROLLOUT_FAILURE_LOGGERS = (
+    "nexrl.driver.controller.dispatch",
+    "nexrl.driver.controller.failures",
+    "nexrl.driver.controller.scheduler",
+)
 
 
 def _main(argv: list[str] | None) -> int:

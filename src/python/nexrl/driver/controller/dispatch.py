@@ -29,6 +29,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from nexrl.core.util.dask_workers import offers
+from nexrl.driver.controller.failures import TaskFailure, warn_failures
 from nexrl.driver.controller.stragglers import Stragglers
 from nexrl.rollout.worker.tasks import (
     GroupError,
@@ -78,20 +80,6 @@ class Task:
         which Dask recomputes when that worker dies (old work run again)."""
         self.rollout = self.evaluate = None
         self.backup = None
-
-
-@dataclass(frozen=True)
-class TaskFailure:
-    """A group that failed for good (after its task's retries)."""
-
-    component: str  # "rollout" or "evaluator"
-    key: str
-    group_id: int
-    tag: str
-    error: str
-
-    def describe(self) -> str:
-        return f"{self.component} future {self.key} (group {self.group_id}): {self.error}"
 
 
 @dataclass
@@ -328,7 +316,7 @@ class RolloutDispatcher:
             if id(t) not in kept:
                 t.release()
         self._tasks = still
-        _warn_failures([f for _, f in out.failed])
+        warn_failures([f for _, f in out.failed])
         if self.stragglers.enabled:
             out.backed_up = self._back_up(self.stragglers.due(still, now))
         return out
@@ -393,30 +381,8 @@ def _other_workers(dask_scheduler: Any, key: str, need: dict[str, float] | None)
     return [
         addr
         for addr, ws in dask_scheduler.workers.items()
-        if addr != busy and all(ws.resources.get(k, 0) >= v for k, v in (need or {}).items())
+        if addr != busy and offers(ws.resources, need)
     ]
-
-
-def _warn_failures(failures: list[TaskFailure]) -> None:
-    """One warning line per failed future and error: a task of 8 groups that timed out
-    is one line naming its 8 groups, not 8 lines."""
-    by_cause: dict[tuple[str, str, str], list[int]] = {}
-    for f in failures:
-        by_cause.setdefault((f.component, f.key, f.error), []).append(f.group_id)
-    for (component, key, error), groups in by_cause.items():
-        which = f"group {groups[0]}" if len(groups) == 1 else f"groups {_id_list(groups)}"
-        logger.warning("%s future %s (%s): %s", component, key, which, error)
-
-
-def _id_list(ids: list[int]) -> str:
-    """``[3, 4, 5, 9]`` as ``3-5, 9``."""
-    runs: list[list[int]] = []
-    for i in sorted(ids):
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _exception(fut: Any) -> Any:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nexrl.core.util.dask_workers import SilenceClock, workers_of
+from nexrl.core.util.dask_workers import SilenceClock, offers, workers_of
 from nexrl.driver.controller.errors import ControllerError
 
 __all__ = ["NoWorkerLeft", "SilentWorkers", "drop_worker"]
@@ -137,8 +137,7 @@ class SilentWorkers:
         quiet = self._clock.observe(workers, now)
 
         def can_run(addr: str, info: dict[str, Any]) -> bool:
-            offered = info.get("resources") or {}
-            fits = all(offered.get(k, 0) >= v for k, v in (resources or {}).items())
+            fits = offers(info.get("resources"), resources)
             return fits and quiet.get(addr, 0.0) < self.silent_s
 
         if any(can_run(a, i) for a, i in workers.items()):
