@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,22 @@ if TYPE_CHECKING:
 
 TinyModelFactory = Callable[..., Path]
 ServerFactory = Callable[..., "EmbeddedServer"]
+
+
+# -- isolation -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def environment_kept_per_file() -> Iterator[None]:
+    """What a test file leaves in ``os.environ`` is undone after it: files share pytest
+    processes (``batch_compatibility_tag``), and a Dask nanny started directly (not by
+    nexrl) exports its ``pre-spawn-environ`` (``MALLOC_TRIM_THRESHOLD_``) into the
+    process that starts it, where the next file's subprocesses would inherit it."""
+    before = dict(os.environ)
+    yield
+    for name in [n for n in os.environ if n not in before]:
+        del os.environ[name]
+    os.environ.update(before)
 
 
 # -- models --------------------------------------------------------------------
