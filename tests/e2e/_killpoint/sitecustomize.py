@@ -94,17 +94,7 @@ def _install(call: str, needle: str, nth: int, fired: str, skip: str) -> None:
 
         sys.meta_path.insert(0, _AfterImport("nexrl.driver.metrics.sinks", patch_sink))
     elif call == "vllm_update":
-
-        def patch_engine(module: Any) -> None:
-            original_receive = module.NexrlShmEngine.receive_weights
-
-            def wrapped_receive(self: Any, update_info: Any) -> Any:
-                hit(f"receive_weights#version={int(update_info.version)}")
-                return original_receive(self, update_info)
-
-            module.NexrlShmEngine.receive_weights = wrapped_receive
-
-        sys.meta_path.insert(0, _AfterImport("nexrl_vllm_plugin.engine", patch_engine))
+        _before_receive(lambda info: hit(f"receive_weights#version={int(info.version)}"))
     elif call == "open":
         original_open = builtins.open
 
@@ -143,23 +133,27 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _slow_transfer(seconds: float) -> None:
-    import time
+def _before_receive(before: Any) -> None:
+    """``before(update_info)`` runs first in each ``NexrlShmEngine.receive_weights`` (vLLM's
+    copy of an update's weights, in its worker process)."""
 
     def patch_engine(module: Any) -> None:
         original_receive = module.NexrlShmEngine.receive_weights
 
-        def slow_receive(self: Any, update_info: Any) -> Any:
-            time.sleep(seconds)
+        def receive(self: Any, update_info: Any) -> Any:
+            before(update_info)
             return original_receive(self, update_info)
 
-        module.NexrlShmEngine.receive_weights = slow_receive
+        module.NexrlShmEngine.receive_weights = receive
 
     sys.meta_path.insert(0, _AfterImport("nexrl_vllm_plugin.engine", patch_engine))
 
 
 if os.environ.get("NEXRL_SLOW_TRANSFER_S"):
-    _slow_transfer(float(os.environ["NEXRL_SLOW_TRANSFER_S"]))
+    import time
+
+    _delay = float(os.environ["NEXRL_SLOW_TRANSFER_S"])
+    _before_receive(lambda info: time.sleep(_delay))
 if _SPEC:
     _call, _needle, _nth, _fired, *_skip = _SPEC.split("|")
     _install(_call, _needle, int(_nth), _fired, _skip[0] if _skip else "")
