@@ -1,7 +1,7 @@
 """Fixtures shared by every test tier: tiny models, embedded inference servers, a Dask cluster.
 
-All are module-scoped (or narrower): unit test files share pytest processes
-(``batch_compatibility_tag`` in tests/unit/BUILD), so nothing started or written
+All are module-scoped (or narrower): unit and e2e test files share pytest processes
+(``batch_compatibility_tag`` in tests/unit/BUILD, tests/e2e/BUILD), so nothing started or written
 here outlives the file that asked for it.
 
 A module (or a folder's conftest) changes a fixture's settings by overriding
