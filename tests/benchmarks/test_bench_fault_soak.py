@@ -126,13 +126,22 @@ def _trainer_pid(out: Path) -> int:
 
 def _worker_pids(driver: psutil.Process, exclude: set[int]) -> list[int]:
     """The Dask worker processes: spawned by the driver (``spawn_main``), or forked by its
-    warm parent (``nexrl.core.process.forkserver``: the warm parent, the driver's child, runs
-    ``multiprocessing.forkserver``, and so do the processes it forks)."""
+    warm parent (``nexrl.core.process.forkserver``: the driver's child that forks them,
+    itself a fork of the driver or a ``multiprocessing.forkserver`` started fresh)."""
     pids = []
+    try:
+        warm = {
+            c.pid
+            for c in driver.children()
+            if c.cmdline() == driver.cmdline()
+            or "multiprocessing.forkserver" in " ".join(c.cmdline())
+        }
+    except psutil.Error:
+        warm = set()
     for child in driver.children(recursive=True):
         try:
             cmd = " ".join(child.cmdline())
-            forked = "multiprocessing.forkserver" in cmd and child.ppid() != driver.pid
+            forked = child.ppid() in warm
         except psutil.Error:
             continue
         if (

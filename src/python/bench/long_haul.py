@@ -92,6 +92,7 @@ def roles(driver: psutil.Process, out: Path) -> dict[str, psutil.Process]:
     except (OSError, ValueError, KeyError, IndexError):
         trainer = -1
     workers = []
+    driver_cmd = " ".join(driver.cmdline())
     for child in driver.children(recursive=True):
         try:
             cmd = " ".join(child.cmdline())
@@ -99,13 +100,16 @@ def roles(driver: psutil.Process, out: Path) -> dict[str, psutil.Process]:
             continue
         if "resource_tracker" in cmd:
             continue
+        # the warm parent and what it forks: a fork of the driver (its command line),
+        # or a multiprocessing forkserver started fresh (cluster.warm_parent spawned)
+        forked = "forkserver" in cmd or cmd == driver_cmd
         if child.pid == server:
             found["server"] = child
         elif child.pid == trainer:
             found["trainer"] = child
-        elif "forkserver" in cmd and child.ppid() == driver.pid:
+        elif forked and child.ppid() == driver.pid:
             found["warm parent"] = child
-        elif "spawn_main" in cmd or "forkserver" in cmd:
+        elif "spawn_main" in cmd or forked:
             workers.append(child)
     for i, w in enumerate(sorted(workers, key=lambda p: p.pid)):
         found[f"worker-{i}"] = w

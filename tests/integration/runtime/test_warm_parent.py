@@ -101,6 +101,8 @@ def test_workers_and_server_fork_from_the_warm_parent_and_die_with_the_driver(
         started += [psutil.Process(w["pid"]) for w in seen["workers"]]
         assert warm != seen["driver"]
         assert ppid_of(warm) == seen["driver"]
+        # forked from the driver once it had imported what both need (not started fresh)
+        assert psutil.Process(warm).cmdline() == psutil.Process(seen["driver"]).cmdline()
         assert ppid_of(seen["server"]) == warm
         for worker in seen["workers"]:
             # torch and transformers were imported before the worker existed

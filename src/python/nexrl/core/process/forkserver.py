@@ -10,7 +10,11 @@ checking the recipe, loading data) leave the second core idle.
 ``start_warm_parent`` starts Python's ``forkserver`` (``multiprocessing``) at the
 start of ``nexrl train`` (``nexrl.driver.cli.train.warm_parent_for``: a recipe that runs on
 a local cluster with ``cluster.warm_parent`` on), with the heavy modules in its
-preload list: it imports them on the idle core while the driver does its own work. Every local Dask worker
+preload list. ``nexrl train`` forks it from the driver once the driver has imported
+what it needs itself (``SHARED_WITH_DRIVER``: torch, transformers, Dask), so those are
+imported once; the warm parent then imports the rest (HF model code, openai) on the
+idle core while the driver checks the recipe. Elsewhere (a test's process, which runs
+threads) it is started fresh and imports all of them. Every local Dask worker
 (``distributed.worker.multiprocessing-method: forkserver``, set here) and the
 embedded server (``backends.inference.embedded.launch``, through
 ``warm_context``) is then forked from it with those modules already imported.
@@ -37,8 +41,9 @@ the embedded server forked from it watches it (``--parent-pid``) and exits too.
 Only a local cluster uses it: on Slurm, Kubernetes or ``cluster.type: address``
 the workers are started by their jobs. ``cluster.warm_parent: false`` turns it off
 (every process spawned fresh, as before). In ``ps`` the forked processes show the
-warm parent's command line (``python -c from multiprocessing.forkserver import
-main ...``); ``<run>/cluster.json`` and the log lines name their pids.
+driver's command line (they are forks of it; a warm parent started fresh shows
+``python -c from multiprocessing.forkserver import main ...``);
+``<run>/cluster.json`` and the log lines name their pids.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nexrl.core.process.own_session import OWN_SESSION_VAR
+from nexrl.core.process.own_session import OWN_SESSION_VAR, leave_terminal_session
 
 __all__ = [
     "PRELOAD",
@@ -75,6 +80,11 @@ PRELOAD: tuple[str, ...] = (
     "openai",
 )
 
+#: What ``nexrl train``'s driver imports for its own work: imported there before the
+#: warm parent is forked from it (``start_warm_parent(fork=True)``), so only the rest
+#: of ``PRELOAD`` (HF model code, openai: ~4 s of CPU) is imported in the warm parent.
+SHARED_WITH_DRIVER: tuple[str, ...] = ("distributed", "torch", "transformers")
+
 _context: Any = None  # the forkserver context once started by this process
 _method_before = "spawn"  # Dask's multiprocessing method before start_warm_parent
 _pid: int | None = None  # the warm parent's (multiprocessing starts another if it dies)
@@ -94,9 +104,14 @@ def _worker_environ() -> dict[str, str]:
     return env
 
 
-def start_warm_parent(preload: Sequence[str] = PRELOAD) -> bool:
+def start_warm_parent(preload: Sequence[str] = PRELOAD, *, fork: bool = False) -> bool:
     """Start the warm parent (once per process) and make local Dask workers fork from
-    it; False (and nothing changed) where it cannot start."""
+    it; False (and nothing changed) where it cannot start.
+
+    ``fork``: the warm parent is forked from this process once it has imported
+    ``SHARED_WITH_DRIVER`` itself (``nexrl train``'s driver needs those anyway), so
+    those are imported once, not twice; where this process already runs other Python
+    threads (a fork would copy their locks, not them) it is started fresh instead."""
     global _context
     if _context is not None:
         return True
@@ -116,7 +131,8 @@ def start_warm_parent(preload: Sequence[str] = PRELOAD) -> bool:
     os.environ.update(_worker_environ())  # what the warm parent starts with, not this process
     started_with = dict(os.environ)
     try:
-        forkserver.ensure_running()
+        if not (fork and _fork_warm_parent(preload)):
+            forkserver.ensure_running()
     except OSError as exc:
         logger.warning("warm parent not started (%s): processes start fresh", exc)
         return False
@@ -130,6 +146,53 @@ def start_warm_parent(preload: Sequence[str] = PRELOAD) -> bool:
     _keep_our_preload()
     _context = ctx
     _pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    return True
+
+
+def _fork_warm_parent(preload: Sequence[str]) -> bool:
+    """Start the warm parent as a fork of this process, as ``ForkServer.ensure_running``
+    starts it fresh (its listening socket and "alive" pipe, then ``forkserver.main``),
+    with ``SHARED_WITH_DRIVER`` imported here first. Call with the worker environment
+    in ``os.environ``. False (nothing started) where this process runs other threads.
+
+    Measured: docs/benchmarks.md, "Start-up: a warm parent"."""
+    import importlib
+    import socket
+    import threading
+    from multiprocessing import connection, forkserver, resource_tracker
+
+    for name in SHARED_WITH_DRIVER:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    if threading.active_count() != 1:
+        return False
+    server: Any = forkserver._forkserver  # private: Python has no public way to seed it
+    resource_tracker.ensure_running()  # its fd is inherited, as ensure_running does
+    with socket.socket(socket.AF_UNIX) as listener:
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(alive_r)
+            os.close(alive_w)
+            raise
+        if pid == 0:  # the warm parent: serve forks until the driver's end of the pipe closes
+            try:
+                os.close(alive_w)
+                os.environ.pop(OWN_SESSION_VAR, None)
+                leave_terminal_session()
+                forkserver.main(listener.fileno(), alive_r, list(preload))  # ends in SystemExit
+            finally:
+                os._exit(0)  # not the driver's atexit hooks: they are the driver's
+        os.close(alive_r)
+    with server._lock:
+        server._forkserver_address = address
+        server._forkserver_alive_fd = alive_w
+        server._forkserver_pid = pid
     return True
 
 

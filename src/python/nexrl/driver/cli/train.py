@@ -256,7 +256,7 @@ def warm_parent_for(recipe: str, overrides: list[str]) -> bool:
         return False
     from nexrl.core.process.forkserver import start_warm_parent
 
-    return start_warm_parent()
+    return start_warm_parent(fork=True)
 
 
 def stop_warm_parent() -> None:
