@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 
+from tests import _launch
 from tests.e2e._groups import group_record
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 from tests.e2e.test_train_run import delivered_pairs, processes_using
@@ -59,7 +60,7 @@ def _stop_once(out: Path, rng: random.Random, log: Path) -> str | None:
     target = start + rng.randint(1, 2)
     kind = rng.choice(("ctrl-c", "kill -9"))
     with open(log, "a") as console:
-        proc = subprocess.Popen(
+        proc = _launch.Popen(
             _command(out), env=subprocess_env(), stdout=console, stderr=subprocess.STDOUT,
             start_new_session=True,  # its own group, as a terminal gives a command
         )  # fmt: skip
@@ -101,7 +102,7 @@ def _steps_groups(out: Path) -> dict[int, list[int]]:
 def test_bench_resume_chain(benchmark: Any, tmp_path: Path) -> None:
     base = tmp_path / "uninterrupted"
     start = time.perf_counter()
-    done = subprocess.run(
+    done = _launch.run(
         _command(base), env=subprocess_env(), capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -117,7 +118,7 @@ def test_bench_resume_chain(benchmark: Any, tmp_path: Path) -> None:
             if kind is None:
                 break
             stops.append(kind)
-        final = subprocess.run(
+        final = _launch.run(
             _command(out), env=subprocess_env(), capture_output=True, text=True, timeout=1800
         )
         assert final.returncode == 0, final.stderr[-3000:]

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -43,6 +42,7 @@ from typing import Any
 
 import pytest
 
+from tests import _launch
 from tests.benchmarks.tiny_init import make_data
 from tests.e2e._recipe import RECIPE, read_rows, subprocess_env
 
@@ -254,7 +254,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_bench_tiny_init(case: Case, std: float, seed: int, data: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     t0 = time.perf_counter()
-    proc = subprocess.run(
+    proc = _launch.run(
         command(case, std, seed, out, data),
         env=subprocess_env(),
         capture_output=True,

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests import _launch
+
 RECIPE = "recipes/max_digit/max_digit_tiny.yaml"
 DATA = "recipes/max_digit/data/train.jsonl"
 
@@ -55,7 +57,7 @@ def subprocess_env() -> dict[str, str]:
 def train_recipe(recipe: str, out: Path) -> subprocess.CompletedProcess[str]:
     """``nexrl train`` of ``recipe`` as it is (its own steps and settings) into ``out``;
     fails the test with the end of stderr unless it exits 0."""
-    proc = subprocess.run(
+    proc = _launch.run(
         [
             sys.executable,
             "-m",

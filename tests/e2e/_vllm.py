@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from tests import _launch
 from tests.e2e._recipe import overrides, subprocess_env
 
 RECIPE = "recipes/max_digit/max_digit_vllm.yaml"
@@ -27,7 +28,7 @@ STARTED = r"server started by service.inference_service.command at \S+ \(pid (\d
 
 def build_vllm() -> str:
     """The vLLM venv's python (built on first use, as CI's fresh machine does)."""
-    proc = subprocess.run(
+    proc = _launch.run(
         ["bash", "build-support/vllm.sh"], capture_output=True, text=True, timeout=1800
     )
     assert proc.returncode == 0, f"build-support/vllm.sh failed:\n{proc.stderr[-3000:]}"
@@ -46,7 +47,7 @@ def serve_vllm(model_dir: Path, *extra: str, start_s: float = 600.0) -> Iterator
     port = free_port()
     log_path = model_dir.parent / "vllm.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(
+        proc = _launch.Popen(
             [
                 "bash",
                 "build-support/vllm.sh",
@@ -108,7 +109,7 @@ def _pgid(pid: int) -> int | None:
 def train_cli(out: Path, *extra: str, steps: int) -> subprocess.CompletedProcess[str]:
     """``nexrl train`` of the vLLM recipe as a user runs it (a process of its own)."""
     build_vllm()
-    return subprocess.run(
+    return _launch.run(
         [
             sys.executable,
             "-m",

@@ -22,6 +22,7 @@ import pytest
 
 from nexrl.driver.controller import Controller
 from nexrl.driver.recipe import load_recipe_checked
+from tests import _launch
 from tests.e2e._recipe import DATA, RECIPE, overrides, subprocess_env, train_rows
 
 NOT_DECLARED = """
@@ -45,7 +46,7 @@ def _data(path: Path, n: int, bad: dict[int, str]) -> Path:
 
 
 def _train(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return _launch.run(
         [sys.executable, "-m", "nexrl.driver.cli.train", RECIPE, *args],
         env=subprocess_env(),
         capture_output=True,

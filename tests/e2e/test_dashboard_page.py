@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests import _launch
 from tests.e2e._gated_evaluator import GATE_ENV, close_after
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 
@@ -90,7 +91,7 @@ class Run:
             *run_overrides(out, steps),
             *extra,
         ]
-        self.proc = subprocess.Popen(
+        self.proc = _launch.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         )
         self.lines: list[str] = []
@@ -195,7 +196,7 @@ def test_the_live_page_shows_the_runs_values(browser: Any, first_run: tuple[Run,
 def test_the_page_on_a_finished_run_folder(browser: Any, first_run: tuple[Run, Path]) -> None:
     run, out = first_run
     run.finish()
-    proc = subprocess.Popen(
+    proc = _launch.Popen(
         [sys.executable, "-m", "nexrl.driver.cli.dashboard", str(out)],
         stdout=subprocess.PIPE,
         text=True,

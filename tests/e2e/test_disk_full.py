@@ -27,6 +27,7 @@ import pytest
 
 from nexrl.core.pool import read_pool
 from nexrl.core.weights.checkpoint import verify_checkpoint
+from tests import _launch
 from tests._tmpfs import mounted_tmpfs
 from tests.e2e._groups import assert_each_step_and_group_once
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env
@@ -97,7 +98,7 @@ def fill_after_step_3(
         *overrides(out, "trainer.save_every=2", steps=STEPS),
         *extra,
     ]
-    run: subprocess.Popen[Any] = subprocess.Popen(
+    run: subprocess.Popen[Any] = _launch.Popen(
         args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
@@ -140,7 +141,7 @@ def test_a_full_disk_stops_the_run_clearly_and_it_resumes(small_disk: Path) -> N
     if filler is not None:
         os.remove(filler)  # space freed: the same command resumes
     os.remove(small_disk / BALLAST)
-    again = subprocess.run(
+    again = _launch.run(
         args, env=subprocess_env(), capture_output=True, text=True, timeout=DEADLINE_S
     )
     assert again.returncode == 0, again.stderr[-3000:]
@@ -167,7 +168,7 @@ def test_below_the_floor_the_run_checkpoints_and_stops_before_a_write_fails(
 
     if filler is not None:
         os.remove(filler)
-    again = subprocess.run(
+    again = _launch.run(
         args, env=subprocess_env(), capture_output=True, text=True, timeout=DEADLINE_S
     )
     assert again.returncode == 0, again.stderr[-3000:]

@@ -12,7 +12,6 @@ evaluator, the exception and the first failing row, after
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 
 from nexrl.driver.controller import Controller, ControllerError
 from nexrl.driver.recipe import load_recipe_checked
+from tests import _launch
 from tests.e2e._recipe import RECIPE, overrides, read_rows, subprocess_env, train_rows
 
 EVALUATOR = """
@@ -101,9 +101,7 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
         *overrides(out, _evaluator_of_a_missing_field(tmp_path), steps=2),  # shorter than N=3
         "validate.validate_before_train=true",  # the validation's errors are seen too
     ]
-    proc = subprocess.run(
-        command, env=subprocess_env(), capture_output=True, text=True, timeout=600
-    )
+    proc = _launch.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]
     stop = [line for line in proc.stderr.splitlines() if line.startswith("error: the run stopped")]
     assert len(stop) == 1, proc.stderr[-3000:]
@@ -158,9 +156,7 @@ def test_short_run_of_only_errors_exits_non_zero(tmp_path: Path) -> None:
         proc.stderr
     )
     # The same command again: the run is at its last step, and it still never exits 0.
-    again = subprocess.run(
-        command, env=subprocess_env(), capture_output=True, text=True, timeout=600
-    )
+    again = _launch.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=600)
     assert again.returncode == 1, again.stderr[-3000:]
     (line,) = [x for x in again.stderr.splitlines() if x.startswith("error:")]
     assert "finished at step 2 having trained on nothing but evaluator errors" in line

@@ -21,6 +21,7 @@ from nexrl.driver.controller import Controller
 from nexrl.driver.controller.setup import data_config
 from nexrl.driver.data import DataLoader
 from nexrl.driver.recipe import load_recipe_checked
+from tests import _launch
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 from tests.e2e.test_train_run import delivered_pairs, pool_of, processes_using
 
@@ -106,7 +107,7 @@ def test_killing_a_rollout_worker_mid_run_loses_nothing(tmp_path: Path) -> None:
 def test_driver_killed_then_resumed_trains_every_group_once(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = [sys.executable, "-m", "nexrl.driver.cli.train", RECIPE]
-    first = subprocess.Popen(
+    first = _launch.Popen(
         [*args, *overrides(out, "trainer.save_every=2", steps=6)],
         env=subprocess_env(),
         stdout=subprocess.DEVNULL,
@@ -137,7 +138,7 @@ def test_driver_killed_then_resumed_trains_every_group_once(tmp_path: Path) -> N
     resumed_at = int(picked.name.split("_")[1])
 
     def again() -> subprocess.CompletedProcess[str]:  # the same command, to its end
-        return subprocess.run(
+        return _launch.run(
             [*args, *overrides(out, "trainer.save_every=2", steps=6)],
             env=subprocess_env(),
             capture_output=True,
@@ -209,7 +210,7 @@ def test_ctrl_c_checkpoints_and_exits_cleanly(
         RECIPE,
         *overrides(out, f"cluster.warm_parent={warm_parent}", steps=50),
     ]
-    proc = subprocess.Popen(
+    proc = _launch.Popen(
         args,
         env=subprocess_env(),
         stdout=subprocess.DEVNULL,
@@ -277,7 +278,7 @@ def test_ctrl_c_with_groups_in_flight_then_resume_of_whole_loaded_batches(
             *overrides(out, "weight.sync_mode=fully-async", steps=steps),
         ]
 
-    first = subprocess.Popen(
+    first = _launch.Popen(
         command(50),
         env=subprocess_env(),
         stdout=subprocess.DEVNULL,
@@ -294,7 +295,7 @@ def test_ctrl_c_with_groups_in_flight_then_resume_of_whole_loaded_batches(
             first.kill()
     assert first.returncode == 130, err[-3000:]
     reached = train_rows(out)[-1]["step"]
-    second = subprocess.run(
+    second = _launch.run(
         command(reached + 2),
         env=subprocess_env(),
         capture_output=True,

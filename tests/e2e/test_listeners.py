@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 
+from tests import _launch
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env
 from tests.e2e.test_kill_and_resume import wait_for_step
 
@@ -41,7 +42,7 @@ def test_a_local_run_listens_on_loopback_only(tmp_path: Path) -> None:
     out = tmp_path / "run"
     # the shared overrides minus the dashboard's: the default address is the one checked
     args = [a for a in overrides(out, steps=40) if not a.startswith("cluster.dashboard")]
-    proc = subprocess.Popen(
+    proc = _launch.Popen(
         [sys.executable, "-m", "nexrl.driver.cli.train", RECIPE, *args],
         env=subprocess_env(),
         stdout=subprocess.DEVNULL,

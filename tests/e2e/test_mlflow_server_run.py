@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import _launch
 from tests.e2e._recipe import RECIPE, overrides, read_rows, subprocess_env
 
 
@@ -46,7 +47,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
     log = (root / "server.log").open("wb")
-    proc = subprocess.Popen(
+    proc = _launch.Popen(
         [
             sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
             "--port", str(port), "--workers", "1",
@@ -77,7 +78,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def train(out: Path, server: Server, steps: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    return _launch.Popen(
         [
             sys.executable, "-m", "nexrl.driver.cli.train", RECIPE,
             *overrides(out, "logger.backends=[jsonl,mlflow]", "project_name=nexrl_e2e",

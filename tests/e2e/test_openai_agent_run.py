@@ -6,7 +6,6 @@ futures score and commit the episodes, the trainer steps."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from nexrl.core.pool.config import PoolConfig
 from nexrl.core.types import Trajectory
 from nexrl.driver.controller import Controller
 from nexrl.driver.recipe import load_recipe_checked
+from tests import _launch
 from tests.e2e._recipe import overrides, subprocess_env, train_rows
 
 RECIPE = "recipes/openai_agent/openai_agent_tiny.yaml"
@@ -100,7 +100,7 @@ def test_a_failed_group_is_retried_while_the_pool_holds_the_rest_of_its_batch(
         *overrides(out, "rollout_worker.agent_entrypoint=tests/e2e/_flaky_agent.py:run", steps=2),
         "weight.sync_mode=sync",
     ]
-    proc = subprocess.run(
+    proc = _launch.run(
         [sys.executable, "-m", "nexrl.driver.cli.train", RECIPE, *args],
         env=env,
         capture_output=True,

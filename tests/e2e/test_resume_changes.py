@@ -15,13 +15,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import _launch
 from tests.e2e._recipe import DATA, RECIPE, overrides, subprocess_env, train_rows
 
 DEADLINE_S = 600
 
 
 def train(out: Path, *extra: str, steps: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return _launch.run(
         [
             sys.executable,
             "-m",

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import _launch
 from tests.e2e._recipe import RECIPE, overrides, read_rows, subprocess_env
 
 WORKER = """
@@ -47,9 +48,7 @@ def _train(
         RECIPE,
         *overrides(tmp_path / "run", worker_override, *extra, steps=steps),
     ]
-    return subprocess.run(
-        command, env=subprocess_env(), capture_output=True, text=True, timeout=600
-    )
+    return _launch.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=600)
 
 
 def test_a_worker_that_fails_every_group_stops_the_run_in_a_few_lines(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from tests import _launch
 from tests.e2e._groups import assert_each_step_and_group_once
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env
 from tests.e2e.test_kill_and_resume import DEADLINE_S, wait_for_step
@@ -35,7 +36,7 @@ class ExternalCluster:
         py = [sys.executable, "-m"]
         logs = [open(folder / name, "w") for name in ("scheduler.log", "w0.log", "w1.log")]  # noqa: SIM115
         self._logs = logs
-        self.scheduler = subprocess.Popen(
+        self.scheduler = _launch.Popen(
             [
                 *py,
                 *("distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0"),
@@ -51,7 +52,7 @@ class ExternalCluster:
             time.sleep(0.2)
         self.address = str(json.loads(info.read_text())["address"])
         self.workers = [
-            subprocess.Popen(
+            _launch.Popen(
                 [
                     *py,
                     *("distributed.cli.dask_worker", self.address, "--nthreads", "2"),
@@ -110,7 +111,7 @@ def test_the_scheduler_killed_stops_the_run_clearly_and_it_resumes(tmp_path: Pat
     first_cluster = ExternalCluster(tmp_path / "cluster1")
     driver: subprocess.Popen[Any] | None = None
     try:
-        driver = subprocess.Popen(
+        driver = _launch.Popen(
             _train(out, first_cluster.address),
             env=subprocess_env(),
             stdout=subprocess.PIPE,
@@ -147,7 +148,7 @@ def test_the_scheduler_killed_stops_the_run_clearly_and_it_resumes(tmp_path: Pat
 
     second_cluster = ExternalCluster(tmp_path / "cluster2")
     try:
-        second = subprocess.run(
+        second = _launch.run(
             _train(out, second_cluster.address),
             env=subprocess_env(),
             capture_output=True,

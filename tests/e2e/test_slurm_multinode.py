@@ -41,6 +41,7 @@ import pytest
 
 from nexrl.driver.controller import Controller
 from nexrl.driver.recipe import load_recipe_checked
+from tests import _launch
 from tests.e2e._groups import group_record
 from tests.e2e._recipe import RECIPE, subprocess_env, train_rows
 from tests.e2e.test_kill_and_resume import DEADLINE_S, assert_pool_record_matches, wait_for_step
@@ -55,7 +56,7 @@ NODES_CONF = "/etc/slurm-nodes/slurm.conf"
 
 
 def _script(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return _launch.run(
         ["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout
     )
 
@@ -142,7 +143,7 @@ def netns_of(pid: int) -> str | None:
 
 def job_nodes() -> dict[str, str]:
     """``{job id: node}`` of the running jobs."""
-    out = subprocess.run(["squeue", "-h", "-o", "%i %N"], capture_output=True, text=True)
+    out = _launch.run(["squeue", "-h", "-o", "%i %N"], capture_output=True, text=True)
     return dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2)
 
 
@@ -236,7 +237,7 @@ def stop_and_resume(
         RECIPE,
         *multinode_overrides(out, steps=steps, save_every=2, inference_gpus=0),
     ]
-    first = subprocess.Popen(
+    first = _launch.Popen(
         cmd, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     pending = None
@@ -260,7 +261,7 @@ def stop_and_resume(
     if not resume:
         return node, errors[0]
 
-    second = subprocess.run(
+    second = _launch.run(
         cmd, env=subprocess_env(), capture_output=True, text=True, timeout=DEADLINE_S
     )
     assert second.returncode == 0, second.stderr[-3000:]
@@ -291,7 +292,7 @@ def test_a_trainer_node_cut_off_the_network_stops_the_run_naming_it_and_it_resum
     is the node-down test's)."""
 
     def partition(node: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        return _launch.Popen(
             ["bash", str(SCRIPT), "partition", node, str(PARTITION_S)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -303,7 +304,7 @@ def test_a_trainer_node_cut_off_the_network_stops_the_run_naming_it_and_it_resum
     assert "rank 1 (Slurm job" in error and "left the Dask scheduler" in error, error
     # Slurm took the node for dead (SlurmdTimeout=30 s) and brings it back only minutes
     # after it answers again; the tests after this one want their 3 nodes now
-    subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
+    _launch.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
 
 
 def test_a_node_taken_down_stops_the_run_naming_it_and_it_resumes_on_the_others(

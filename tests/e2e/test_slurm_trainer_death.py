@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import _launch
 from tests.e2e._recipe import RECIPE, subprocess_env, train_rows
 from tests.e2e.test_kill_and_resume import DEADLINE_S, expected_group_ids, wait_for_step
 from tests.e2e.test_train_run import delivered_pairs
@@ -46,7 +47,7 @@ def test_a_dead_trainer_job_stops_the_run_clearly_and_the_same_command_resumes(
 ) -> None:
     require_slurm()
     out = tmp_path / "run"
-    first = subprocess.Popen(
+    first = _launch.Popen(
         command(out),
         env=subprocess_env(),
         stdout=subprocess.PIPE,
@@ -57,7 +58,7 @@ def test_a_dead_trainer_job_stops_the_run_clearly_and_the_same_command_resumes(
         wait_for_step(out, 3, first)  # checkpoint 2 is written, step 3 trained
         first_jobs = job_ids(out)
         (trainer_job,) = first_jobs["trainer"]
-        subprocess.run(["scancel", trainer_job], check=True)
+        _launch.run(["scancel", trainer_job], check=True)
         _, err = first.communicate(timeout=DEADLINE_S)
     finally:
         if first.poll() is None:
@@ -71,7 +72,7 @@ def test_a_dead_trainer_job_stops_the_run_clearly_and_the_same_command_resumes(
     every_job = [i for ids in first_jobs.values() for i in ids]
     assert wait_gone(every_job) == {}, "jobs of the stopped run left in squeue"
 
-    second = subprocess.run(
+    second = _launch.run(
         command(out), env=subprocess_env(), capture_output=True, text=True, timeout=DEADLINE_S
     )
     assert second.returncode == 0, second.stderr[-3000:]

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
+from tests import _launch
 from tests._guide import TRAIN, commands, guide_blocks, task
 from tests.e2e._recipe import subprocess_env
 
@@ -32,7 +32,7 @@ def test_the_guides_run_learns_and_its_python_reads_the_results(task: Path) -> N
     (run,) = [c for c in commands(TRAIN) if c.endswith("next_digit.yaml")]
     args = shlex.split(run[len(TRAIN) :])
     env = {**subprocess_env(), "PYTHONPATH": IMPORT_PATH}
-    proc = subprocess.run(
+    proc = _launch.run(
         [
             sys.executable,
             "-m",
@@ -62,7 +62,7 @@ def test_the_guides_run_learns_and_its_python_reads_the_results(task: Path) -> N
 
     # The guide's "Read the results" block, as written, in the same folder.
     (reader,) = [b for b in guide_blocks("python") if "read_pool" in b]
-    shown = subprocess.run(
+    shown = _launch.run(
         [sys.executable, "-c", reader], env=env, capture_output=True, text=True, timeout=300
     )
     assert shown.returncode == 0, shown.stderr[-3000:]
@@ -85,7 +85,7 @@ def test_the_guides_custom_worker_trains_full_batches(task: Path) -> None:
     (check,) = [c for c in commands(TRAIN) if "custom_worker=" in c]
     args = [a for a in shlex.split(check[len(TRAIN) :]) if a != "--check"]
     env = {**subprocess_env(), "PYTHONPATH": IMPORT_PATH}
-    proc = subprocess.run(
+    proc = _launch.run(
         [
             sys.executable,
             "-m",

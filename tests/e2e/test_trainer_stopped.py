@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from tests import _launch
 from tests.e2e._recipe import RECIPE, overrides, subprocess_env, train_rows
 from tests.e2e.test_kill_and_resume import DEADLINE_S, wait_for_step
 from tests.e2e.test_train_run import delivered_pairs
@@ -25,7 +26,7 @@ def test_a_stopped_trainer_is_named_and_the_run_resumes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = [sys.executable, "-m", "nexrl.driver.cli.train", RECIPE]
     watch = ["runtime_monitor.trainer_silent_s=15", "runtime_monitor.wait_notice_s=5"]
-    proc = subprocess.Popen(
+    proc = _launch.Popen(
         [*args, *overrides(out, "trainer.save_every=2", *watch, steps=200)],
         env=subprocess_env(),
         stdout=subprocess.DEVNULL,
@@ -57,7 +58,7 @@ def test_a_stopped_trainer_is_named_and_the_run_resumes(tmp_path: Path) -> None:
     stopped_at = max(r["step"] for r in train_rows(out))
 
     # The same command resumes; every step once, every trajectory delivered once.
-    again = subprocess.run(
+    again = _launch.run(
         [*args, *overrides(out, "trainer.save_every=2", *watch, steps=stopped_at + 2)],
         env=subprocess_env(),
         capture_output=True,

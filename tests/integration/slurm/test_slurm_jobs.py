@@ -5,7 +5,6 @@ resources its work asks for, and every job cancelled by ``close()``."""
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from nexrl.core.config.sections.cluster import (
 from nexrl.core.util.dask_workers import workers_of
 from nexrl.driver.cluster.cluster import start_cluster
 from nexrl.driver.cluster.slurm import SlurmError
+from tests import _launch
 
 from ._slurm import SLURM_TOKEN, require_slurm, squeue, wait_gone
 
@@ -82,7 +82,7 @@ def test_rollout_trainer_and_inference_each_run_in_their_own_slurm_jobs(tmp_path
         assert client.who_has(gpu)[gpu.key][0] in trainers
 
         # The trainer job asked Slurm for its GPU (gres), with the recipe's directives.
-        show = subprocess.run(
+        show = _launch.run(
             ["scontrol", "show", "job", ids["trainer"][0]], capture_output=True, text=True
         ).stdout
         assert "gres/gpu=1" in show or "gres:gpu:1" in show or "gpu:1" in show
@@ -114,7 +114,7 @@ def test_sbatch_dry_run_prints_a_driver_script_slurm_accepts(tmp_path: Path) -> 
         "service.inference_service.api_key=${oc.env:NEXRL_TOKEN}",  # off-node: a token
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "NEXRL_TOKEN": "t0ken-x9"}
-    shown = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    shown = _launch.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
     assert "t0ken-x9" not in shown  # the job reads it from its environment
     assert "#SBATCH -J nexrl-max_digit_tiny-driver" in shown
     assert "#SBATCH -p debug" in shown and "#SBATCH -t 00:30:00" in shown
@@ -125,9 +125,7 @@ def test_sbatch_dry_run_prints_a_driver_script_slurm_accepts(tmp_path: Path) -> 
     assert "seed=3" in last and "--sbatch" not in last
     script = tmp_path / "driver.sh"
     script.write_text(shown)
-    test_only = subprocess.run(
-        ["sbatch", "--test-only", str(script)], capture_output=True, text=True
-    )
+    test_only = _launch.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True)
     assert test_only.returncode == 0 and "to start at" in test_only.stderr, test_only.stderr
 
 
@@ -182,7 +180,7 @@ def test_the_embedded_server_runs_in_the_inference_job_and_moves_to_a_new_one_wh
         assert isinstance(ask(), str)
         assert supervisor.check() is False  # healthy: nothing to do
 
-        subprocess.run(["scancel", first["slurm_job_id"]], check=True)
+        _launch.run(["scancel", first["slurm_job_id"]], check=True)
         assert wait_gone([first["slurm_job_id"]]) == {}
         assert supervisor.check() is True  # restarted, in a new job
         second = supervisor.server.info
@@ -246,7 +244,7 @@ def test_rollout_jobs_adapt_to_the_backlog_between_jobs_and_max_jobs(tmp_path: P
 
 def _named_jobs(prefix: str) -> list[str]:
     """Ids of the jobs squeue lists whose name starts with ``prefix``."""
-    out = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True)
+    out = _launch.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True)
     return [
         i
         for i, name in (line.split() for line in out.stdout.splitlines())
