@@ -102,6 +102,37 @@ def test_world_size_two_equals_world_size_one_and_resumes(
     _assert_same_weights(final, reference)
 
 
+def test_packed_token_budget_micro_batches_on_two_ranks_equal_padded_rows_on_one(
+    local_cluster: Any, tiny_model_dir: Path, vocab_size: int, tmp_path: Path
+) -> None:
+    """``trainer.packing`` and ``trainer.max_tokens_per_micro_batch`` on two DeepSpeed
+    ranks (the ranks' micro-batch counts differ: one gets fillers) give the update
+    of padded rows on one rank."""
+    batches = [
+        make_batch(vocab_size, groups=7, group_size=2, seed=10 + i, response_len=(1, 16))
+        for i in range(2)
+    ]
+    settings = _settings(tmp_path)
+    single = create_trainer(spec(tiny_model_dir, **settings))
+    expected = [single.train_step(b) for b in batches]
+    packed = {**settings["trainer"], "packing": True, "max_tokens_per_micro_batch": 20}
+    group = TrainerGroup.create(
+        local_cluster, spec(tiny_model_dir, **{**settings, "trainer": packed}), timeout_s=300
+    )
+    try:
+        got = [group.train_step(b) for b in batches]
+        for e, g in zip(expected, got, strict=True):
+            assert g["actor/grad_norm"] == pytest.approx(e["actor/grad_norm"], rel=1e-4)
+            assert g["actor/loss"] == pytest.approx(e["actor/loss"], rel=1e-4, abs=1e-7)
+            assert g["actor/kl_loss"] == pytest.approx(e["actor/kl_loss"], rel=1e-3, abs=1e-7)
+        weights = group.full_state_dict()
+    finally:
+        group.close()
+    reference = single.full_state_dict()
+    assert reference is not None and weights is not None
+    _assert_same_weights(weights, reference)
+
+
 def test_ppo_with_a_value_model_on_two_ranks_equals_one(
     local_cluster: Any, tiny_model_dir: Path, vocab_size: int, tmp_path: Path
 ) -> None:

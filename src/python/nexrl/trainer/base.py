@@ -54,6 +54,7 @@ from nexrl.trainer.hooks import adopt_old_hook_names
 from nexrl.trainer.lora import apply_lora, lora_enabled
 from nexrl.trainer.loss import policy_gradient_loss
 from nexrl.trainer.ops import disable_dropout, model_inputs, response_log_probs
+from nexrl.trainer.packing import packed_response_log_probs, packing_works
 from nexrl.trainer.rank_setup import check_algorithm, load_model, seed_everything
 from nexrl.trainer.result import StepResult
 from nexrl.trainer.schedule import schedule_change_note
@@ -108,6 +109,7 @@ class SelfHostedTrainer:
             )
         self.engine = engine
         self.rank, self.world_size, self.device = engine.rank, engine.world_size, engine.device
+        self.packing = bool(self.cfg.packing) and self._packing_works()
         self.global_step = 0  # train_step calls
         self.policy_version = 0  # updates applied (0 = the initial weights)
         self.optimizer_steps = 0
@@ -153,6 +155,20 @@ class SelfHostedTrainer:
         return self.cfg.lr_schedule_steps or self.cfg.total_train_steps
 
     _load_model = staticmethod(load_model)
+
+    def _packing_works(self) -> bool:
+        """``trainer.packing`` on: whether the model keeps packed sequences apart
+        (``nexrl.trainer.packing.packing_works``); a line when it does not."""
+        vocab = int(getattr(self.model_config, "vocab_size", 0) or 0)
+        if vocab > 1 and packing_works(self.engine.module, vocab, self.device):
+            return True
+        if self.rank == 0:
+            logger.warning(
+                "trainer.packing: %s attends across packed sequences (its attention does not "
+                "follow restarting position ids): this run trains padded",
+                type(self.engine.module).__name__,
+            )
+        return False
 
     @property
     def needs_reference(self) -> bool:
@@ -241,7 +257,10 @@ class SelfHostedTrainer:
     def forward(self, mb: Batch, *, entropy_grad: bool | None) -> tuple[Tensor, Tensor | None]:
         """Hook: the response log-probs ``[b, R]`` of a micro-batch (on the device) under
         the policy being trained, and the entropy (None unless ``entropy_grad`` is set:
-        True keeps its gradient, False detaches it)."""
+        True keeps its gradient, False detaches it); packed with ``trainer.packing``
+        (``nexrl.trainer.packing``)."""
+        if self.packing:
+            return packed_response_log_probs(self.engine.forward, mb, entropy_grad=entropy_grad)
         out = self.engine.forward(**model_inputs(mb))
         return response_log_probs(
             out.logits, mb.prompt_width, mb["responses"], entropy_grad=entropy_grad

@@ -36,6 +36,7 @@ class TrainerRank(Protocol):
     world_size: int
     device: torch.device
     lora: bool
+    packing: bool  # trainer.packing on, and the model keeps packed sequences apart
     model_config: Any
     ref_model: torch.nn.Module | None
     global_step: int

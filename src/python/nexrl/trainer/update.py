@@ -6,7 +6,8 @@ prepared batch)::
 
     shard = rows [r*n, (r+1)*n) of the batch padded to a multiple of W ranks
     for epoch in range(ppo_epochs):                  # one optimizer step per pass
-        for each micro-batch b of the shard:         # the last one sets the boundary
+        for each micro-batch b of the shard:         # nexrl.trainer.microbatch; the
+                                                     # last one sets the boundary
             log_probs, entropy = trainer.forward(b)
             L_b = trainer.compute_loss(b, log_probs, entropy)  # mean over b's n_b units
             backward(L_b * n_b / N * W)
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,14 +30,15 @@ from torch import Tensor
 from nexrl.core.types.batch import Batch
 from nexrl.trainer.engine import TrainingEngine
 from nexrl.trainer.errors import TrainerError
+from nexrl.trainer.microbatch import MicroBatch, micro_batch, plan_micro_batches
 from nexrl.trainer.ops import (
     loss_units,
-    micro_batches,
     model_inputs,
     response_log_probs,
     response_valid,
     shard_rows,
 )
+from nexrl.trainer.packing import packed_response_log_probs
 from nexrl.trainer.rank_state import TrainerRank
 
 __all__ = ["count_nonfinite", "global_log_probs", "update_policy"]
@@ -66,7 +69,7 @@ def update_policy(t: TrainerRank, batch: Batch, units: int) -> dict[str, float]:
     """Train on this rank's shard of the prepared global ``batch`` (module doc); the
     metrics, with ``train/nonfinite_epochs`` and ``train/applied_epochs``."""
     shard = shard_rows(batch, t.rank, t.world_size)
-    mbs = micro_batches(shard, t.cfg.micro_batch_size)
+    plan = _plan(t, shard, equal_across_ranks=True)
     sums, norms, lrs = _WeightedSums(), [], []
     t.engine.train(True)
     applied = nonfinite = 0
@@ -74,18 +77,18 @@ def update_policy(t: TrainerRank, batch: Batch, units: int) -> dict[str, float]:
     # the last micro-batch's step, so each micro-batch's forward IS the old policy
     fill_old = "old_log_probs" not in batch and t.cfg.ppo_epochs == 1
     old = torch.zeros(len(shard), batch.response_width) if fill_old else None
-    row = 0
-    for _ in range(t.cfg.ppo_epochs):
+    for epoch in range(t.cfg.ppo_epochs):
         lrs.append(t.engine.lr())
         finite = True
-        for i, mb in enumerate(mbs):
-            t.engine.set_boundary(i == len(mbs) - 1)
-            mb = mb.to(t.device)
+        for i, planned in enumerate(plan):
+            t.engine.set_boundary(i == len(plan) - 1)
+            mb = micro_batch(shard, planned).to(t.device)
             log_probs, entropy = t.forward(mb, entropy_grad=t.algo.entropy_coeff > 0)
             if old is not None:
                 mb["old_log_probs"] = log_probs.detach()
-                old[row : row + len(mb), : log_probs.shape[1]] = log_probs.detach().float().cpu()
-                row += len(mb)
+                if epoch == 0 and not planned.filler:
+                    lp = log_probs.detach().float().cpu()
+                    old[planned.rows, : lp.shape[1]] = lp
             loss, m = t.compute_loss(mb, log_probs, entropy)
             finite = finite and bool(torch.isfinite(loss.detach()).all())
             share = loss_units(mb, t.loss_agg_mode) / units
@@ -112,6 +115,19 @@ def update_policy(t: TrainerRank, batch: Batch, units: int) -> dict[str, float]:
     out["train/nonfinite_epochs"] = float(nonfinite)
     out["train/applied_epochs"] = float(applied)
     return out
+
+
+def _plan(t: TrainerRank, shard: Batch, *, equal_across_ranks: bool) -> list[MicroBatch]:
+    """This rank's micro-batches (``nexrl.trainer.microbatch``); with
+    ``equal_across_ranks`` as many on every rank (fillers), as a backward needs."""
+    size, budget = t.cfg.micro_batch_size, t.cfg.max_tokens_per_micro_batch
+    plan = plan_micro_batches(shard, size, budget)
+    if equal_across_ranks and budget is not None and t.world_size > 1:
+        counts = torch.zeros(t.world_size, dtype=torch.float64)
+        counts[t.rank] = len(plan)
+        most = int(t.engine.all_reduce_sum(counts).max())
+        plan = plan_micro_batches(shard, size, budget, count=most)
+    return plan
 
 
 def count_nonfinite(t: TrainerRank, nonfinite: bool, metrics: dict[str, float]) -> None:
@@ -154,16 +170,14 @@ def global_log_probs(t: TrainerRank, batch: Batch, reference: bool) -> Tensor:
     shard = shard_rows(batch, t.rank, t.world_size)
     out = torch.zeros(len(shard), batch.response_width, dtype=torch.float32)
     t.engine.train(False)
-    row = 0
-    for mb in micro_batches(shard, t.cfg.micro_batch_size):
-        mb = mb.to(t.device)
-        if reference:
-            assert t.ref_model is not None
-            logits = t.ref_model(**model_inputs(mb)).logits
+    model: Any = t.ref_model if reference else t.engine.forward
+    for planned in _plan(t, shard, equal_across_ranks=False):
+        mb = micro_batch(shard, planned).to(t.device)
+        if t.packing:
+            lp, _ = packed_response_log_probs(model, mb, entropy_grad=None)
         else:
-            logits = t.engine.forward(**model_inputs(mb)).logits
-        lp, _ = response_log_probs(logits, mb.prompt_width, mb["responses"], entropy_grad=None)
-        out[row : row + len(mb), : lp.shape[1]] = lp.float().cpu()
-        row += len(mb)
+            logits = model(**model_inputs(mb)).logits
+            lp, _ = response_log_probs(logits, mb.prompt_width, mb["responses"], entropy_grad=None)
+        out[planned.rows, : lp.shape[1]] = lp.float().cpu()
     full = t.engine.all_gather(out).cpu()[: len(batch)]
     return torch.where(response_valid(batch), full, 0.0)

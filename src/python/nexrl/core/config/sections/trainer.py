@@ -132,7 +132,27 @@ class TrainerConfig:
         minimum=1,
     )
     micro_batch_size: int = cfg_field(
-        8, help="Sequences per forward/backward on one rank.", minimum=1
+        8,
+        help="Sequences per forward/backward on one rank (when "
+        "trainer.max_tokens_per_micro_batch is null).",
+        minimum=1,
+    )
+    max_tokens_per_micro_batch: int | None = cfg_field(
+        None,
+        help="Form micro-batches by tokens instead of rows: each rank's sequences are "
+        "binned, longest first, into micro-batches of at most this many real tokens "
+        "(prompt + response; a longer sequence gets one of its own), and the ranks run "
+        "the same number. The update is that of the whole batch either way. null = "
+        "trainer.micro_batch_size rows each.",
+        minimum=1,
+    )
+    packing: bool = cfg_field(
+        False,
+        help="Forward each micro-batch as one packed row of its real tokens (no padding; "
+        "attention kept inside each sequence by restarting position ids) for the policy, "
+        "the old and the reference log-probs. Log-probs, entropy and every loss are those "
+        "of the padded forward. A model whose attention does not keep packed sequences "
+        "apart is found at start and trained padded (one log line).",
     )
     ppo_epochs: int = cfg_field(1, help="Passes over each batch.", minimum=1)
     disable_dropout: bool = cfg_field(
