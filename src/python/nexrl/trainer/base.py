@@ -109,7 +109,7 @@ class SelfHostedTrainer:
             )
         self.engine = engine
         self.rank, self.world_size, self.device = engine.rank, engine.world_size, engine.device
-        self.packing = bool(self.cfg.packing) and self._packing_works()
+        self.packing = self.cfg.packing and self._packing_works()
         self.global_step = 0  # train_step calls
         self.policy_version = 0  # updates applied (0 = the initial weights)
         self.optimizer_steps = 0
