@@ -163,3 +163,54 @@ def test_a_model_that_attends_across_sequences_is_found(model_dir: Path) -> None
     vocab = vocab_of(model_dir)
     assert packing_works(model, vocab, cpu)
     assert not packing_works(_PositionsIgnored(model), vocab, cpu)
+
+
+def _rows_of_tokens(tokens: list[int]) -> Any:
+    """One row per entry: a one-token prompt, ``n - 1`` response tokens (n >= 2)."""
+    from nexrl.core.types.batch import Batch
+    from nexrl.core.types.trajectory import Trajectory
+
+    trajs = [
+        Trajectory(
+            prompt_ids=[1],
+            response_ids=[2] * (n - 1),
+            loss_mask=[1] * (n - 1),
+            logprobs=[-1.0] * (n - 1),
+            reward=0.0,
+            group_id=i,
+            run_id=0,
+        )
+        for i, n in enumerate(tokens)
+    ]
+    return Batch.from_trajectories(trajs, pad_token_id=0)
+
+
+def test_shares_balance_tokens_and_come_back_in_batch_order() -> None:
+    """Hand-worked: tokens 10, 2, 2, 8, 3, 3 on 2 ranks of 3 rows. Longest first onto the
+    lighter rank with room: 10->r0, 8->r1, 3->r1 (11), 3->r0 (13), 2->r1 (13), 2->r0
+    (r1 full): r0 rows 0, 2, 5 (15 tokens), r1 rows 1, 3, 4 (13). Contiguous shares
+    would be 14 vs 14 here, but 20 vs 8 for 10, 8, 2 | 2, 3, 3 -- see below."""
+    from nexrl.trainer.ops import shares, unshare
+
+    batch = _rows_of_tokens([10, 2, 2, 8, 3, 3])
+    padded, order = shares(batch, 2, by_tokens=True)
+    assert len(padded) == 6 and order.tolist() == [0, 2, 5, 1, 3, 4]
+    gathered = torch.arange(6)[order]  # what rank-major all_gather of row ids gives
+    assert unshare(gathered, order, 6).tolist() == [0, 1, 2, 3, 4, 5]
+    lopsided = _rows_of_tokens([10, 8, 2, 2, 3, 3])
+    _, order = shares(lopsided, 2, by_tokens=True)
+    tok = lopsided["attention_mask"].sum(1)
+    assert [int(tok[order[:3]].sum()), int(tok[order[3:]].sum())] == [15, 13]
+    _, contiguous = shares(lopsided, 2, by_tokens=False)
+    assert contiguous.tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_shares_pad_to_equal_rows_and_drop_the_padding_coming_back() -> None:
+    from nexrl.trainer.ops import shares, unshare
+
+    batch = _rows_of_tokens([4, 9, 2, 6, 5])  # 5 rows on 2 ranks: one padding copy
+    padded, order = shares(batch, 2, by_tokens=True)
+    assert len(padded) == 6 and sorted(order.tolist()) == list(range(6))
+    assert int(padded["response_mask"][5].sum()) == 0  # the copy trains on nothing
+    back = unshare(torch.arange(6)[order].unsqueeze(1).float(), order, 5)
+    assert back.squeeze(1).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]

@@ -15,7 +15,7 @@ from nexrl.core.util.lazy import lazy_names
 if TYPE_CHECKING:
     from nexrl.trainer.actor import RankInfo, TrainerActor, TrainerGroup, TrainerGroupError
     from nexrl.trainer.base import SelfHostedTrainer, TrainerError
-    from nexrl.trainer.batch_io import load_batch, save_batch
+    from nexrl.trainer.batch_io import BatchRef, load_batch, save_batch
     from nexrl.trainer.engine import TrainingEngine, load_backend
     from nexrl.trainer.grpo import SelfHostedGrpoTrainer
     from nexrl.trainer.handle import TrainerHandle
@@ -39,6 +39,7 @@ _HOME = {
     "TrainerGroupError": "actor",
     "SelfHostedTrainer": "base",
     "TrainerError": "base",
+    "BatchRef": "batch_io",
     "load_batch": "batch_io",
     "save_batch": "batch_io",
     "TrainingEngine": "engine",
@@ -63,6 +64,7 @@ __getattr__ = lazy_names(__name__, _HOME)
 
 __all__ = [
     "TRAINERS",
+    "BatchRef",
     "PendingCall",
     "RankInfo",
     "SelfHostedGrpoTrainer",

@@ -16,7 +16,8 @@ hence the pinning.
 
 Every trainer method is a collective: the group calls it on all ranks at once
 (submit all, then gather) or the ranks deadlock. ``train_step(batch)`` sends
-the same global batch (a ``Batch`` or a path written by ``save_batch``) to
+the same global batch (a ``BatchRef`` to the pool's rows, a ``Batch``, or a path
+written by ``save_batch``) to
 every rank; each trains on its shard and rank 0 publishes snapshots. When one
 rank fails, the others are given a short grace period, then the group raises
 ``TrainerGroupError`` naming the rank (a rank stuck in a collective gives up

@@ -46,7 +46,7 @@ from nexrl.core.weights.snapshot import PublishedSnapshot, SnapshotPublisher
 from nexrl.trainer import saving
 from nexrl.trainer.algorithms import KL_CONTROLLERS, resolve_algorithm
 from nexrl.trainer.algorithms.registry import call_with_options
-from nexrl.trainer.batch_io import load_batch
+from nexrl.trainer.batch_io import BatchRef, load_batch
 from nexrl.trainer.engine import TrainingEngine, load_backend
 from nexrl.trainer.errors import TrainerError
 from nexrl.trainer.handoff import TrainerHandoff
@@ -214,12 +214,12 @@ class SelfHostedTrainer:
         )
 
     # -- the step ---------------------------------------------------------------
-    def train_step(self, batch: Batch | str | Path) -> dict[str, float]:
+    def train_step(self, batch: Batch | BatchRef | str | Path) -> dict[str, float]:
         """``step(batch)`` as its metrics row (``StepResult.row``)."""
         return self.step(batch).row()
 
-    def step(self, batch: Batch | str | Path) -> StepResult:
-        """One update on the global ``batch`` (a ``Batch`` or a file from ``save_batch``).
+    def step(self, batch: Batch | BatchRef | str | Path) -> StepResult:
+        """One update on the global ``batch`` (a ``Batch``, a ``BatchRef`` or a ``save_batch`` file).
 
         Collective: every rank calls it with the same batch. Publishes a snapshot
         (or hands the weights over in memory: ``nexrl.trainer.handoff``) every

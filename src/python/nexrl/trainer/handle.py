@@ -9,7 +9,7 @@ Two front-ends implement it:
 
 A controller starts a step and keeps working while it runs::
 
-    pending = trainer.start(RankCall.STEP, str(batch_path))   # a PendingCall
+    pending = trainer.start(RankCall.STEP, batch_ref)         # a PendingCall
     while not pending.done(): ...; pending.wait(POLL_S)
     result = pending.result()[0]                       # rank 0's StepResult
 
@@ -71,11 +71,11 @@ class TrainerHandle(Protocol):
         """Every rank's ``describe()`` (global step, policy version, resume notes...)."""
         ...
 
-    def step(self, batch: str | Path, /) -> StepResult:
-        """One training step on a ``save_batch`` file; rank 0's ``StepResult``."""
+    def step(self, batch: Any, /) -> StepResult:
+        """One training step on a ``BatchRef`` or a ``save_batch`` file; rank 0's ``StepResult``."""
         ...
 
-    def train_step(self, batch: str | Path, /) -> dict[str, float]:
+    def train_step(self, batch: Any, /) -> dict[str, float]:
         """``step`` as its metrics row."""
         ...
 
@@ -110,7 +110,7 @@ class RankZeroCalls(ABC):
         return self.call(RankCall.DESCRIBE)
 
     def step(self, batch: Any, /) -> StepResult:
-        """One step on the global batch (a ``save_batch`` path; the self-hosted group
+        """One step on the global batch (a ``BatchRef``, a ``save_batch`` path; the self-hosted group
         also takes a ``Batch``) as rank 0's ``StepResult`` (it holds the snapshot's path)."""
         result: StepResult = self.call(RankCall.STEP, _sendable(batch))[0]
         return result

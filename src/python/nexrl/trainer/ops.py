@@ -27,6 +27,8 @@ __all__ = [
     "response_log_probs",
     "response_valid",
     "shard_rows",
+    "shares",
+    "unshare",
 ]
 
 
@@ -104,6 +106,37 @@ def shard_rows(batch: Batch, rank: int, world_size: int) -> Batch:
     padded, _ = batch.pad_rows_to_multiple(world_size)
     n = len(padded) // world_size
     return padded[rank * n : (rank + 1) * n]
+
+
+def shares(batch: Batch, world_size: int, *, by_tokens: bool) -> tuple[Batch, Tensor]:
+    """``(padded, order)``: ``batch`` padded to a multiple of ``world_size`` rows (as
+    ``shard_rows`` pads), and rank ``r``'s rows ``order[r*n : (r+1)*n]`` of it.
+
+    ``by_tokens``: the shares are balanced by real tokens (prompt + response), longest
+    row first onto the rank with the fewest tokens that has room (every rank gets
+    ``n`` rows; a rank's rows keep their batch order); else contiguous, as
+    ``shard_rows``. A rank's results, all-gathered, go back with ``unshare``.
+    """
+    padded, _ = batch.pad_rows_to_multiple(world_size)
+    n = len(padded) // world_size
+    if not by_tokens or world_size == 1:
+        return padded, torch.arange(len(padded))
+    tokens = padded["attention_mask"].sum(1).tolist()
+    load = [0] * world_size
+    owned: list[list[int]] = [[] for _ in range(world_size)]
+    for i in sorted(range(len(tokens)), key=lambda k: (-tokens[k], k)):
+        r = min((r for r in range(world_size) if len(owned[r]) < n), key=lambda r: load[r])
+        owned[r].append(i)
+        load[r] += int(tokens[i])
+    return padded, torch.tensor([i for rows in owned for i in sorted(rows)], dtype=torch.int64)
+
+
+def unshare(gathered: Tensor, order: Tensor, rows: int) -> Tensor:
+    """Rank-major all-gathered rows (``shares``' order) back in batch order, the
+    first ``rows`` (the padding rows dropped)."""
+    out = torch.empty_like(gathered)
+    out[order] = gathered
+    return out[:rows]
 
 
 def micro_batches(batch: Batch, size: int) -> list[Batch]:

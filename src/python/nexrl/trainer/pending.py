@@ -5,7 +5,7 @@ One type for both trainer front-ends: ``TrainerGroup`` gives it one Dask actor
 future per rank, ``ServiceTrainerGroup`` one ``concurrent.futures`` future (the
 service's call on a thread). Each says how failures read (``failure``)::
 
-    pending = trainer.start(RankCall.STEP, path)
+    pending = trainer.start(RankCall.STEP, batch_ref)
     while not pending.done():           # past pending.deadline: the caller gives up
         ...                             # (harvest rollouts, ...)
         pending.wait(POLL_S)            # returns the moment every rank has answered

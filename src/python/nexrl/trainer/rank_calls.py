@@ -7,7 +7,7 @@ HTTP client (``nexrl.trainer.service.wire`` is that side's table). A call by any
 other name fails before anything is sent (``RankCall.named``)::
 
     trainer.call(RankCall.EXTRA_STATE)[0]        # rank 0's answer
-    trainer.start(RankCall.STEP, path)           # a PendingCall
+    trainer.start(RankCall.STEP, batch_ref)      # a PendingCall
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ CALLS: dict[RankCall, CallInfo] = {
         service=True,
     ),
     RankCall.STEP: CallInfo(
-        "the step's batch (a save_batch path, or a Batch)", "a StepResult", service=True
+        "the step's batch (a BatchRef, a save_batch path, or a Batch)", "a StepResult", service=True
     ),
     RankCall.TRAIN_STEP: CallInfo("as step", "step's metrics row", service=True),
     RankCall.VALIDATION_LOSS: CallInfo("a batch", "its loss metrics, no update", service=False),

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from nexrl.core.types.batch import Batch
 from nexrl.trainer import saving
-from nexrl.trainer.batch_io import load_batch
+from nexrl.trainer.batch_io import BatchRef, load_batch
 from nexrl.trainer.ops import loss_units
 from nexrl.trainer.rank_state import TrainerRank
 from nexrl.trainer.result import StepResult
@@ -61,7 +61,7 @@ class SteppingRank(TrainerRank, Protocol):
     def save_checkpoint(self, extra_state: dict[str, Any] | None = None) -> Path | None: ...
 
 
-def run_step(t: SteppingRank, batch: Batch | str | Path) -> StepResult:
+def run_step(t: SteppingRank, batch: Batch | BatchRef | str | Path) -> StepResult:
     """One update on the global ``batch`` (``SelfHostedTrainer.step``; see the module doc)."""
     start = time.perf_counter()
     if not isinstance(batch, Batch):

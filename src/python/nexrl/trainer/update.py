@@ -4,7 +4,8 @@ global batch: what ``SelfHostedTrainer.step`` runs after ``prepare_batch``.
 ``update_policy(trainer, batch, units)`` (``units``: the loss units of the whole
 prepared batch)::
 
-    shard = rows [r*n, (r+1)*n) of the batch padded to a multiple of W ranks
+    shard = rank r's n rows of the batch padded to a multiple of W ranks (contiguous;
+            balanced by tokens when the step packs: ``ops.shares``)
     for epoch in range(ppo_epochs):                  # one optimizer step per pass
         for each micro-batch b of the shard:         # nexrl.trainer.microbatch; the
                                                      # last one sets the boundary
@@ -36,7 +37,8 @@ from nexrl.trainer.ops import (
     model_inputs,
     response_log_probs,
     response_valid,
-    shard_rows,
+    shares,
+    unshare,
 )
 from nexrl.trainer.packing import packed_response_log_probs
 from nexrl.trainer.rank_state import TrainerRank
@@ -68,7 +70,7 @@ class _WeightedSums:
 def update_policy(t: TrainerRank, batch: Batch, units: int) -> dict[str, float]:
     """Train on this rank's shard of the prepared global ``batch`` (module doc); the
     metrics, with ``train/nonfinite_epochs`` and ``train/applied_epochs``."""
-    shard = shard_rows(batch, t.rank, t.world_size)
+    shard, order = _shard(t, batch)
     plan = _plan(t, shard, equal_across_ranks=True)
     sums, norms, lrs = _WeightedSums(), [], []
     t.engine.train(True)
@@ -107,7 +109,7 @@ def update_policy(t: TrainerRank, batch: Batch, units: int) -> dict[str, float]:
         t.optimizer_steps += 1
     out = sums.reduce(t.engine, divide=len(norms))
     if old is not None:
-        full = t.engine.all_gather(old).cpu()[: len(batch)]
+        full = unshare(t.engine.all_gather(old).cpu(), order, len(batch))
         batch["old_log_probs"] = torch.where(response_valid(batch), full, 0.0)
         out.update(t._after_old_log_probs(batch))
     out["actor/grad_norm"] = float(np.mean(norms))
@@ -167,7 +169,7 @@ def global_log_probs(t: TrainerRank, batch: Batch, reference: bool) -> Tensor:
     """``SelfHostedTrainer.compute_log_probs``: each rank's shard, all-gathered."""
     if reference and t.ref_model is None:
         raise TrainerError("reference log-probs asked for but no reference model is loaded")
-    shard = shard_rows(batch, t.rank, t.world_size)
+    shard, order = _shard(t, batch)
     out = torch.zeros(len(shard), batch.response_width, dtype=torch.float32)
     t.engine.train(False)
     model: Any = t.ref_model if reference else t.engine.forward
@@ -179,5 +181,13 @@ def global_log_probs(t: TrainerRank, batch: Batch, reference: bool) -> Tensor:
             logits = model(**model_inputs(mb)).logits
             lp, _ = response_log_probs(logits, mb.prompt_width, mb["responses"], entropy_grad=None)
         out[planned.rows, : lp.shape[1]] = lp.float().cpu()
-    full = t.engine.all_gather(out).cpu()[: len(batch)]
+    full = unshare(t.engine.all_gather(out).cpu(), order, len(batch))
     return torch.where(response_valid(batch), full, 0.0)
+
+
+def _shard(t: TrainerRank, batch: Batch) -> tuple[Batch, Tensor]:
+    """This rank's rows of ``batch`` and every rank's order (``ops.shares``): balanced by
+    tokens when the step packs (a rank's cost is its tokens then), else contiguous."""
+    padded, order = shares(batch, t.world_size, by_tokens=t.packing)
+    n = len(padded) // t.world_size
+    return padded[order[t.rank * n : (t.rank + 1) * n]], order

@@ -18,6 +18,7 @@ from nexrl.core.pool.config import PoolConfig
 from nexrl.core.pool.cursor import ConsumerConflictError
 from nexrl.core.pool.layout import Chunking, PoolStoreError
 from nexrl.core.pool.pool import PoolConfigError, TrajectoryPool
+from nexrl.core.pool.rows import PoolRows
 from nexrl.core.pool.view import read_pool, read_traces
 from nexrl.core.pool.writer import PoolWriter, get_writer
 
@@ -29,6 +30,7 @@ __all__ = [
     "PoolConfig",
     "PoolConfigError",
     "PoolDataError",
+    "PoolRows",
     "PoolStats",
     "PoolStoreError",
     "PoolWriter",

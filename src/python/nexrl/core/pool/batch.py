@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nexrl.core.pool.columns import TrajectoryColumns
+from nexrl.core.pool.rows import PoolRows
 
 if TYPE_CHECKING:
     from nexrl.core.types.trajectory import Trajectory
@@ -31,6 +32,7 @@ class PoolBatch:
     released_groups: int  # short groups released by the group timeout
     weight_sync_trajectories: int  # trajectories committed while a weight sync was running
     ids: list[tuple[str, int, int]] = field(default_factory=list)  # (writer, commit, index)
+    rows: PoolRows | None = None  # where the trajectories are: what a trainer rank reads
 
     def __len__(self) -> int:
         return len(self.columns)

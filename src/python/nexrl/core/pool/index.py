@@ -27,8 +27,9 @@ from nexrl.core.pool.columns import TrajectoryColumns
 from nexrl.core.pool.commits import CommitLog, CommitMarker
 from nexrl.core.pool.cursor import Cursor, in_ranges
 from nexrl.core.pool.grouping import GroupIndex
-from nexrl.core.pool.layout import COL
-from nexrl.core.pool.segment import Segment, read_columns
+from nexrl.core.pool.layout import COL, ROW_COLUMNS
+from nexrl.core.pool.rows import PoolRows
+from nexrl.core.pool.segment import Segment
 
 __all__ = ["PoolIndex"]
 
@@ -283,22 +284,32 @@ class PoolIndex:
                 del self.entries[eid]
         self.pending -= len(refs)
 
+    def address(self, refs: Sequence[int]) -> PoolRows:
+        """Where ``refs`` are, in that order: their writers, index rows and values (no read)."""
+        parts = self.split(refs)
+        writers = tuple(dict.fromkeys(e.marker.writer for e, _, _ in parts))
+        names: dict[str, tuple[str, ...]] = {w: () for w in writers}
+        for e, _, _ in parts:  # a writer's later commits may carry more metric names
+            if len(e.marker.metrics) > len(names[e.marker.writer]):
+                names[e.marker.writer] = tuple(e.marker.metrics)
+        width = 1 + max((len(n) for n in names.values()), default=0)
+        writer = np.empty(len(refs), dtype=np.int32)
+        rows = np.empty((len(refs), len(ROW_COLUMNS)), dtype=np.int64)
+        values = np.full((len(refs), width), np.nan, dtype=np.float32)
+        for e, pos, idx in parts:
+            writer[pos] = writers.index(e.marker.writer)
+            rows[pos] = e.rows[idx - e.base]
+            values[pos, : e.values.shape[1]] = e.values[idx - e.base]
+        return PoolRows(
+            self.url,
+            self.storage_options,
+            writers,
+            tuple(names[w] for w in writers),
+            writer,
+            rows,
+            values,
+        )
+
     def read(self, refs: Sequence[int]) -> TrajectoryColumns:
         """Whole trajectories for ``refs``, in that order (tokens read only for these)."""
-        by_writer: dict[str, list[tuple[Entry, np.ndarray, np.ndarray]]] = {}
-        for part in self.split(refs):
-            by_writer.setdefault(part[0].marker.writer, []).append(part)
-        blocks: list[TrajectoryColumns] = []
-        order: list[np.ndarray] = []
-        for writer, parts in by_writer.items():
-            names = max((e.marker.metrics for e, _, _ in parts), key=len)
-            rows = np.concatenate([e.rows[idx - e.base] for e, _, idx in parts])
-            values = np.full((len(rows), 1 + len(names)), np.nan, np.float32)
-            at = 0
-            for e, _, idx in parts:
-                values[at : at + len(idx), : e.values.shape[1]] = e.values[idx - e.base]
-                at += len(idx)
-            blocks.append(read_columns(self.segment(writer), rows, values, names))
-            order.extend(pos for _, pos, _ in parts)
-        cols = TrajectoryColumns.concat(blocks)
-        return cols.take(np.argsort(np.concatenate(order), kind="stable"))
+        return self.address(refs).read(self.segment)

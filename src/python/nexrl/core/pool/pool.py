@@ -257,7 +257,8 @@ class TrajectoryPool:
 
     def _deliver(self, groups: list[Group], version: int | None) -> PoolBatch:
         refs = [r for g in groups for r in g.refs]
-        cols = self.index.read(refs)
+        rows = self.index.address(refs)
+        cols = rows.read(self.index.segment)
         group_index = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
         sync = int(self.index.column(refs, "weight_sync").sum())
         new = self.cursor.copy()
@@ -280,7 +281,15 @@ class TrajectoryPool:
         ids = self.index.ids(refs)
         self._commit(new, refs)
         return PoolBatch(
-            cols, group_index.astype(np.int32), step, new.generation, version, released, sync, ids
+            cols,
+            group_index.astype(np.int32),
+            step,
+            new.generation,
+            version,
+            released,
+            sync,
+            ids,
+            rows,
         )
 
     def _commit(self, new: Cursor, refs: list[int]) -> None:

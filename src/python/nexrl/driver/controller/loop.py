@@ -4,7 +4,8 @@ One step (``Controller._train_one_step``), its stages in order::
 
     batch     top up rollouts (data loader -> rollout + evaluator futures -> zarr
               pool) until the pool hands out whole groups, exactly once
-    train     the trainer actors (DeepSpeed) on the batch; snapshot vN published
+    train     the trainer actors (DeepSpeed) on the batch, which each rank reads from
+              the pool (``BatchRef``: no batch file); snapshot vN published
     report    the step's metrics row, warnings, samples
     sync      inference onto vN (how: ``nexrl.driver.controller.sync``)
     validate  every ``validate.every`` steps; checkpoint every ``trainer.save_every``
@@ -224,10 +225,10 @@ class Controller:
         got = self._batch()
         if got is None:
             return None
-        batch, trained, filtered = got
+        batch, trained, filtered, rows = got
         t_batch = time.perf_counter()
         version_before = self.version
-        result = self._train(trained)
+        result = self._train(rows)
         t_train = time.perf_counter()
         row = self._report(batch, trained, filtered, result, version_before)
         self._sync(result, row)
@@ -250,8 +251,8 @@ class Controller:
         timed(row, t0, len(trained), time.perf_counter())
         return row
 
-    def _batch(self) -> tuple[Any, Any, int] | None:
-        """``(batch, trained, filtered)`` (``RolloutService.next_batch``); None when no
+    def _batch(self) -> tuple[Any, Any, int, Any] | None:
+        """``(batch, trained, filtered, rows)`` (``RolloutService.next_batch``); None when no
         batch will come (data out, a stop)."""
         at = Waiting(
             self.step,
@@ -262,16 +263,15 @@ class Controller:
         )
         return self.rollouts.next_batch(self.parts, at)
 
-    def _train(self, trained: Any) -> StepResult:
-        """The trainer's step on ``trained`` (rollouts go on meanwhile); rank 0's result,
-        which holds the snapshot path. The step and the policy version move on."""
-        from nexrl.core.types.batch import Batch
-        from nexrl.trainer.batch_io import save_batch
+    def _train(self, rows: Any) -> StepResult:
+        """The trainer's step on the trajectories at ``rows`` (``PoolRows``: each rank
+        reads them from the pool; rollouts go on meanwhile); rank 0's result, which holds
+        the snapshot path. The step and the policy version move on."""
+        from nexrl.trainer.batch_io import BatchRef
 
         parts = self.parts
-        path = parts.run.batches / f"step_{self.step + 1}.pt"
-        save_batch(Batch.from_columns(trained, parts.pad_token_id), path)
-        pending = parts.trainer.start(RankCall.STEP, str(path))  # TrainerGroupError: see run()
+        ref = BatchRef(rows, parts.pad_token_id)
+        pending = parts.trainer.start(RankCall.STEP, ref)  # TrainerGroupError: see run()
         notice = QuietNotice(self.spec.runtime_monitor.wait_notice_s)
         while not pending.done():
             if time.monotonic() > pending.deadline:
@@ -285,7 +285,6 @@ class Controller:
                 parts.progress.warn(line)
             pending.wait(POLL_S)  # returns the moment the step is done (or a rank is silent)
         result: StepResult = pending.result()[0]
-        path.unlink(missing_ok=True)
         self.step, self.version = result.global_step, result.policy_version
         return result
 

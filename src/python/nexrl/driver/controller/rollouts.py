@@ -101,11 +101,13 @@ class RolloutService:
             self.scheduler.target = min(self.target, max(0, left) * parts.groups_per_batch)
             self.scheduler.top_up(parts.dispatcher, parts.loader, parts.pending_groups)
 
-    def next_batch(self, parts: Components, at: Waiting) -> tuple[Any, Any, int] | None:
-        """``(batch, trained, filtered)``: the pool's next batch, the columns trained
+    def next_batch(self, parts: Components, at: Waiting) -> tuple[Any, Any, int, Any] | None:
+        """``(batch, trained, filtered, rows)``: the pool's next batch, the columns trained
         (first copies, in (group, run) order: commit order depends on timing, this
-        order makes a seeded run repeatable), and the groups dynamic sampling filtered
-        while it waited. None when the data is exhausted or a stop was asked for."""
+        order makes a seeded run repeatable), the groups dynamic sampling filtered
+        while it waited, and where the trained trajectories are in the pool
+        (``PoolRows``: what the trainer ranks read). None when the data is exhausted or
+        a stop was asked for."""
         while True:
             batch = self._wait_for_batch(parts, at)
             if batch is None:
@@ -117,7 +119,7 @@ class RolloutService:
         filtered = self.filtered.take(parts.pool)
         cols = batch.columns
         keep = keep[np.lexsort((cols.run_id[keep], cols.group_id[keep]))]
-        return batch, cols.take(keep), filtered
+        return batch, cols.take(keep), filtered, batch.rows.take(keep)
 
     def _wait_for_batch(self, parts: Components, at: Waiting) -> Any:
         started = said = time.monotonic()

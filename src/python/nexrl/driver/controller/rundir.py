@@ -9,7 +9,7 @@ The initial model is built by ``nexrl.driver.modeling.prepare``.
                           (${oc.env:…} kept)
       model/              the tiny model built from config (model.path: null)
       pool.zarr/          trajectories              snapshots/vN/   published weights
-      checkpoints/        trainer + controller      batches/        the batch being trained
+      checkpoints/        trainer + controller      batches/        SFT's batch (RL: none)
       metrics.jsonl       one row per step          plots/          reward curve
       logs/               driver.log, inference.log summary.json    at the end
       parent.json         model.path was another run's folder or snapshot: which one

@@ -10,7 +10,7 @@
 ``POST /v1/save_weights_for_sampler``  publish snapshot ``vN``: ``{path, version}``
 ``POST /v1/save_state``                checkpoint: ``{path, global_step}``
 ``POST /v1/load_state``                ``{path}``: restore it
-``POST /v1/train_step``                ``{batch_path}``: the fused self-hosted step
+``POST /v1/train_step``                ``{batch}`` (a BatchRef) or ``{batch_path}``: the fused self-hosted step
                                        (``StepResult`` fields); the controller's mode
 ``GET  /v1/extra_state``               the state saved with the resumed checkpoint
 =====================================  ================================================
@@ -125,12 +125,18 @@ def create_app(core: TrainingCore, token: str | None = None) -> FastAPI:
 
     @app.post("/v1/train_step")
     def train_step(body: TrainStepRequest) -> dict[str, Any]:
-        from nexrl.trainer.batch_io import load_batch
+        from nexrl.trainer.batch_io import BatchRef, load_batch
 
+        field = "batch" if body.batch is not None else "batch_path"
         try:
-            batch = load_batch(body.batch_path)
-        except ValueError as exc:  # not a batch file
-            raise TrainingServiceError(f"batch_path: {exc}", field="batch_path") from None
+            if body.batch is not None:
+                batch = load_batch(BatchRef.from_json(body.batch))
+            elif body.batch_path is not None:
+                batch = load_batch(body.batch_path)
+            else:
+                raise ValueError("give the step's batch (a BatchRef's JSON) or a batch_path")
+        except (ValueError, KeyError, TypeError) as exc:  # not a batch
+            raise TrainingServiceError(f"{field}: {exc}", field=field) from None
         return asdict(core.step(batch))
 
     @app.get("/v1/extra_state")

@@ -82,9 +82,13 @@ class TrainingClient:
     def load_state(self, path: str) -> dict[str, Any]:
         return self._call("POST", "/v1/load_state", {"path": str(path)}, slow=True)
 
-    def train_step(self, batch_path: str) -> dict[str, Any]:
-        """The fused self-hosted step on a ``save_batch`` file (``StepResult`` fields)."""
-        return self._call("POST", "/v1/train_step", {"batch_path": str(batch_path)}, slow=True)
+    def train_step(self, batch: Any) -> dict[str, Any]:
+        """The fused self-hosted step (``StepResult`` fields) on a ``BatchRef`` (the
+        step's rows in the pool) or a ``save_batch`` file's path."""
+        body = (
+            {"batch": batch.to_json()} if hasattr(batch, "to_json") else {"batch_path": str(batch)}
+        )
+        return self._call("POST", "/v1/train_step", body, slow=True)
 
     def extra_state(self) -> dict[str, Any]:
         return self._call("GET", "/v1/extra_state", idempotent=True)

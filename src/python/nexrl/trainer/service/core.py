@@ -55,6 +55,7 @@ import torch
 from nexrl.core.errors import NexrlError
 from nexrl.core.types.batch import Batch
 from nexrl.trainer.base import SelfHostedTrainer
+from nexrl.trainer.batch_io import BatchRef
 
 __all__ = ["CROSS_ENTROPY", "TrainingCore", "TrainingServiceError", "loss_names"]
 
@@ -244,7 +245,7 @@ class TrainingCore:
         t.engine.backward(out.logits.sum() * 0.0)
 
     # -- the fused step (the controller's training-service mode) ------------------------
-    def step(self, batch: Batch | str | Path) -> Any:
+    def step(self, batch: Batch | BatchRef | str | Path) -> Any:
         """The self-hosted trainer's own fused ``step`` (identical numerics)."""
         with self.lock:
             self._idle("train_step")

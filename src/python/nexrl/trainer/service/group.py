@@ -4,8 +4,9 @@ It is a ``TrainerHandle`` (``nexrl.trainer.handle``), as ``TrainerGroup`` is:
 ``setup_info``, ``call``/``start`` of ``step``, ``extra_state``,
 ``publish_snapshot``, ``save_checkpoint``, ``close``, ``timeout_s``, each a call to
 the training service (``TrainingClient``) on a thread, as a one-rank
-``PendingCall``. ``step`` is the service's fused ``train_step`` on the batch file
-the controller wrote to the run folder (shared storage), so the update is the
+``PendingCall``. ``step`` is the service's fused ``train_step`` on the step's
+rows in the pool (a ``BatchRef``: the service reads them from shared storage, as a
+self-hosted rank does), so the update is the
 self-hosted trainer's own, with the same numerics. Failures raise
 ``TrainerGroupError`` (rank 0), which the controller already reports. It watches
 no worker heartbeats: ``heartbeats`` is None and ``check_heartbeats`` does
@@ -60,8 +61,8 @@ class ServiceTrainerGroup(RankZeroCalls):
 
     def _run(self, method: RankCall, *args: Any) -> Any:
         if method in (RankCall.STEP, RankCall.TRAIN_STEP):
-            (path,) = args
-            result = _step_result(self.client.train_step(str(path)))
+            (batch,) = args
+            result = _step_result(self.client.train_step(batch))
             return result if method is RankCall.STEP else result.row()
         if method is RankCall.DESCRIBE:
             return {**self.client.info(), "rank": 0, "service_url": self.url}

@@ -52,7 +52,13 @@ class ForwardBackwardRequest(BaseModel):
 
 
 class TrainStepRequest(BaseModel):
-    batch_path: str = Field(description="A batch file written by nexrl.trainer.save_batch.")
+    batch: dict[str, Any] | None = Field(
+        None,
+        description="The step's trajectories by their place in the pool (BatchRef.to_json).",
+    )
+    batch_path: str | None = Field(
+        None, description="Or a batch file written by nexrl.trainer.save_batch."
+    )
 
 
 class SaveStateRequest(BaseModel):
