@@ -14,8 +14,8 @@ the controller's), and the engine behind ``base_urls`` (vLLM's path: one request
 The loop is ``RolloutService.next_batch`` and the driver's share of
 ``_train_one_step``: harvest finished tasks into the scheduler, top up, ask the pool
 for a batch, wait for a task (at most 0.2 s); a batch is deduplicated
-(``first_copy_index``), taken into columns, padded into the trainer's ``Batch`` and
-written to the step's batch file, which a trainer would read; no trainer runs, so a
+(``first_copy_index``), taken into columns, and its rows' addresses made into the
+``BatchRef`` the trainer ranks would read from the pool; no trainer runs, so a
 step costs the driver only what the driver does. Left out: the inference supervisor,
 heartbeats, metrics rows, checkpoints (per step, not per group).
 
@@ -60,7 +60,7 @@ WORKER_IMPORTS = (
     "nexrl.core.pool.writer",
     "nexrl.rollout.evaluators.registry",
 )
-PHASES = ("harvest", "top_up", "get_batch", "batch_file", "wait")
+PHASES = ("harvest", "top_up", "get_batch", "hand_off", "wait")
 
 
 @dataclass(frozen=True)
@@ -232,8 +232,7 @@ def drive_plane(
     """Run the controller's loop (module doc) until ``warmup_groups`` and then
     ``measured_groups`` more groups were delivered in batches; then cancel what is in
     flight. Returns the window's figures."""
-    from nexrl.core.types.batch import Batch
-    from nexrl.trainer.batch_io import save_batch
+    from nexrl.trainer.batch_io import BatchRef
 
     counters = RunCounters()
     scheduler = RolloutScheduler(
@@ -288,10 +287,8 @@ def drive_plane(
             keep = scheduler.first_copy_index(batch)
             trained = batch.columns.take(keep)
             step += 1
-            path = batch_dir / f"step_{step}.pt"
-            save_batch(Batch.from_columns(trained, 0), path)
-            path.unlink()
-            phase["batch_file"] += time.thread_time() - t3
+            BatchRef(batch.rows.take(keep), 0)  # what the driver sends the trainer ranks
+            phase["hand_off"] += time.thread_time() - t3
             delivered += len(keep) // s.group_size
             run.group_ids += sorted({int(g) for g in trained.group_id})
             if start is None and delivered >= s.warmup_groups:
