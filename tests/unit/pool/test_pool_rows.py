@@ -6,6 +6,7 @@ after a trip through JSON (the training service's wire)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -80,8 +81,9 @@ def test_rows_survive_json_and_another_process(tmp_path):
         "c = PoolRows.from_json(json.loads(sys.stdin.read())).read(); "
         "print(json.dumps(c.response_ids.tolist()))"
     )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # as in Pants' sandbox
     out = subprocess.run(
-        [sys.executable, "-c", code], input=doc, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], input=doc, capture_output=True, text=True, check=True, env=env
     )
     assert json.loads(out.stdout) == rows.read().response_ids.tolist()
 
