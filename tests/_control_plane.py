@@ -287,6 +287,7 @@ def drive_plane(
             keep = scheduler.first_copy_index(batch)
             trained = batch.columns.take(keep)
             step += 1
+            assert batch.rows is not None  # a pool's batch knows its rows' addresses
             BatchRef(batch.rows.take(keep), 0)  # what the driver sends the trainer ranks
             phase["hand_off"] += time.thread_time() - t3
             delivered += len(keep) // s.group_size

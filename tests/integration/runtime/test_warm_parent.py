@@ -148,11 +148,18 @@ def test_turned_off_or_not_local_every_process_is_spawned_fresh(
 
 
 def forkservers() -> list[psutil.Process]:
-    """This process's children that run a ``multiprocessing`` forkserver."""
+    """This process's live children that run a ``multiprocessing`` forkserver: started
+    fresh (``-c 'from multiprocessing.forkserver import main'``) or forked from this
+    process (the same command line as this one: found by the pid Python records)."""
+    from multiprocessing import forkserver
+
+    forked = getattr(forkserver._forkserver, "_forkserver_pid", None)
     found = []
     for child in psutil.Process().children():
         try:
-            if "multiprocessing.forkserver" in " ".join(child.cmdline()):
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if child.pid == forked or "multiprocessing.forkserver" in " ".join(child.cmdline()):
                 found.append(child)
         except psutil.Error:
             continue
