@@ -133,23 +133,31 @@ def test_packed_token_budget_micro_batches_on_two_ranks_equal_padded_rows_on_one
     _assert_same_weights(weights, reference)
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 def test_ppo_with_a_value_model_on_two_ranks_equals_one(
-    local_cluster: Any, tiny_model_dir: Path, vocab_size: int, tmp_path: Path
+    local_cluster: Any, tiny_model_dir: Path, vocab_size: int, tmp_path: Path, packed: bool
 ) -> None:
     """self_hosted_ppo: the critic's values are gathered over both ranks' shards and its
-    update is the token mean over the global batch, as the policy's."""
+    update is the token mean over the global batch, as the policy's; ``packed``: the
+    two ranks pack (policy and critic) with token-budget micro-batches, the one rank
+    trains padded rows."""
     settings = _settings(tmp_path)
     settings["trainer"] = {**settings["trainer"], "type": "self_hosted_ppo", "save_every": 0}
     settings["algorithm"] = {"advantage_estimator": "gae", "lam": 0.95}
-    batches = [make_batch(vocab_size, groups=7, group_size=2, seed=i) for i in range(2)]
+    lengths = {"response_len": (1, 16)} if packed else {}
+    batches = [make_batch(vocab_size, groups=7, group_size=2, seed=i, **lengths) for i in range(2)]
     single = create_trainer(spec(tiny_model_dir, **settings))
     expected = [single.train_step(b) for b in batches]
-    group = TrainerGroup.create(local_cluster, spec(tiny_model_dir, **settings), timeout_s=300)
+    two = dict(settings)
+    if packed:
+        two["trainer"] = {**settings["trainer"], "packing": True, "max_tokens_per_micro_batch": 20}
+    group = TrainerGroup.create(local_cluster, spec(tiny_model_dir, **two), timeout_s=300)
     try:
         got = [group.train_step(b) for b in batches]
     finally:
         group.close()
     for e, g in zip(expected, got, strict=True):
+        assert (g["perf/packed"], g["critic/packed"]) == (float(packed), float(packed))
         for k in ("critic/vf_loss", "critic/grad_norm", "critic/vpred_mean", "actor/grad_norm"):
             assert g[k] == pytest.approx(e[k], rel=1e-4, abs=1e-7), k
     # step 2 trains on values the first update moved: equal only if it was the same update

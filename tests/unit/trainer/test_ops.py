@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from nexrl.trainer.ops import loss_units, micro_batches, response_log_probs, shard_rows
+from nexrl.trainer.ops import loss_units, micro_batches, rank_share, response_log_probs
 from tests.unit.trainer._helpers import make_batch
 
 
@@ -24,7 +24,7 @@ def test_response_log_probs_match_a_per_token_softmax() -> None:
 
 def test_shards_have_equal_rows_and_padding_rows_carry_no_loss() -> None:
     batch = make_batch(50, groups=5, group_size=1)  # 5 rows over 2 ranks
-    a, b = shard_rows(batch, 0, 2), shard_rows(batch, 1, 2)
+    (a, _), (b, _) = (rank_share(batch, r, 2, by_tokens=False) for r in (0, 1))
     assert len(a) == len(b) == 3
     assert int(b["response_mask"][-1].sum()) == 0  # the padding copy
     assert loss_units(a, "token-mean") + loss_units(b, "token-mean") == loss_units(

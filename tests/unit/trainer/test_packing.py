@@ -20,7 +20,7 @@ from nexrl.trainer.microbatch import micro_batch, plan_micro_batches, token_bins
 from nexrl.trainer.ops import model_inputs, response_log_probs, response_valid
 from nexrl.trainer.packing import pack, packed_response_log_probs, packing_works
 from tests.unit.trainer._helpers import make_batch, spec
-from tests.unit.trainer._plain_engine import plain_trainer
+from tests.unit.trainer._plain_engine import PlainEngine, plain_trainer
 
 MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
@@ -214,3 +214,53 @@ def test_shares_pad_to_equal_rows_and_drop_the_padding_coming_back() -> None:
     assert int(padded["response_mask"][5].sum()) == 0  # the copy trains on nothing
     back = unshare(torch.arange(6)[order].unsqueeze(1).float(), order, 5)
     assert back.squeeze(1).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def _critic(model_dir: Path, trainer: dict[str, Any]) -> Any:
+    """A ``Critic`` on a ``PlainEngine`` whose value head is random (seeded), not 0: the
+    values then depend on the trunk, so a packing mistake shows."""
+    from nexrl.trainer.critic import Critic, load_value_model
+
+    s = spec(model_dir, trainer=trainer)
+    model, packs = load_value_model(str(model_dir), check_packing=s.trainer.packing)
+    assert packs is s.trainer.packing
+    head = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m.out_features == 1]
+    with torch.no_grad():
+        head[-1].weight.copy_(
+            torch.randn(head[-1].weight.shape, generator=torch.Generator().manual_seed(3))
+        )
+    engine = PlainEngine(model, s.trainer, total_optimizer_steps=10)
+    return Critic(
+        s.trainer,
+        str(model_dir),
+        total_optimizer_steps=10,
+        dist_timeout_s=60,
+        packing=packs,
+        engine=engine,
+    )
+
+
+def test_a_packed_critic_by_tokens_equals_the_padded_one_by_rows(model_dir: Path) -> None:
+    """PPO's value model: packed values and a token-budget update equal padded rows."""
+    batch = uneven(model_dir, seed=3)
+    g = torch.Generator().manual_seed(4)
+    batch["returns"] = (
+        torch.randn(batch["response_mask"].shape, generator=g) * batch["response_mask"]
+    )
+    values, metrics, params = [], [], []
+    for trainer in (
+        {"micro_batch_size": 16, "packing": False},
+        {"max_tokens_per_micro_batch": 48, "packing": True},
+    ):
+        critic = _critic(model_dir, trainer)
+        assert critic.packing is trainer["packing"]
+        values.append(critic.compute_values(batch))
+        batch["values"] = values[0]  # the same old values for both updates
+        metrics.append(critic.update(batch))
+        params.append(torch.cat([p.detach().flatten() for p in critic.engine.module.parameters()]))
+    valid = response_valid(batch)
+    assert float(values[0][valid].abs().min()) > 0  # the head is not zero: values carry the trunk
+    torch.testing.assert_close(values[1], values[0], atol=1e-5, rtol=1e-5)
+    for key in ("critic/vf_loss", "critic/grad_norm", "critic/vpred_mean", "critic/vf_clipfrac"):
+        assert metrics[1][key] == pytest.approx(metrics[0][key], rel=1e-4, abs=1e-6), key
+    torch.testing.assert_close(params[1], params[0], atol=2e-5, rtol=1e-4)

@@ -13,10 +13,15 @@ Alignment: ``values[b, t]`` is the head's output at position ``P + t - 1`` (the
 state before response token ``t``), the position whose logits give ``t``'s
 log-prob (``nexrl.trainer.ops``).
 
+Its rows and micro-batches are the policy's: a rank's share balanced by tokens and
+packed forwards when the step packs (``trainer.packing``: the value model is
+checked as the policy is, ``nexrl.trainer.packing.packed_response_values``), and
+token-budget micro-batches with ``trainer.max_tokens_per_micro_batch``.
+
 One update (``Critic.update``, after the policy's, on the prepared global batch)::
 
     for epoch in range(trainer.ppo_epochs):
-        for each micro-batch b of this rank's shard:
+        for each micro-batch b of this rank's share:
             L_b = token-mean over b of clipped_value_loss(V_theta, values, returns, c)
             backward(L_b * n_b / N * W)            (N: the global batch's policy tokens)
         step(), or none when the loss or gradient norm is NaN/inf on any rank
@@ -40,13 +45,9 @@ from nexrl.core.types.batch import Batch
 from nexrl.trainer.algorithms.value import clipped_value_loss, explained_variance
 from nexrl.trainer.engine import TrainingEngine, load_backend
 from nexrl.trainer.errors import TrainerError
-from nexrl.trainer.ops import (
-    disable_dropout,
-    micro_batches,
-    model_inputs,
-    response_valid,
-    shard_rows,
-)
+from nexrl.trainer.microbatch import micro_batch, rank_plan
+from nexrl.trainer.ops import disable_dropout, model_inputs, rank_share, response_valid, unshare
+from nexrl.trainer.packing import packed_response_values, packing_works
 from nexrl.trainer.step_metrics import stats
 
 __all__ = ["CHECKPOINT_TAG", "Critic", "load_value_model"]
@@ -56,8 +57,10 @@ logger = logging.getLogger("nexrl.trainer.base")
 CHECKPOINT_TAG = "critic"  # its engine's folder inside a checkpoint
 
 
-def load_value_model(path: str) -> torch.nn.Module:
-    """The trunk of the model at ``path`` with a zero-initialised value head (1 output)."""
+def load_value_model(path: str, *, check_packing: bool = False) -> tuple[torch.nn.Module, bool]:
+    """``(model, packs)``: the trunk of the model at ``path`` with a zero-initialised
+    value head (1 output); ``packs``: with ``check_packing``, whether it keeps packed
+    sequences apart (checked before the head is zeroed: its outputs carry the trunk's)."""
     from transformers import AutoModelForTokenClassification
     from transformers.utils import logging as hf_logging
 
@@ -79,12 +82,14 @@ def load_value_model(path: str) -> torch.nn.Module:
     heads = [m for m in model.modules() if isinstance(m, torch.nn.Linear) and m.out_features == 1]
     if not heads:
         raise TrainerError(f"trainer.critic: the value model from {path} has no 1-output head")
+    disable_dropout(model)
+    vocab = int(getattr(model.config, "vocab_size", 0) or 0)
+    packs = check_packing and vocab > 1 and packing_works(model, vocab, torch.device("cpu"))
     with torch.no_grad():
         heads[-1].weight.zero_()
         if heads[-1].bias is not None:
             heads[-1].bias.zero_()
-    disable_dropout(model)
-    return model
+    return model, packs
 
 
 class Critic:
@@ -97,16 +102,28 @@ class Critic:
         *,
         total_optimizer_steps: int,
         dist_timeout_s: float,
+        packing: bool = False,
         engine: TrainingEngine | None = None,
     ) -> None:
+        """``packing``: the policy packs (its model passed the check); the value model
+        packs too when it passes the same check (a given ``engine``: taken as passing)."""
         ccfg = trainer_cfg.critic
         self.cliprange_value = float(ccfg.cliprange_value)
         self.ppo_epochs = int(trainer_cfg.ppo_epochs)
         self.micro_batch_size = int(trainer_cfg.micro_batch_size)
+        self.max_tokens = trainer_cfg.max_tokens_per_micro_batch
+        self.packing = packing
         if engine is None:
             lr = trainer_cfg.lr if ccfg.lr is None else ccfg.lr
             cfg = dataclasses.replace(trainer_cfg, lr=float(lr))
-            model = load_value_model(str(ccfg.model_path or policy_path))
+            path = str(ccfg.model_path or policy_path)
+            model, self.packing = load_value_model(path, check_packing=packing)
+            if packing and not self.packing:
+                logger.warning(
+                    "trainer.packing: the value model from %s attends across packed "
+                    "sequences: the critic trains padded (the policy packed)",
+                    path,
+                )
             engine = load_backend(trainer_cfg.backend)(
                 model,
                 cfg,
@@ -118,6 +135,8 @@ class Critic:
 
     def _values(self, mb: Batch) -> Tensor:
         """``[b, R]`` values of a micro-batch (on the device; with gradient in training)."""
+        if self.packing:
+            return packed_response_values(self.engine.forward, mb)
         out = self.engine.forward(**model_inputs(mb))
         scores = out.logits[..., 0]
         p, r = mb.prompt_width, mb["responses"].shape[1]
@@ -127,15 +146,16 @@ class Critic:
     def compute_values(self, batch: Batch) -> Tensor:
         """``[B, R]`` values of the global ``batch`` (CPU float32, 0 on padding); collective:
         each rank its shard, all-gathered."""
-        shard = shard_rows(batch, self.rank, self.world_size)
+        shard, order = rank_share(batch, self.rank, self.world_size, by_tokens=self.packing)
         out = torch.zeros(len(shard), batch.response_width, dtype=torch.float32)
         self.engine.train(False)
-        row = 0
-        for mb in micro_batches(shard, self.micro_batch_size):
-            v = self._values(mb.to(self.device))
-            out[row : row + len(mb), : v.shape[1]] = v.cpu()
-            row += len(mb)
-        full = self.engine.all_gather(out).cpu()[: len(batch)]
+        plan = rank_plan(
+            self.engine, shard, self.micro_batch_size, self.max_tokens, equal_across_ranks=False
+        )
+        for planned in plan:
+            v = self._values(micro_batch(shard, planned).to(self.device))
+            out[planned.rows, : v.shape[1]] = v.cpu()
+        full = unshare(self.engine.all_gather(out).cpu(), order, len(batch))
         return torch.where(response_valid(batch), full, 0.0)
 
     def update(self, batch: Batch) -> dict[str, float]:
@@ -145,15 +165,18 @@ class Critic:
             if key not in batch:
                 raise TrainerError(f"the critic's update needs {key!r} in the batch")
         units = max(int(batch["response_mask"].sum()), 1)
-        mbs = micro_batches(shard_rows(batch, self.rank, self.world_size), self.micro_batch_size)
+        shard, _ = rank_share(batch, self.rank, self.world_size, by_tokens=self.packing)
+        plan = rank_plan(
+            self.engine, shard, self.micro_batch_size, self.max_tokens, equal_across_ranks=True
+        )
         self.engine.train(True)
         sums = torch.zeros(3, dtype=torch.float64)  # loss, clipped tokens, vpred sum
         norms: list[float] = []
         for _ in range(self.ppo_epochs):
             finite = True
-            for i, mb in enumerate(mbs):
-                self.engine.set_boundary(i == len(mbs) - 1)
-                mb = mb.to(self.device)
+            for i, planned in enumerate(plan):
+                self.engine.set_boundary(i == len(plan) - 1)
+                mb = micro_batch(shard, planned).to(self.device)
                 mask = mb["response_mask"].bool()
                 vpred = self._values(mb)
                 loss_t, clipped = clipped_value_loss(
@@ -187,6 +210,7 @@ class Critic:
             "critic/vpred_mean": float(total[2]),
             "critic/grad_norm": float(sum(norms) / len(norms)),
             "critic/lr": self.engine.lr(),
+            "critic/packed": float(self.packing),
             "critic/vf_explained_var": explained_variance(batch["values"], batch["returns"], mask),
             **stats("critic/values", batch["values"], mask),
             **stats("critic/returns", batch["returns"], mask),

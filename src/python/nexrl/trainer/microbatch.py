@@ -17,13 +17,14 @@ of the global batch's loss units (``nexrl.trainer.update``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from nexrl.core.types.batch import Batch
 
-__all__ = ["MicroBatch", "micro_batch", "plan_micro_batches", "token_bins"]
+__all__ = ["MicroBatch", "micro_batch", "plan_micro_batches", "rank_plan", "token_bins"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,26 @@ def plan_micro_batches(
         ]
     while count is not None and len(plan) < count:
         plan.append(MicroBatch(torch.zeros(1, dtype=torch.int64), filler=True))
+    return plan
+
+
+def rank_plan(
+    engine: Any,
+    shard: Batch,
+    micro_batch_size: int,
+    max_tokens: int | None,
+    *,
+    equal_across_ranks: bool,
+) -> list[MicroBatch]:
+    """A rank's micro-batches of its ``shard``; with ``equal_across_ranks`` as many on
+    every rank of ``engine`` (fillers), as a backward needs (a collective: every rank
+    calls it)."""
+    plan = plan_micro_batches(shard, micro_batch_size, max_tokens)
+    if equal_across_ranks and max_tokens is not None and engine.world_size > 1:
+        counts = torch.zeros(engine.world_size, dtype=torch.float64)
+        counts[engine.rank] = len(plan)
+        most = int(engine.all_reduce_sum(counts).max())
+        plan = plan_micro_batches(shard, micro_batch_size, max_tokens, count=most)
     return plan
 
 

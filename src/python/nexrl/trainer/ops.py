@@ -24,9 +24,9 @@ __all__ = [
     "loss_units",
     "micro_batches",
     "model_inputs",
+    "rank_share",
     "response_log_probs",
     "response_valid",
-    "shard_rows",
     "shares",
     "unshare",
 ]
@@ -97,25 +97,14 @@ def loss_units(batch: Batch, mode: str) -> int:
     return int(agg_units(batch["response_mask"], mode))
 
 
-def shard_rows(batch: Batch, rank: int, world_size: int) -> Batch:
-    """Rank ``rank``'s contiguous share of ``batch``; every rank gets the same row count.
-
-    Rows are first padded to a multiple of ``world_size`` with copies whose
-    ``response_mask`` is 0 (they contribute nothing to any loss).
-    """
-    padded, _ = batch.pad_rows_to_multiple(world_size)
-    n = len(padded) // world_size
-    return padded[rank * n : (rank + 1) * n]
-
-
 def shares(batch: Batch, world_size: int, *, by_tokens: bool) -> tuple[Batch, Tensor]:
-    """``(padded, order)``: ``batch`` padded to a multiple of ``world_size`` rows (as
-    ``shard_rows`` pads), and rank ``r``'s rows ``order[r*n : (r+1)*n]`` of it.
+    """``(padded, order)``: ``batch`` padded to a multiple of ``world_size`` rows (copies
+    whose ``response_mask`` is 0: they add nothing to any loss), and rank ``r``'s rows
+    ``order[r*n : (r+1)*n]`` of it.
 
     ``by_tokens``: the shares are balanced by real tokens (prompt + response), longest
     row first onto the rank with the fewest tokens that has room (every rank gets
-    ``n`` rows; a rank's rows keep their batch order); else contiguous, as
-    ``shard_rows``. A rank's results, all-gathered, go back with ``unshare``.
+    ``n`` rows; a rank's rows keep their batch order); else contiguous. A rank's results, all-gathered, go back with ``unshare``.
     """
     padded, _ = batch.pad_rows_to_multiple(world_size)
     n = len(padded) // world_size
@@ -129,6 +118,16 @@ def shares(batch: Batch, world_size: int, *, by_tokens: bool) -> tuple[Batch, Te
         owned[r].append(i)
         load[r] += int(tokens[i])
     return padded, torch.tensor([i for rows in owned for i in sorted(rows)], dtype=torch.int64)
+
+
+def rank_share(
+    batch: Batch, rank: int, world_size: int, *, by_tokens: bool
+) -> tuple[Batch, Tensor]:
+    """``(rows, order)``: rank ``rank``'s rows of ``batch`` (``shares``) and every rank's
+    order, for ``unshare`` of their all-gathered results."""
+    padded, order = shares(batch, world_size, by_tokens=by_tokens)
+    n = len(padded) // world_size
+    return padded[order[rank * n : (rank + 1) * n]], order
 
 
 def unshare(gathered: Tensor, order: Tensor, rows: int) -> Tensor:

@@ -41,7 +41,7 @@ from torch import Tensor
 from nexrl.core.types.batch import Batch
 from nexrl.trainer.algorithms import entropy_from_logits
 
-__all__ = ["Packed", "pack", "packed_response_log_probs", "packing_works"]
+__all__ = ["Packed", "pack", "packed_response_log_probs", "packed_response_values", "packing_works"]
 
 
 class Packed:
@@ -92,6 +92,19 @@ def packed_response_log_probs(
         h = entropy_from_logits(z if entropy_grad else z.detach())
         entropy = torch.where(p.response_valid, h[p.source], 0.0)
     return log_probs, entropy
+
+
+def packed_response_values(forward: Callable[..., object], batch: Batch) -> Tensor:
+    """``[b, R]`` values of ``batch``'s responses from one packed forward of a value
+    model (``.logits[..., 0]``, the head's one output): ``values[i, t]`` is the output
+    at ``j = o_i + p_i + t - 1``, the state before token ``t`` (as the padded
+    ``Critic`` reads position ``P + t - 1``); 0 where there is no response token."""
+    p = pack(batch)
+    out = forward(
+        input_ids=p.input_ids, position_ids=p.position_ids, attention_mask=None, use_cache=False
+    )
+    scores = out.logits[0, :, 0].float()  # type: ignore[attr-defined]  # [T]
+    return torch.where(p.response_valid, scores[p.source], 0.0)
 
 
 @torch.no_grad()

@@ -56,6 +56,7 @@ class SelfHostedPpoTrainer(SelfHostedGrpoTrainer):
             self.spec.model_path,
             total_optimizer_steps=self.schedule_steps * self.cfg.ppo_epochs,
             dist_timeout_s=self.spec.dist_timeout_s,
+            packing=self.packing,
         )
         return {CHECKPOINT_TAG: self.critic.engine}
 

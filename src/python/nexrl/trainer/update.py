@@ -31,13 +31,13 @@ from torch import Tensor
 from nexrl.core.types.batch import Batch
 from nexrl.trainer.engine import TrainingEngine
 from nexrl.trainer.errors import TrainerError
-from nexrl.trainer.microbatch import MicroBatch, micro_batch, plan_micro_batches
+from nexrl.trainer.microbatch import MicroBatch, micro_batch, rank_plan
 from nexrl.trainer.ops import (
     loss_units,
     model_inputs,
+    rank_share,
     response_log_probs,
     response_valid,
-    shares,
     unshare,
 )
 from nexrl.trainer.packing import packed_response_log_probs
@@ -114,22 +114,21 @@ def update_policy(t: TrainerRank, batch: Batch, units: int) -> dict[str, float]:
         out.update(t._after_old_log_probs(batch))
     out["actor/grad_norm"] = float(np.mean(norms))
     out["actor/lr"] = lrs[-1]
+    out["perf/packed"] = float(t.packing)
     out["train/nonfinite_epochs"] = float(nonfinite)
     out["train/applied_epochs"] = float(applied)
     return out
 
 
 def _plan(t: TrainerRank, shard: Batch, *, equal_across_ranks: bool) -> list[MicroBatch]:
-    """This rank's micro-batches (``nexrl.trainer.microbatch``); with
-    ``equal_across_ranks`` as many on every rank (fillers), as a backward needs."""
-    size, budget = t.cfg.micro_batch_size, t.cfg.max_tokens_per_micro_batch
-    plan = plan_micro_batches(shard, size, budget)
-    if equal_across_ranks and budget is not None and t.world_size > 1:
-        counts = torch.zeros(t.world_size, dtype=torch.float64)
-        counts[t.rank] = len(plan)
-        most = int(t.engine.all_reduce_sum(counts).max())
-        plan = plan_micro_batches(shard, size, budget, count=most)
-    return plan
+    """This rank's micro-batches (``nexrl.trainer.microbatch.rank_plan``)."""
+    return rank_plan(
+        t.engine,
+        shard,
+        t.cfg.micro_batch_size,
+        t.cfg.max_tokens_per_micro_batch,
+        equal_across_ranks=equal_across_ranks,
+    )
 
 
 def count_nonfinite(t: TrainerRank, nonfinite: bool, metrics: dict[str, float]) -> None:
@@ -186,8 +185,6 @@ def global_log_probs(t: TrainerRank, batch: Batch, reference: bool) -> Tensor:
 
 
 def _shard(t: TrainerRank, batch: Batch) -> tuple[Batch, Tensor]:
-    """This rank's rows of ``batch`` and every rank's order (``ops.shares``): balanced by
-    tokens when the step packs (a rank's cost is its tokens then), else contiguous."""
-    padded, order = shares(batch, t.world_size, by_tokens=t.packing)
-    n = len(padded) // t.world_size
-    return padded[order[t.rank * n : (t.rank + 1) * n]], order
+    """This rank's rows of ``batch`` and every rank's order (``ops.rank_share``): balanced
+    by tokens when the step packs (a rank's cost is its tokens then), else contiguous."""
+    return rank_share(batch, t.rank, t.world_size, by_tokens=t.packing)
