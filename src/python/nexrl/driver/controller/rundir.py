@@ -78,6 +78,8 @@ class RunDir:
 
     @property
     def batches(self) -> Path:
+        """SFT's batch files (the RL step has none: its rows stay in the pool); made by
+        the SFT loop when it starts."""
         return self.root / "batches"
 
     @property
@@ -161,7 +163,7 @@ class RunDir:
             )
         if mode == "auto" and holds_run and not self.has_checkpoint():
             self._abandon([pool, self.metrics])
-        for d in (self.root, self.logs, self.plots, self.batches):
+        for d in (self.root, self.logs, self.plots):
             d.mkdir(parents=True, exist_ok=True)
         if not self.has_checkpoint():  # a resume records its recipe once it is accepted
             self.record_config(recipe)

@@ -102,6 +102,7 @@ class SftRun:
         self.run_dir = RunDir(out)
         self._closers.append(self.run_dir.lock())  # one run per folder
         self.run_dir.prepare(recipe, str(out / "pool.zarr"))
+        self.run_dir.batches.mkdir(exist_ok=True)
         self._closers.append(
             log_to_file(self.run_dir, cfg.logger.level, LogRotation.from_config(cfg.logger))
         )
