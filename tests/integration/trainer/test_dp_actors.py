@@ -144,8 +144,11 @@ def test_ppo_with_a_value_model_on_two_ranks_equals_one(
     settings = _settings(tmp_path)
     settings["trainer"] = {**settings["trainer"], "type": "self_hosted_ppo", "save_every": 0}
     settings["algorithm"] = {"advantage_estimator": "gae", "lam": 0.95}
-    lengths = {"response_len": (1, 16)} if packed else {}
-    batches = [make_batch(vocab_size, groups=7, group_size=2, seed=i, **lengths) for i in range(2)]
+    response_len = (1, 16) if packed else (2, 7)  # (2, 7): make_batch's default
+    batches = [
+        make_batch(vocab_size, groups=7, group_size=2, seed=i, response_len=response_len)
+        for i in range(2)
+    ]
     single = create_trainer(spec(tiny_model_dir, **settings))
     expected = [single.train_step(b) for b in batches]
     two = dict(settings)
